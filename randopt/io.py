@@ -1,0 +1,113 @@
+"""Atomic writes, hashing and strict JSONL reading: every stage writes through here, so a failed
+stage leaves no half file behind and every bad line is named by file and line number."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+class InputError(ValueError):
+    """A bad input (file, row, config value); the message names the problem and the fix."""
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, is_dir: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling path; on success rename it onto ``path``, on error delete it.
+
+    The rename is atomic on one filesystem, so readers see the old output or the whole new one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    target = tmp if is_dir else tmp / path.name
+    try:
+        yield target
+        if is_dir:
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        else:
+            os.replace(target, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def canonical_json(obj: Any) -> str:
+    """One canonical serialisation (sorted keys, no spaces, UTF-8): equal content, equal sha256."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    write_text_atomic(path, "".join(canonical_json(r) + "\n" for r in rows))
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: not valid JSON ({err}); regenerate or fix the file") from err
+
+
+def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[dict]:
+    """Read a JSONL file strictly: a malformed line or a missing key is an error naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    required = tuple(required)
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{path}:{lineno}: malformed JSON line ({err.msg}); fix or remove that line") from err
+            if not isinstance(row, dict):
+                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise InputError(f"{path}:{lineno}: missing key(s) {missing}; every row needs {list(required)}")
+            rows.append(row)
+    return rows
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_tree(root: str | os.PathLike) -> str:
+    """sha256 over a directory: each file's relative path and sha256, in sorted order."""
+    root = Path(root)
+    h = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(f"{file.relative_to(root).as_posix()}\0{sha256_file(file)}\n".encode())
+    return h.hexdigest()
