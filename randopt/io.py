@@ -22,10 +22,14 @@ def atomic_path(path: str | os.PathLike, *, is_dir: bool = False) -> Iterator[Pa
     """Yield a temporary sibling path; on success rename it onto ``path``, on error delete it.
 
     The rename is atomic on one filesystem, so readers see the old output or the whole new one.
+    For ``is_dir`` the yielded path is an empty directory the caller fills (or removes and replaces
+    with a symlink).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    if is_dir:
+        tmp.chmod(0o755)  # mkdtemp makes it private; a model dir is read by other users and jobs
     target = tmp if is_dir else tmp / path.name
     try:
         yield target
@@ -36,7 +40,9 @@ def atomic_path(path: str | os.PathLike, *, is_dir: bool = False) -> Iterator[Pa
         else:
             os.replace(target, path)
     finally:
-        if tmp.exists():
+        if tmp.is_symlink():
+            tmp.unlink()
+        elif tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -2,37 +2,96 @@
 
 An engine holds a resident base copy of each perturbable tensor under its checkpoint name and
 asks this module to rebuild the live tensor for (seed, sigma), or to restore it. The noise itself is
-defined in kernels/noise_ref.py; on CUDA the Triton kernel (when present) gives the same bits.
+defined in kernels/noise_ref.py; on CUDA the Triton kernels (kernels/perturb_triton.py, when Triton
+is installed) give the same bits. kernels/README.md summarises the definitions.
+
+* reconstruct_         whole logical tensors, keyed by checkpoint name (the default switch)
+* reconstruct_local_   sharded / fused local tensors, each with a kernels.layout.LocalLayout
+* delta_switch_        the in-place option (1x memory, drifts in bf16/fp16; see kernels/README.md)
+* restore_             back to the base weights, exactly
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 
 import torch
 
-from kernels.noise_ref import reconstruct_reference_
+from kernels.gaussian import reconstruct_gaussian_
+from kernels.layout import LocalLayout, delta_switch_local_reference_, reconstruct_local_reference_
+from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_
+
+NOISES = ("rademacher", "gaussian")
 
 
-def _reconstruct_one_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str) -> None:
-    if live.is_cuda:
-        try:
-            from kernels.perturb_triton import reconstruct_triton_
-        except ImportError:
-            pass
-        else:
-            reconstruct_triton_(live, base, seed, sigma, name)
-            return
-    reconstruct_reference_(live, base, seed, sigma, name)
+def _triton_for(t: torch.Tensor) -> ModuleType | None:
+    """The Triton kernels module for a CUDA tensor, or None (CPU, or Triton not installed)."""
+    if not t.is_cuda:
+        return None
+    try:
+        from kernels import perturb_triton
+    except ImportError:
+        return None
+    return perturb_triton
+
+
+def _check_sigma(sigma: float) -> None:
+    if not sigma > 0:
+        raise ValueError(f"sigma must be > 0, got {sigma!r}")
+
+
+def _reconstruct_one_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str,
+                      noise: str = "rademacher") -> None:
+    if noise == "gaussian":
+        reconstruct_gaussian_(live, base, seed, sigma, name)
+        return
+    kernels = _triton_for(live)
+    if kernels is not None:
+        kernels.reconstruct_triton_(live, base, seed, sigma, name)
+    else:
+        reconstruct_reference_(live, base, seed, sigma, name)
 
 
 @torch.no_grad()
-def reconstruct_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor], seed: int, sigma: float) -> None:
+def reconstruct_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor], seed: int, sigma: float,
+                 noise: str = "rademacher") -> None:
     """Set every live tensor to base + sigma * R(seed, name): path-independent and bit-identical
-    however many seeds were set before."""
-    if not sigma > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma!r}")
+    however many seeds were set before. noise="gaussian" uses the slower materializing path."""
+    _check_sigma(sigma)
+    if noise not in NOISES:
+        raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
     for name, live_tensor in live.items():
-        _reconstruct_one_(live_tensor, base[name], seed, sigma, name)
+        _reconstruct_one_(live_tensor, base[name], seed, sigma, name, noise)
+
+
+@torch.no_grad()
+def reconstruct_local_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor], seed: int,
+                       sigma: float, layouts: Mapping[str, LocalLayout]) -> None:
+    """Like reconstruct_ for local tensors (keyed by their local name, e.g. vLLM's
+    ``...qkv_proj.weight``): every element gets the noise of its logical (checkpoint) tensor and
+    index, so a seed means the same weights at every TP degree and fusion; padding stays base."""
+    _check_sigma(sigma)
+    for key, live_tensor in live.items():
+        kernels = _triton_for(live_tensor)
+        fn = kernels.reconstruct_local_triton_ if kernels is not None else reconstruct_local_reference_
+        fn(live_tensor, base[key], seed, sigma, layouts[key])
+
+
+@torch.no_grad()
+def delta_switch_(live: Mapping[str, torch.Tensor], seed_from: int | None, sigma_from: float,
+                  seed_to: int | None, sigma_to: float, layouts: Mapping[str, LocalLayout] | None = None) -> None:
+    """In place, no base copy: W := rne(fp32(W) + sigma_to*R_to - sigma_from*R_from). seed None
+    means the base weights (from base: seed_from=None; back to base: seed_to=None). Not
+    path-independent: bf16/fp16 rounding leaves a bounded error (kernels/README.md has the numbers).
+    Without layouts the keys are checkpoint names; with layouts, local names."""
+    for key, live_tensor in live.items():
+        kernels = _triton_for(live_tensor)
+        if layouts is not None:
+            fn = kernels.delta_switch_local_triton_ if kernels is not None else delta_switch_local_reference_
+            fn(live_tensor, layouts[key], seed_from, sigma_from, seed_to, sigma_to)
+        else:
+            fn = kernels.delta_switch_triton_ if kernels is not None else delta_switch_reference_
+            fn(live_tensor, key, seed_from, sigma_from, seed_to, sigma_to)
 
 
 @torch.no_grad()

