@@ -6,12 +6,15 @@
 # (seed, sigma) of the population on the train split, shard by shard; rank; let the top-k members
 # answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
 # write the record. Output paths carry content keys (randopt/keys.py), so finished work is reused.
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The embedded default; --configfile files given on the command line are merged over it.
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 include: "rules/common.smk"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -113,6 +114,10 @@ class LocalLayout:
 
     def gaps(self) -> list[tuple[int, int, int, int]]:
         """Uncovered rectangles (row0, row1, col0, col1): these local elements stay base."""
+        return list(self._gaps)
+
+    @cached_property
+    def _gaps(self) -> tuple[tuple[int, int, int, int], ...]:  # computed once: used every switch
         out = []
         for r0, r1, spans in self._bands():
             c = 0
@@ -120,7 +125,7 @@ class LocalLayout:
                 if s0 > c:
                     out.append((r0, r1, c, s0))
                 c = max(c, s1)
-        return out
+        return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,7 +260,7 @@ def _apply_local_reference_(live: torch.Tensor, src: torch.Tensor, layout: Local
 def copy_gaps_(live: torch.Tensor, base: torch.Tensor, layout: LocalLayout) -> None:
     """Uncovered (padding) elements := base."""
     live2, base2 = live.view(layout.rows, layout.cols), base.reshape(layout.rows, layout.cols)
-    for r0, r1, c0, c1 in layout.gaps():
+    for r0, r1, c0, c1 in layout._gaps:
         live2[r0:r1, c0:c1] = base2[r0:r1, c0:c1]
 
 

@@ -50,6 +50,16 @@ def tensor_keys(seed: int, name: str) -> tuple[int, int]:
     return int.from_bytes(digest[0:4], "little"), int.from_bytes(digest[4:8], "little")
 
 
+def tensor_keys_many(seed: int, names: list[bytes]) -> np.ndarray:
+    """tensor_keys for many tensors at once: a (len(names), 2) uint32 array of (ka, kb); names are
+    the UTF-8 encoded tensor names. Same definition, one sha256 per name, no per-key Python ints."""
+    if not 0 <= int(seed) < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    prefix = _DOMAIN + int(seed).to_bytes(8, "little")
+    digests = b"".join([hashlib.sha256(prefix + name).digest()[:8] for name in names])
+    return np.frombuffer(digests, dtype="<u4").reshape(len(names), 2)
+
+
 def fmix32_int64(h: torch.Tensor) -> torch.Tensor:
     """MurmurHash3 fmix32 on uint32 values held in an int64 tensor (products wrap mod 2**64,
     and masking keeps the low 32 bits, which is exactly uint32 arithmetic)."""

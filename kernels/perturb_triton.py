@@ -8,6 +8,11 @@ Two launch shapes: a flat one for a contiguous range of logical indices (a whole
 full-width row blocks of column-parallel / vocab-parallel / fused qkv and gate_up shards), and a
 2-D tile one for column windows (row-parallel shards). At most one launch per block.
 
+Two ways to launch: eagerly (reconstruct_triton_ & co., keys as scalar arguments), or through a
+SwitchPlan, which captures all launches of a switch in a CUDA graph once and reads the per-seed keys
+from a device table (measured on an H200: eager launches cost ~45 us of host time each, which made a
+339-tensor switch host-bound at 2x the copy floor; the graph replay runs at the floor).
+
 Why it is fast: the pass is memory bound (one read, one write per element), so the hash must stay
 in registers and the loads must keep their vector width. The length ``n`` is deliberately left
 specialized (Triton then knows n % 16 and keeps 16-byte accesses; excluding it made the pass 3.5x
@@ -20,14 +25,16 @@ interpreter, whose bf16 store truncates. fp16 and fp32 use the plain conversion 
 """
 from __future__ import annotations
 
-import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from kernels.layout import Block, LocalLayout, copy_gaps_
-from kernels.noise_ref import check_logical_numel, tensor_keys
+from kernels.layout import Block, LocalLayout, copy_gaps_, replicated
+from kernels.noise_ref import check_logical_numel, tensor_keys, tensor_keys_many
 
 
 @triton.jit
@@ -61,7 +68,7 @@ def _signed_sigma(i, k1, kb, sbits):
 @triton.jit
 def _switched(x, i, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr, HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr):
     """fp32(x) + d with d = sigma_to*R_to - sigma_from*R_from (an absent side contributes nothing)."""
-    d = tl.zeros(x.shape, tl.float32)
+    d = tl.full(x.shape, 0.0, tl.float32)  # tl.full is a builtin (tl.zeros is a jit helper: see tests)
     if HAS_TO:
         d = _signed_sigma(i, k1_to, kb_to, sb_to)
     if HAS_FROM:
@@ -85,19 +92,28 @@ def _store_rounded(ptr, y, mask, BF16_BY_HAND: tl.constexpr):
 _SCALARS = ["k1_to", "kb_to", "sb_to", "k1_fr", "kb_fr", "sb_fr"]
 
 
+@triton.jit
+def _load_keys(keys_ptr):
+    """The six per-launch scalars from a key-table row (int32: k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr)."""
+    return (tl.load(keys_ptr + 0), tl.load(keys_ptr + 1), tl.load(keys_ptr + 2),
+            tl.load(keys_ptr + 3), tl.load(keys_ptr + 4), tl.load(keys_ptr + 5))
+
+
 @triton.jit(do_not_specialize=_SCALARS)
-def _flat_kernel(out_ptr, src_ptr, n, idx0,
+def _flat_kernel(out_ptr, src_ptr, n, idx0, keys_ptr,
                  k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr,
-                 HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr, BF16_BY_HAND: tl.constexpr,
-                 WIDE: tl.constexpr, BLOCK: tl.constexpr):
-    """Elements 0..n-1 of a contiguous range whose logical indices are idx0 + 0..n-1."""
+                 HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr, KEYS_FROM_TABLE: tl.constexpr,
+                 BF16_BY_HAND: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    """Elements 0..n-1 of a contiguous range whose logical indices are idx0 + 0..n-1.
+    KEYS_FROM_TABLE: the keys come from memory (a CUDA graph replays fixed scalar arguments)."""
+    if KEYS_FROM_TABLE:
+        k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr = _load_keys(keys_ptr)
     pid = tl.program_id(0)
     if WIDE:  # offsets or indices reach 2**31: int64 offsets, indices truncated to uint32
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        idx = (offs + idx0).to(tl.uint32)
     else:
         offs = pid * BLOCK + tl.arange(0, BLOCK)
-        idx = (offs + idx0).to(tl.uint32)
+    idx = (offs + idx0).to(tl.uint32)
     mask = offs < n
     x = tl.load(src_ptr + offs, mask=mask)
     y = _switched(x, idx, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr, HAS_TO, HAS_FROM)
@@ -105,12 +121,14 @@ def _flat_kernel(out_ptr, src_ptr, n, idx0,
 
 
 @triton.jit(do_not_specialize=_SCALARS)
-def _tile_kernel(out_ptr, src_ptr, nrows, ncols, row_stride, logical_row, logical_cols, logical_col,
+def _tile_kernel(out_ptr, src_ptr, nrows, ncols, row_stride, logical_row, logical_cols, logical_col, keys_ptr,
                  k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr,
-                 HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr, BF16_BY_HAND: tl.constexpr,
-                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                 HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr, KEYS_FROM_TABLE: tl.constexpr,
+                 BF16_BY_HAND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """A window of nrows x ncols local elements (row stride row_stride) holding logical rows
     logical_row.. and columns logical_col.. of a logical tensor with logical_cols columns."""
+    if KEYS_FROM_TABLE:
+        k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr = _load_keys(keys_ptr)
     r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (r < nrows)[:, None] & (c < ncols)[None, :]
@@ -138,6 +156,7 @@ class LaunchConfig:
 
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_NO_KEYS = (0, 0, 0)
 
 
 def _i32(u: int) -> int:
@@ -145,20 +164,37 @@ def _i32(u: int) -> int:
     return u - (1 << 32) if u >= (1 << 31) else u
 
 
+def _sigma_bits(sigma: float) -> int:
+    """fp32 bits of sigma (round to nearest even, as torch); sigma must be finite and > 0."""
+    bits = int(np.array(sigma, dtype=np.float32).view(np.uint32))
+    if not (sigma > 0 and bits < 0x7F800000):
+        raise ValueError(f"sigma must be finite and > 0, got {sigma!r}")
+    return bits
+
+
 def _side(seed: int | None, sigma: float, name: str) -> tuple[int, int, int] | None:
     """(k1, kb, sigma bits) of one side of a switch as int32, or None when the side is absent."""
     if seed is None or sigma == 0:
         return None
     ka, kb = tensor_keys(seed, name)
-    sbits = struct.unpack("<I", struct.pack("<f", sigma))[0]  # "<f" rounds to nearest even, as torch
-    if sbits & 0x80000000 or sbits & 0x7F800000 == 0x7F800000:
-        raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}")
-    return _i32(ka ^ (ka >> 16)), _i32(kb), _i32(sbits)
+    return _i32(ka ^ (ka >> 16)), _i32(kb), _i32(_sigma_bits(sigma))
 
 
-def _scalar_args(to, frm) -> list:
-    zeros = (0, 0, 0)
-    return [*(to or zeros), *(frm or zeros), to is not None, frm is not None]
+@dataclass(frozen=True)
+class _Keys:
+    """What one launch needs to know about the switch: which sides are present, and their keys:
+    scalars (eager launches) or a key-table row (launches replayed by a CUDA graph)."""
+    has_to: bool
+    has_from: bool
+    to: tuple[int, int, int] = _NO_KEYS
+    frm: tuple[int, int, int] = _NO_KEYS
+    row: torch.Tensor | None = None
+
+    def args(self, dummy: torch.Tensor) -> list:
+        """keys_ptr, the six scalars, HAS_TO, HAS_FROM, KEYS_FROM_TABLE; dummy stands in for an
+        unused keys_ptr (never read: KEYS_FROM_TABLE is then False)."""
+        row = self.row if self.row is not None else dummy
+        return [row, *self.to, *self.frm, self.has_to, self.has_from, self.row is not None]
 
 
 def _by_hand(t: torch.Tensor) -> bool:
@@ -179,19 +215,20 @@ def _check_pair(out: torch.Tensor, src: torch.Tensor, what: str) -> None:
         raise ValueError(f"{what}: live and base must be contiguous")
 
 
-def _launch_flat(out: torch.Tensor, src: torch.Tensor, idx0: int, to, frm) -> None:
-    """out, src: 1-D contiguous views of the same length; logical indices idx0 + 0..n-1."""
-    n = out.numel()
-    if n == 0 or (to is None and frm is None):
+def _launch_flat(out: torch.Tensor, src: torch.Tensor, start: int, n: int, idx0: int, keys: _Keys) -> None:
+    """Elements start..start+n-1 of the contiguous out/src; their logical indices are idx0 + 0..n-1."""
+    if n == 0:
         return
+    if start:
+        out, src = out.view(-1)[start:], src.view(-1)[start:]
     block = LaunchConfig.block
     wide = n + idx0 + block >= 2**31
     _flat_kernel[(triton.cdiv(n, block),)](
-        _out_view(out), src, n, idx0, *_scalar_args(to, frm), _by_hand(out), wide,
+        _out_view(out), src, n, idx0, *keys.args(src), _by_hand(out), wide,
         BLOCK=block, num_warps=LaunchConfig.num_warps)
 
 
-def _launch_tile(out2: torch.Tensor, src2: torch.Tensor, b: Block, to, frm) -> None:
+def _launch_tile(out2: torch.Tensor, src2: torch.Tensor, b: Block, keys: _Keys) -> None:
     """out2, src2: the 2-D local views of the whole local tensor; one launch for block b."""
     ncols = b.width
     if b.nrows == 0 or ncols == 0:
@@ -203,34 +240,32 @@ def _launch_tile(out2: torch.Tensor, src2: torch.Tensor, b: Block, to, frm) -> N
     grid = (triton.cdiv(b.nrows, block_r), triton.cdiv(ncols, block_c))
     _tile_kernel[grid](
         _out_view(out_win), src_win, b.nrows, ncols, out2.stride(0), b.logical_row, b.logical_cols,
-        b.logical_col, *_scalar_args(to, frm), _by_hand(out2),
+        b.logical_col, *keys.args(src2), _by_hand(out2),
         BLOCK_R=block_r, BLOCK_C=block_c, num_warps=LaunchConfig.num_warps)
 
 
-def _apply_blocks(out: torch.Tensor, src: torch.Tensor, layout: LocalLayout,
-                  seed_to: int | None, sigma_to: float, seed_from: int | None, sigma_from: float) -> None:
-    out2, src2 = out.view(layout.rows, layout.cols), src.view(layout.rows, layout.cols)
-    for b in layout.blocks:
-        to, frm = _side(seed_to, sigma_to, b.name), _side(seed_from, sigma_from, b.name)
-        if b.full_rows and b.width == layout.cols:  # rows contiguous locally and logically
-            start, n = b.local_row * layout.cols, b.nrows * layout.cols
-            _launch_flat(out.view(-1)[start:start + n], src.view(-1)[start:start + n],
-                         b.logical_row * b.logical_cols, to, frm)
-        else:
-            _launch_tile(out2, src2, b, to, frm)
+def _launch_block(out: torch.Tensor, src: torch.Tensor, layout: LocalLayout, b: Block, keys: _Keys) -> None:
+    """One launch for block b of the contiguous local tensors out/src: the flat kernel when the
+    block's rows are contiguous both locally and logically, else the tile kernel."""
+    if b.full_rows and b.width == layout.cols:
+        cols = layout.cols
+        _launch_flat(out, src, b.local_row * cols, b.nrows * cols, b.logical_row * b.logical_cols, keys)
+    else:
+        rows = layout.rows
+        _launch_tile(out.view(rows, layout.cols), src.view(rows, layout.cols), b, keys)
 
 
 # ---------------------------------------------------------------------------------------------
-# Public entry points (same semantics as the references in noise_ref.py / layout.py)
+# Eager entry points (same semantics as the references in noise_ref.py / layout.py)
 
 
 def reconstruct_triton_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str) -> None:
     """live := base + sigma * R(seed, name, ·) for a whole logical tensor (one launch)."""
     _check_pair(live, base, name)
     check_logical_numel(name, base.numel())
-    if not sigma > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma!r}")
-    _launch_flat(live.view(-1), base.view(-1), 0, _side(seed, sigma, name), None)
+    _sigma_bits(sigma)  # validates: sigma > 0 (a zero sigma would make _side return None)
+    keys = _Keys(True, False, to=_side(seed, sigma, name))
+    _launch_flat(live, base, 0, live.numel(), 0, keys)
 
 
 def delta_switch_triton_(live: torch.Tensor, name: str, seed_from: int | None, sigma_from: float,
@@ -238,26 +273,139 @@ def delta_switch_triton_(live: torch.Tensor, name: str, seed_from: int | None, s
     """In place: live := rne(fp32(live) + sigma_to*R_to - sigma_from*R_from) (one launch)."""
     _check_pair(live, live, name)
     check_logical_numel(name, live.numel())
-    flat = live.view(-1)
-    _launch_flat(flat, flat, 0, _side(seed_to, sigma_to, name), _side(seed_from, sigma_from, name))
+    to, frm = _side(seed_to, sigma_to, name), _side(seed_from, sigma_from, name)
+    if to or frm:
+        _launch_flat(live, live, 0, live.numel(), 0, _Keys(bool(to), bool(frm), to or _NO_KEYS, frm or _NO_KEYS))
+
+
+def _check_local(live: torch.Tensor, src: torch.Tensor, layout: LocalLayout) -> None:
+    _check_pair(live, src, "local tensor")
+    if tuple(live.shape) != layout.shape:
+        raise ValueError(f"local tensor {tuple(live.shape)} does not match its layout {layout.shape}")
 
 
 def reconstruct_local_triton_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float,
                               layout: LocalLayout) -> None:
     """A local (sharded / fused) tensor: blocks perturbed at their logical indices, gaps := base."""
-    _check_pair(live, base, "local tensor")
-    if tuple(live.shape) != layout.shape:
-        raise ValueError(f"local tensor {tuple(live.shape)} does not match its layout {layout.shape}")
-    if not sigma > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma!r}")
-    _apply_blocks(live, base, layout, seed, sigma, None, 0.0)
+    _check_local(live, base, layout)
+    _sigma_bits(sigma)
+    for b in layout.blocks:
+        _launch_block(live, base, layout, b, _Keys(True, False, to=_side(seed, sigma, b.name)))
     copy_gaps_(live, base, layout)
 
 
 def delta_switch_local_triton_(live: torch.Tensor, layout: LocalLayout, seed_from: int | None,
                                sigma_from: float, seed_to: int | None, sigma_to: float) -> None:
     """In-place switch of a local tensor; gaps (padding) untouched."""
-    _check_pair(live, live, "local tensor")
-    if tuple(live.shape) != layout.shape:
-        raise ValueError(f"local tensor {tuple(live.shape)} does not match its layout {layout.shape}")
-    _apply_blocks(live, live, layout, seed_to, sigma_to, seed_from, sigma_from)
+    _check_local(live, live, layout)
+    for b in layout.blocks:
+        to, frm = _side(seed_to, sigma_to, b.name), _side(seed_from, sigma_from, b.name)
+        if to or frm:
+            _launch_block(live, live, layout, b, _Keys(bool(to), bool(frm), to or _NO_KEYS, frm or _NO_KEYS))
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: the same launches, captured once in a CUDA graph
+
+_ROW = 8  # int32 per key-table row (6 used): 32-byte rows keep every row pointer 16-byte aligned
+
+
+def _scratch_like(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor like t whose data_ptr has t's residue mod 16, so a kernel launched
+    on it compiles exactly the specialization (pointer alignment) that t's launches use."""
+    pad = 16 // t.element_size()
+    flat = torch.empty(t.numel() + pad, dtype=t.dtype, device=t.device)
+    shift = ((t.data_ptr() - flat.data_ptr()) % 16) // t.element_size()
+    return flat[shift:shift + t.numel()].view(t.shape)
+
+
+class SwitchPlan:
+    """Switches of a fixed set of tensors, fast: eager launches cost ~45 us of host time each
+    (Triton's launcher plus ours), more than the GPU needs for most tensors, so on CUDA the
+    launches of one switch are captured once in a CUDA graph whose kernels read the per-seed keys
+    from a small device table; a switch is then one key upload and one graph replay. Same bits as
+    the eager entry points (the same kernels).
+
+    live: local tensors by key; base: their resident base copies (reconstruct; None for a
+    delta-only plan); layouts: by key (None: keys are checkpoint names, whole tensors). The plan
+    holds on to the tensors: build a new one if they are reallocated.
+    """
+
+    def __init__(self, live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor] | None = None,
+                 layouts: Mapping[str, LocalLayout] | None = None, use_graphs: bool | None = None) -> None:
+        self._items = []  # (live, base or None, layout)
+        names = []
+        for key, t in live.items():
+            lay = layouts[key] if layouts is not None else replicated(key, tuple(t.shape))
+            src = base[key] if base is not None else None
+            _check_local(t, src if src is not None else t, lay)
+            self._items.append((t, src, lay))
+            names += [b.name for b in lay.blocks]
+        self._names = [n.encode("utf-8") for n in names]
+        device = next(iter(live.values())).device if self._items else torch.device("cpu")
+        self._graphs_on = (device.type == "cuda" and not INTERPRETED) if use_graphs is None else use_graphs
+        self._host = torch.zeros((len(names), _ROW), dtype=torch.int32, pin_memory=self._graphs_on)
+        self._table = self._host.to(device) if self._graphs_on else self._host
+        self._uploaded = torch.cuda.Event() if self._graphs_on else None
+        self._graphs: dict[tuple[bool, bool, bool], torch.cuda.CUDAGraph] = {}
+
+    # -- public
+
+    def reconstruct_(self, seed: int, sigma: float) -> None:
+        """Every live tensor := base + sigma * R(seed) (gaps := base)."""
+        if any(src is None for _, src, _ in self._items):
+            raise ValueError("this plan has no base copy: only delta switches")
+        self._fill(seed, sigma, None, 0.0)
+        self._run((False, True, False))
+
+    def delta_switch_(self, seed_from: int | None, sigma_from: float, seed_to: int | None, sigma_to: float) -> None:
+        """In place: W := rne(fp32(W) + sigma_to*R_to - sigma_from*R_from); seed None is base."""
+        has_to, has_from = seed_to is not None and sigma_to != 0, seed_from is not None and sigma_from != 0
+        if has_to or has_from:
+            self._fill(seed_to if has_to else None, sigma_to, seed_from if has_from else None, sigma_from)
+            self._run((True, has_to, has_from))
+
+    # -- internals
+
+    def _fill(self, seed_to, sigma_to, seed_from, sigma_from) -> None:
+        """Write both sides' keys into the key table (host, then one upload on the current stream)."""
+        if self._uploaded is not None:
+            self._uploaded.synchronize()  # the previous upload has read the pinned buffer
+        host = self._host.numpy().view(np.uint32)
+        for col, seed, sigma in ((0, seed_to, sigma_to), (3, seed_from, sigma_from)):
+            if seed is not None:
+                keys = tensor_keys_many(seed, self._names)
+                host[:, col] = keys[:, 0] ^ (keys[:, 0] >> np.uint32(16))
+                host[:, col + 1] = keys[:, 1]
+                host[:, col + 2] = _sigma_bits(sigma)
+        if self._graphs_on:
+            self._table.copy_(self._host, non_blocking=True)
+            self._uploaded.record()
+
+    def _run(self, mode: tuple[bool, bool, bool]) -> None:
+        if not self._graphs_on:
+            self._launch_all(mode)
+            return
+        graph = self._graphs.get(mode)
+        if graph is None:
+            self._launch_all(mode, scratch=True)  # compile and load every kernel variant first
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._launch_all(mode)
+            self._graphs[mode] = graph
+        graph.replay()
+
+    def _launch_all(self, mode: tuple[bool, bool, bool], scratch: bool = False) -> None:
+        """Every block's launch; in reconstruct mode also the gap copies. scratch: write into
+        same-alignment scratch tensors instead (warm-up without touching the weights)."""
+        in_place, has_to, has_from = mode
+        slot = 0
+        for live, base, lay in self._items:
+            out = _scratch_like(live) if scratch else live
+            src = out if in_place else base
+            for b in lay.blocks:
+                _launch_block(out, src, lay, b, _Keys(has_to, has_from, row=self._table[slot]))
+                slot += 1
+            if not in_place and not scratch:
+                copy_gaps_(live, base, lay)

@@ -69,12 +69,29 @@ def validate(config: dict) -> dict:
                 f"config key 'topk.fractions': fraction {fraction} of a population of {population} "
                 f"(population.n_seeds x len(population.sigmas)) keeps no member; raise population.n_seeds "
                 f"or the fraction")
+    for section in ("gsm8k", "heldout"):
+        kind = config[section]["source"]
+        for key, value in config[section][kind].items():
+            if value is None and key in ("path", "revision"):
+                raise ConfigError(f"config key '{section}.{kind}.{key}': {section}.source is '{kind}' but no "
+                                  f"{key} is given")
     model = config["model"]
     if model["source"] == "local" and not model["path"]:
         raise ConfigError("config key 'model.path': model.source is 'local' but no path is given")
     if model["source"] == "hub" and not model["revision"]:
         raise ConfigError("config key 'model.revision': a hub model needs a pinned revision (a commit hash)")
     return config
+
+
+def gsm8k_source(config: dict) -> dict:
+    """The selected GSM8K source as one dict: {"kind": ..., **its block}."""
+    kind = config["gsm8k"]["source"]
+    return {"kind": kind, **config["gsm8k"][kind]}
+
+
+def heldout_source(config: dict) -> dict:
+    kind = config["heldout"]["source"]
+    return {"kind": kind, **config["heldout"][kind]}
 
 
 def sigma_label(sigma: float) -> str:

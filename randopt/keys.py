@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from randopt.config import gsm8k_source, heldout_source
 from randopt.io import canonical_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,9 +42,9 @@ def short_key(obj) -> str:
 def run_keys(config: dict) -> dict[str, str]:
     """All path keys of one validated config."""
     g, h, m, e = config["gsm8k"], config["heldout"], config["model"], config["engine"]
-    gsm8k = short_key({"source": g["source"], "n_train": g["n_train"], "n_test": g["n_test"],
+    gsm8k = short_key({"source": gsm8k_source(config), "n_train": g["n_train"], "n_test": g["n_test"],
                        "selection_seed": g["selection_seed"], "code": code_version("data")})
-    heldout = short_key({"source": h["source"], "code": code_version("data")})
+    heldout = short_key({"source": heldout_source(config), "code": code_version("data")})
     model = short_key({k: m[k] for k in ("source", "id", "wheel_module", "gguf_file", "path", "revision", "dtype")}
                       | {"code": code_version("model")})
     # What changes the numbers an engine produces: not the device count of a job, but its numerics.

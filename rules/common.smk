@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from randopt.config import ConfigError, sigma_label, validate
+from randopt.config import ConfigError, gsm8k_source, heldout_source, sigma_label, validate
 from randopt.keys import code_version, run_keys
 
 try:

@@ -7,7 +7,7 @@ rule freeze_gsm8k:
         test=f"{DATA_GSM8K}/test.jsonl",
         manifest=f"{DATA_GSM8K}/manifest.json",
     params:
-        source=q(config["gsm8k"]["source"]),
+        source=q(gsm8k_source(config)),
         n_train=config["gsm8k"]["n_train"],
         n_test=config["gsm8k"]["n_test"],
         selection_seed=config["gsm8k"]["selection_seed"],
@@ -29,7 +29,7 @@ rule fetch_fineweb:
         text=f"{DATA_HELDOUT}/heldout.jsonl",
         manifest=f"{DATA_HELDOUT}/manifest.json",
     params:
-        source=q(config["heldout"]["source"]),
+        source=q(heldout_source(config)),
         pin=f"--pinned-sha256 {config['heldout']['sha256']}" if config["heldout"]["sha256"] else "",
         code=code_version("data"),
     log:

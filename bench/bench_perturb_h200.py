@@ -1,0 +1,407 @@
+"""Perturbation kernels on a CUDA GPU: bit-exactness against the reference, then the cost of one seed
+switch on a 7.6B-parameter bf16 set shaped like Qwen2.5-7B.
+
+    PYTHONPATH=. python bench/bench_perturb_h200.py          # on the GPU; JSON to $OUT if set
+    TRITON_INTERPRET=1 PYTHONPATH=. python bench/bench_perturb_h200.py --tiny   # CPU dry run
+
+(a) compiled kernels == reference bit for bit: bf16/fp16/fp32, odd sizes, in-place delta switches,
+    TP layouts (flat and tile kernels), and a set of more than 2**31 elements (one tensor alone
+    has more, so offsets go 64-bit and indices pass 2**31).
+(b) ms per seed: copy base->live (the floor: any reconstruct pass moves at least these bytes), our
+    absolute reconstruct, our in-place delta switch, and the upstream-style switch (per parameter:
+    torch.manual_seed + randn + add, then regenerate + subtract, synchronize, empty_cache). Plus
+    diagnostics: CUDA-graph replays (GPU time without launch overhead), the bf16 hand rounding,
+    launch-config sweep, and one TP=2 rank's local tensors through the layout path.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+from kernels import layout as L
+from kernels import perturb_triton as pt
+from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_
+
+SIGMA = 1e-3
+RESULTS: dict = {"correctness": {}, "timing": [], "sweep": [], "tp2_rank0": []}
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------------------------- shapes
+
+
+def qwen25_7b_shapes(tiny: bool = False) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """Qwen2.5-7B's checkpoint tensors (untied lm_head; q/k/v biases; GQA 28 heads / 4 kv heads)."""
+    if tiny:
+        hidden, inter, layers, heads, kv, hd, vocab = 64, 160, 2, 8, 4, 8, 1000
+    else:
+        hidden, inter, layers, heads, kv, hd, vocab = 3584, 18944, 28, 28, 4, 128, 152064
+    s = {"model.embed_tokens.weight": (vocab, hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        s[p + "input_layernorm.weight"] = (hidden,)
+        for proj, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+            s[p + f"self_attn.{proj}.weight"] = (rows, hidden)
+            s[p + f"self_attn.{proj}.bias"] = (rows,)
+        s[p + "self_attn.o_proj.weight"] = (hidden, heads * hd)
+        s[p + "post_attention_layernorm.weight"] = (hidden,)
+        s[p + "mlp.gate_proj.weight"] = (inter, hidden)
+        s[p + "mlp.up_proj.weight"] = (inter, hidden)
+        s[p + "mlp.down_proj.weight"] = (hidden, inter)
+    s["model.norm.weight"] = (hidden,)
+    s["lm_head.weight"] = (vocab, hidden)
+    return s, dict(heads=heads, kv=kv, layers=layers)
+
+
+def tp_layouts(shapes: dict, cfg: dict, tp: int, rank: int) -> dict[str, L.LocalLayout]:
+    """vLLM's local tensors of one TP rank (fused qkv_proj / gate_up_proj) and their layouts."""
+    out = {}
+    for emb in ("model.embed_tokens.weight", "lm_head.weight"):
+        out[emb] = L.vocab_parallel(emb, shapes[emb], tp, rank)
+    out["model.norm.weight"] = L.replicated("model.norm.weight", shapes["model.norm.weight"])
+    for i in range(cfg["layers"]):
+        p = f"model.layers.{i}."
+        s = lambda n: (p + n, shapes[p + n])  # noqa: E731
+        for kind in ("weight", "bias"):
+            out[p + f"self_attn.qkv_proj.{kind}"] = L.qkv_parallel(
+                s(f"self_attn.q_proj.{kind}"), s(f"self_attn.k_proj.{kind}"), s(f"self_attn.v_proj.{kind}"),
+                cfg["heads"], cfg["kv"], tp, rank)
+        out[p + "self_attn.o_proj.weight"] = L.row_parallel(*s("self_attn.o_proj.weight"), tp, rank)
+        out[p + "mlp.gate_up_proj.weight"] = L.merged_column_parallel(
+            [s("mlp.gate_proj.weight"), s("mlp.up_proj.weight")], tp, rank)
+        out[p + "mlp.down_proj.weight"] = L.row_parallel(*s("mlp.down_proj.weight"), tp, rank)
+        for norm in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            out[p + norm] = L.replicated(p + norm, shapes[p + norm])
+    return out
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    as_int = {1: torch.int8, 2: torch.int16, 4: torch.int32}[a.element_size()]
+    return a.shape == b.shape and torch.equal(a.view(as_int), b.view(as_int))
+
+
+def rand(shape, dtype, device, gen=None) -> torch.Tensor:
+    return torch.randn(shape, device=device, generator=gen).to(dtype)
+
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_ms(fn, device, reps: int, warmup: int = 2) -> float:
+    """Median ms of fn() from an idle GPU (CUDA events; wall clock on CPU). fn gets the rep index."""
+    for r in range(warmup):
+        fn(-1 - r)
+    sync(device)
+    times = []
+    for r in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(r)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn(r)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def check(name: str, ok: bool) -> bool:
+    RESULTS["correctness"][name] = bool(ok)
+    log(f"  [{'ok' if ok else 'MISMATCH'}] {name}")
+    return ok
+
+
+# --------------------------------------------------------------------------------------- correctness
+
+
+def check_whole_tensors(device, tiny: bool) -> None:
+    gen = torch.Generator(device=device).manual_seed(0)
+    shapes = [(1,), (7,), (4097,), (3, 3001)] + ([] if tiny else [(1023, 4099), (12_345_679,)])
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for by_hand in ((False, True) if dtype == torch.bfloat16 else (False,)):
+            pt.LaunchConfig.bf16_by_hand = by_hand
+            ok = True
+            for shape in shapes:
+                base = rand(shape, dtype, device, gen)
+                for seed, sigma in ((1, 1e-3), (2**63 - 1, 0.5), (98765, 3e-2)):
+                    got, want = torch.empty_like(base), torch.empty_like(base)
+                    pt.reconstruct_triton_(got, base, seed, sigma, f"t{shape}")
+                    reconstruct_reference_(want, base, seed, sigma, f"t{shape}")
+                    ok &= same_bits(got, want)
+                path = [(None, 0.0, 3, 1e-2), (3, 1e-2, 4, 1e-2), (4, 1e-2, 4, 2e-3), (4, 2e-3, None, 0.0)]
+                got, want = base.clone(), base.clone()
+                for step in path:
+                    pt.delta_switch_triton_(got, "d", *step)
+                    delta_switch_reference_(want, "d", *step)
+                    ok &= same_bits(got, want)
+            check(f"whole tensors {str(dtype)[6:]}{' (bf16 by hand)' if by_hand else ''}: reconstruct + delta, "
+                  f"{len(shapes)} odd shapes", ok)
+    pt.LaunchConfig.bf16_by_hand = False
+    # the GPU reference (int64 torch) against the CPU one (numpy uint32): same definition
+    base = rand((1001, 77), torch.bfloat16, device, gen)
+    on_dev, on_cpu = torch.empty_like(base), torch.empty_like(base.cpu())
+    reconstruct_reference_(on_dev, base, 5, 1e-2, "x")
+    reconstruct_reference_(on_cpu, base.cpu(), 5, 1e-2, "x")
+    check("reference: GPU torch path == CPU numpy path", same_bits(on_dev.cpu(), on_cpu))
+    if not tiny:
+        check_big_set(device, gen)
+
+
+def check_big_set(device, gen) -> None:
+    """More than 2**31 elements in all; the bf16 tensor alone has 2**31 + 4097 (64-bit offsets)."""
+    shapes = {"big.bf16": ((2**31 + 4097,), torch.bfloat16), "big.fp16": ((40_000_001,), torch.float16),
+              "big.fp32": ((123_457, 1001), torch.float32)}
+    total = sum(torch.Size(s).numel() for s, _ in shapes.values())
+    ok = True
+    for name, (shape, dtype) in shapes.items():
+        base = rand(shape, dtype, device, gen)
+        got, want = torch.empty_like(base), torch.empty_like(base)
+        pt.reconstruct_triton_(got, base, 2024, SIGMA, name)
+        reconstruct_reference_(want, base, 2024, SIGMA, name)
+        ok &= same_bits(got, want)
+        pt.delta_switch_triton_(got, name, 2024, SIGMA, 2025, SIGMA)
+        delta_switch_reference_(want, name, 2024, SIGMA, 2025, SIGMA)
+        ok &= same_bits(got, want)
+        del base, got, want
+        torch.cuda.empty_cache()
+    check(f"set of {total} elements (> 2**31): reconstruct + delta", ok)
+
+
+def check_layouts(device, shapes, cfg) -> None:
+    gen = torch.Generator(device=device).manual_seed(1)
+    for tp in (2, 8):
+        rank = tp - 1
+        ok = True
+        for key, lay in list(tp_layouts(shapes, cfg, tp, rank).items())[:16]:
+            base = rand(lay.shape, torch.bfloat16, device, gen)
+            got, want = torch.empty_like(base), torch.empty_like(base)
+            pt.reconstruct_local_triton_(got, base, 31, 1e-2, lay)
+            L.reconstruct_local_reference_(want, base, 31, 1e-2, lay)
+            ok &= same_bits(got, want)
+            pt.delta_switch_local_triton_(got, lay, 31, 1e-2, 32, 1e-2)
+            L.delta_switch_local_reference_(want, lay, 31, 1e-2, 32, 1e-2)
+            ok &= same_bits(got, want)
+        check(f"TP={tp} rank {rank} local tensors (fused qkv, gate_up, row-parallel, vocab): reconstruct + delta", ok)
+
+
+# -------------------------------------------------------------------------------------------- timing
+
+
+def upstream_switch_(params: list[torch.Tensor], seed: int, sigma: float, device) -> None:
+    """The upstream RandOpt way: reseed per parameter, materialize randn, add; later regenerate and
+    subtract; then synchronize and empty the cache."""
+    for p in params:
+        torch.manual_seed(seed)
+        noise = torch.randn(p.shape, dtype=p.dtype, device=p.device)
+        p.add_(noise, alpha=sigma)
+        del noise
+    for p in params:
+        torch.manual_seed(seed)
+        noise = torch.randn(p.shape, dtype=p.dtype, device=p.device)
+        p.sub_(noise, alpha=sigma)
+        del noise
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def graph_of(fn, device):
+    """A CUDA graph of fn() (kernels must be compiled already), or None off CUDA."""
+    if device.type != "cuda":
+        return None
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def row(method: str, ms: float, floor: float, nbytes: int, note: str = "") -> None:
+    entry = {"method": method, "ms_per_seed": round(ms, 3), "ratio_to_floor": round(ms / floor, 3),
+             "GB_per_s": round(nbytes / ms / 1e6, 1), "note": note}
+    RESULTS["timing"].append(entry)
+    log(f"  {method:48s} {ms:9.3f} ms  {ms / floor:6.3f}x  {nbytes / ms / 1e6:7.1f} GB/s  {note}")
+
+
+def time_full_set(device, shapes, reps: int) -> None:
+    gen = torch.Generator(device=device).manual_seed(2)
+    base = {k: rand(s, torch.bfloat16, device, gen) for k, s in shapes.items()}
+    live = {k: v.clone() for k, v in base.items()}
+    n = sum(v.numel() for v in base.values())
+    nbytes = 2 * 2 * n  # one bf16 read + one write per element
+    RESULTS["params"] = n
+    log(f"\n(b) one seed switch, {n / 1e9:.3f}B bf16 parameters in {len(base)} tensors "
+        f"({nbytes / 1e9:.1f} GB moved per pass)")
+    items = list(base.items())
+
+    def copy_all(_=0):
+        for k, b in items:
+            live[k].copy_(b)
+
+    def reconstruct_all(r=0):
+        for k, b in items:
+            pt.reconstruct_triton_(live[k], b, 1000 + r, SIGMA, k)
+
+    floor = time_ms(copy_all, device, reps)
+    row("copy base->live (floor)", floor, floor, nbytes, "torch copy_ per tensor")
+    rec = time_ms(reconstruct_all, device, reps)
+    row("reconstruct (Triton, absolute)", rec, floor, nbytes, "default")
+    RESULTS["reconstruct_over_floor"] = rec / floor
+    # verify the timed pass: the last seed's weights, a few tensors, against the reference
+    reconstruct_all(7)
+    ok = all(same_bits(live[k], _ref(base[k], 1007, k)) for k in list(base)[:4] + ["lm_head.weight"])
+    check("Qwen set: timed reconstruct == reference (5 tensors)", ok)
+
+    pt.LaunchConfig.bf16_by_hand = True
+    hand = time_ms(reconstruct_all, device, reps)
+    pt.LaunchConfig.bf16_by_hand = False
+    row("reconstruct, bf16 rounded by hand", hand, floor, nbytes, "variant")
+
+    state = {"seed": 1000}
+
+    def delta_all(r=0):
+        nxt = 5000 + r + 100 * (r < 0)
+        for k in live:
+            pt.delta_switch_triton_(live[k], k, state["seed"], SIGMA, nxt, SIGMA)
+        state["seed"] = nxt
+
+    reconstruct_all(0)
+    state["seed"] = 1000
+    dlt = time_ms(delta_all, device, reps)
+    row("delta switch (Triton, in place)", dlt, floor, nbytes, "two hashes per element")
+
+    graphs = {"copy": graph_of(copy_all, device), "reconstruct": graph_of(reconstruct_all, device)}
+    if graphs["copy"] is not None:
+        g_floor = time_ms(lambda r: graphs["copy"].replay(), device, reps)
+        g_rec = time_ms(lambda r: graphs["reconstruct"].replay(), device, reps)
+        row("copy, CUDA graph replay", g_floor, floor, nbytes, "diagnostic: no launch overhead")
+        row("reconstruct, CUDA graph replay", g_rec, floor, nbytes, f"diagnostic: {g_rec / g_floor:.3f}x graph copy")
+        del graphs
+
+    params = list(live.values())
+    up = time_ms(lambda r: upstream_switch_(params, 3000 + r, SIGMA, device), device, max(3, reps // 3), warmup=1)
+    row("upstream-style (randn add, regen subtract)", up, floor, nbytes, "sync + empty_cache")
+
+    sweep_configs(device, reconstruct_all, floor, nbytes, reps)
+    del base, live, params
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _ref(base: torch.Tensor, seed: int, name: str) -> torch.Tensor:
+    out = torch.empty_like(base)
+    reconstruct_reference_(out, base, seed, SIGMA, name)
+    return out
+
+
+def sweep_configs(device, reconstruct_all, floor: float, nbytes: int, reps: int) -> None:
+    log("  launch-config sweep (reconstruct, eager):")
+    default = (pt.LaunchConfig.block, pt.LaunchConfig.num_warps)
+    for block, warps in ((1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)):
+        pt.LaunchConfig.block, pt.LaunchConfig.num_warps = block, warps
+        ms = time_ms(reconstruct_all, device, reps)
+        RESULTS["sweep"].append({"block": block, "num_warps": warps, "ms": round(ms, 3),
+                                 "ratio_to_floor": round(ms / floor, 3)})
+        log(f"    BLOCK={block:6d} num_warps={warps:2d}: {ms:8.3f} ms  {ms / floor:6.3f}x")
+    pt.LaunchConfig.block, pt.LaunchConfig.num_warps = default
+
+
+def time_tp_rank(device, shapes, cfg, reps: int) -> None:
+    """One TP=2 rank's local tensors (what one GPU of a TP=2 vLLM engine holds)."""
+    gen = torch.Generator(device=device).manual_seed(3)
+    layouts = tp_layouts(shapes, cfg, 2, 0)
+    base = {k: rand(lay.shape, torch.bfloat16, device, gen) for k, lay in layouts.items()}
+    live = {k: v.clone() for k, v in base.items()}
+    n = sum(v.numel() for v in base.values())
+    nbytes = 4 * n
+    items = [(k, base[k], live[k], layouts[k]) for k in base]
+
+    def copy_all(_=0):
+        for _, b, lv, _ in items:
+            lv.copy_(b)
+
+    def local_all(r=0):
+        for _, b, lv, lay in items:
+            pt.reconstruct_local_triton_(lv, b, 100 + r, SIGMA, lay)
+
+    floor = time_ms(copy_all, device, reps)
+    ms = time_ms(local_all, device, reps)
+    RESULTS["tp2_rank0"] = [{"params": n, "copy_ms": round(floor, 3), "reconstruct_local_ms": round(ms, 3),
+                             "ratio": round(ms / floor, 3)}]
+    log(f"\n  TP=2 rank 0 local set ({n / 1e9:.2f}B, fused qkv/gate_up, row-parallel tiles): "
+        f"copy {floor:.3f} ms, reconstruct_local {ms:.3f} ms ({ms / floor:.3f}x)")
+    del base, live
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes, CPU allowed (TRITON_INTERPRET=1)")
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type != "cuda" and not (args.tiny and pt.INTERPRETED):
+        log("needs a CUDA GPU (or --tiny with TRITON_INTERPRET=1)")
+        return 2
+    import triton
+    RESULTS["env"] = {"torch": torch.__version__, "triton": triton.__version__,
+                      "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (interpreter)",
+                      "launch": {"block": pt.LaunchConfig.block, "num_warps": pt.LaunchConfig.num_warps}}
+    log(f"env: {RESULTS['env']}")
+    shapes, cfg = qwen25_7b_shapes(tiny=args.tiny)
+    sections = [
+        ("(a) bit-exactness: whole tensors", lambda: check_whole_tensors(device, args.tiny)),
+        ("(a) bit-exactness: TP layouts", lambda: check_layouts(device, shapes, cfg)),
+        ("(b) timing: Qwen2.5-7B-shaped set", lambda: time_full_set(device, shapes, args.reps)),
+        ("(b) timing: TP=2 rank", lambda: time_tp_rank(device, shapes, cfg, args.reps)),
+    ]
+    failed = False
+    for title, section in sections:
+        log(f"\n{title}")
+        t0 = time.perf_counter()
+        try:
+            section()
+        except Exception:  # keep the other sections' results
+            failed = True
+            RESULTS.setdefault("errors", []).append(f"{title}: {traceback.format_exc()}")
+            log(traceback.format_exc())
+        log(f"  ({time.perf_counter() - t0:.1f} s)")
+        write_json()
+    all_ok = all(RESULTS["correctness"].values())
+    log(f"\nbit-exact: {'ALL OK' if all_ok else 'MISMATCHES'} ({len(RESULTS['correctness'])} checks)")
+    return 0 if all_ok and not failed else 1
+
+
+def write_json() -> None:
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "bench_perturb_h200.json"), "w") as f:
+            json.dump(RESULTS, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""Layouts (tensor parallelism, fused qkv / gate_up, vocab padding) and the Triton kernels under the
+Triton interpreter, all against the pure-torch reference, bit for bit.
+
+TRITON_INTERPRET is read when a function is decorated with triton.jit: triton's own jit'd helpers
+at its first import, our kernels when kernels/perturb_triton.py is executed. So it is set here
+before anything imports triton, this module loads its own copy of perturb_triton.py (under a
+private name, whatever was imported before), and the variable is restored at once; the autouse
+fixture sets it again only while this module's tests run. The kernels use Triton builtins only (no
+jit'd helpers such as tl.zeros), so they still interpret if another module imported triton first.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+
+_PREVIOUS = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _load_interpreted():
+    """kernels/perturb_triton.py, executed fresh with the interpreter on; None without triton."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    path = pathlib.Path(__file__).resolve().parents[1] / "kernels" / "perturb_triton.py"
+    spec = importlib.util.spec_from_file_location("kernels._perturb_triton_interpreted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+try:
+    _TK = _load_interpreted()
+finally:
+    if _PREVIOUS is None:
+        del os.environ["TRITON_INTERPRET"]
+    else:
+        os.environ["TRITON_INTERPRET"] = _PREVIOUS
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kernels import layout as L  # noqa: E402
+from kernels.noise_ref import delta_switch_reference_, rademacher, reconstruct_reference_  # noqa: E402
+from randopt import perturb  # noqa: E402
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(scope="module")
+def tk():
+    if _TK is None:
+        pytest.skip("triton is not installed")
+    assert _TK.INTERPRETED
+    return _TK
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(-1).view(torch.uint8)
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def _base(shape, dtype, seed=0):
+    """N(0,1) weights plus the values where rounding is delicate (0, -0, large, tiny, +-inf)."""
+    t = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype).view(-1)
+    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 3e4, -3e4, 1e-30, float("inf"), float("-inf")]).to(dtype)
+    k = min(t.numel(), special.numel())
+    t[:k] = special[:k]
+    return t.view(shape)
+
+
+# ------------------------------------------------------------------------------ whole tensors, interpreter
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1,), (7,), (4097,), (3, 3001)])
+def test_reconstruct_bit_exact(tk, dtype, shape):
+    base = _base(shape, dtype)
+    for seed, sigma in [(1, 1e-3), (2**63 - 1, 0.5), (12345, 3e-2)]:
+        got, want = torch.empty_like(base), torch.empty_like(base)
+        tk.reconstruct_triton_(got, base, seed, sigma, "model.w")
+        reconstruct_reference_(want, base, seed, sigma, "model.w")
+        assert _equal(got, want), (dtype, shape, seed, sigma)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_delta_switch_bit_exact(tk, dtype):
+    base = _base((5, 1001), dtype)
+    # base -> a, a -> b (both sides), b -> b with another sigma, b -> base (one side)
+    path = [(None, 0.0, 3, 1e-2), (3, 1e-2, 4, 1e-2), (4, 1e-2, 4, 2e-3), (4, 2e-3, None, 0.0)]
+    got, want = base.clone(), base.clone()
+    for step in path:
+        tk.delta_switch_triton_(got, "m.w", *step)
+        delta_switch_reference_(want, "m.w", *step)
+        assert _equal(got, want), (dtype, step)
+
+
+def test_bf16_rounds_to_nearest_even_on_ties(tk):
+    """Values exactly halfway between two bf16 numbers: ties go to the even mantissa."""
+    base = torch.tensor([1.0078125, 1.015625, 1.0234375, 1.03125] * 4, dtype=torch.bfloat16)
+    base[8:] = -base[8:]
+    sigma = 2.0**-8  # half a bf16 ulp in [1, 2)
+    got, want = torch.empty_like(base), torch.empty_like(base)
+    tk.reconstruct_triton_(got, base, 5, sigma, "tie")
+    reconstruct_reference_(want, base, 5, sigma, "tie")
+    assert _equal(got, want)
+    exact = base.float() + sigma * rademacher(5, "tie", torch.arange(base.numel()))
+    assert torch.all((want.float() - exact).abs() == sigma)  # every element was a tie
+    assert torch.all(want.view(torch.int16) & 1 == 0)  # ... resolved to the even neighbour
+
+
+def test_rejects_mismatch(tk):
+    with pytest.raises(ValueError):
+        tk.reconstruct_triton_(torch.empty(4), torch.empty(5), 1, 1e-2, "x")
+    with pytest.raises(ValueError):
+        tk.reconstruct_triton_(torch.empty(4, dtype=torch.float64), torch.empty(4, dtype=torch.float64), 1, 1e-2, "x")
+    with pytest.raises(ValueError):
+        tk.reconstruct_triton_(torch.empty(4, 4).t(), torch.empty(4, 4).t(), 1, 1e-2, "x")
+
+
+# ------------------------------------------------------------------------------------ tensor parallelism
+
+# A small Qwen2-like model: GQA with 8 heads, 4 kv heads, biases on q/k/v; vocab 1000 padded to 1024.
+H, HEADS, KV, I, V = 48, 8, 4, 80, 1000
+HD = H // HEADS
+P = "model.layers.0."
+LOGICAL = {
+    "model.embed_tokens.weight": (V, H), "lm_head.weight": (V, H), "model.norm.weight": (H,),
+    P + "self_attn.q_proj.weight": (HEADS * HD, H), P + "self_attn.k_proj.weight": (KV * HD, H),
+    P + "self_attn.v_proj.weight": (KV * HD, H), P + "self_attn.q_proj.bias": (HEADS * HD,),
+    P + "self_attn.k_proj.bias": (KV * HD,), P + "self_attn.v_proj.bias": (KV * HD,),
+    P + "self_attn.o_proj.weight": (H, H), P + "mlp.gate_proj.weight": (I, H), P + "mlp.up_proj.weight": (I, H),
+    P + "mlp.down_proj.weight": (H, I),
+}
+PAD_ROWS = 24  # 1024 - 1000
+
+
+def _logical_base(dtype):
+    return {name: _base(shape, dtype, seed=j) for j, (name, shape) in enumerate(LOGICAL.items())}
+
+
+def _pad(dtype):
+    return torch.full((PAD_ROWS, H), 7.0, dtype=dtype)  # whatever vLLM leaves there: must stay
+
+
+def _kv_shard(t: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
+    """vLLM's kv head shard: replicated over tp // KV ranks when tp >= KV."""
+    return t.chunk(KV)[rank // (tp // KV)] if tp >= KV else t.chunk(tp)[rank]
+
+
+def _shard(full: dict, tp: int, rank: int, pad: torch.Tensor) -> dict:
+    """What rank `rank` of a vLLM TP=tp engine holds, written with plain torch slicing."""
+    g = lambda n: full[P + n]  # noqa: E731
+    out = {"model.norm.weight": full["model.norm.weight"].clone()}
+    for emb in ("model.embed_tokens.weight", "lm_head.weight"):
+        out[emb] = torch.cat([full[emb], pad]).chunk(tp)[rank].clone()
+    for kind in ("weight", "bias"):
+        out[f"qkv.{kind}"] = torch.cat([g(f"self_attn.q_proj.{kind}").chunk(tp)[rank],
+                                        _kv_shard(g(f"self_attn.k_proj.{kind}"), tp, rank),
+                                        _kv_shard(g(f"self_attn.v_proj.{kind}"), tp, rank)])
+    out["o_proj.weight"] = g("self_attn.o_proj.weight").chunk(tp, dim=1)[rank].contiguous()
+    out["gate_up.weight"] = torch.cat([g("mlp.gate_proj.weight").chunk(tp)[rank], g("mlp.up_proj.weight").chunk(tp)[rank]])
+    out["down_proj.weight"] = g("mlp.down_proj.weight").chunk(tp, dim=1)[rank].contiguous()
+    return out
+
+
+def _layouts(tp: int, rank: int) -> dict:
+    """The same shards described with kernels.layout's helpers."""
+    s = lambda n: (P + n, LOGICAL[P + n])  # noqa: E731
+    qkv = lambda kind: L.qkv_parallel(s(f"self_attn.q_proj.{kind}"), s(f"self_attn.k_proj.{kind}"),  # noqa: E731
+                                      s(f"self_attn.v_proj.{kind}"), HEADS, KV, tp, rank)
+    return {
+        "model.norm.weight": L.replicated("model.norm.weight", LOGICAL["model.norm.weight"]),
+        "model.embed_tokens.weight": L.vocab_parallel("model.embed_tokens.weight", (V, H), tp, rank),
+        "lm_head.weight": L.vocab_parallel("lm_head.weight", (V, H), tp, rank),
+        "qkv.weight": qkv("weight"), "qkv.bias": qkv("bias"),
+        "o_proj.weight": L.row_parallel(*s("self_attn.o_proj.weight"), tp, rank),
+        "gate_up.weight": L.merged_column_parallel([s("mlp.gate_proj.weight"), s("mlp.up_proj.weight")], tp, rank),
+        "down_proj.weight": L.row_parallel(*s("mlp.down_proj.weight"), tp, rank),
+    }
+
+
+def _reassemble(locals_: list[dict], tp: int) -> tuple[dict, torch.Tensor]:
+    """Undo _shard: the logical tensors, plus the padding rows; replicated kv heads must agree."""
+    cat = lambda key, dim=0: torch.cat([loc[key] for loc in locals_], dim)  # noqa: E731
+    out = {"model.norm.weight": locals_[0]["model.norm.weight"]}
+    for loc in locals_[1:]:
+        assert _equal(loc["model.norm.weight"], out["model.norm.weight"])
+    emb = cat("model.embed_tokens.weight")
+    out["model.embed_tokens.weight"], pad = emb[:V], emb[V:]
+    out["lm_head.weight"] = cat("lm_head.weight")[:V]
+    q_rows = HEADS * HD // tp
+    kv_rows = (KV * HD // tp) if tp < KV else HD
+    for kind in ("weight", "bias"):
+        parts = [loc[f"qkv.{kind}"].split([q_rows, kv_rows, kv_rows]) for loc in locals_]
+        out[P + f"self_attn.q_proj.{kind}"] = torch.cat([p[0] for p in parts])
+        for j, proj in ((1, "k_proj"), (2, "v_proj")):
+            if tp >= KV:  # one kv head per rank, each held by tp // KV consecutive ranks
+                rep = tp // KV
+                for r in range(tp):
+                    assert _equal(parts[r][j], parts[r - r % rep][j]), "replicated kv head differs"
+                out[P + f"self_attn.{proj}.{kind}"] = torch.cat([parts[r][j] for r in range(0, tp, rep)])
+            else:
+                out[P + f"self_attn.{proj}.{kind}"] = torch.cat([p[j] for p in parts])
+    out[P + "self_attn.o_proj.weight"] = cat("o_proj.weight", 1)
+    gu = [loc["gate_up.weight"].chunk(2) for loc in locals_]
+    out[P + "mlp.gate_proj.weight"] = torch.cat([p[0] for p in gu])
+    out[P + "mlp.up_proj.weight"] = torch.cat([p[1] for p in gu])
+    out[P + "mlp.down_proj.weight"] = cat("down_proj.weight", 1)
+    return out, pad
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sharding_harness_roundtrip(dtype):
+    """The test's own shard / reassemble pair is exact on unperturbed weights, and the layouts agree
+    with its shapes."""
+    full = _logical_base(dtype)
+    for tp in (1, 2, 4, 8):
+        shards = [_shard(full, tp, r, _pad(dtype)) for r in range(tp)]
+        for r, loc in enumerate(shards):
+            for key, lay in _layouts(tp, r).items():
+                assert lay.shape == tuple(loc[key].shape), (tp, r, key)
+        back, pad = _reassemble(shards, tp)
+        assert all(_equal(back[k], full[k]) for k in full) and _equal(pad, _pad(dtype))
+
+
+def _perturbed_shards(impl, dtype, tp, seed, sigma):
+    full = _logical_base(dtype)
+    shards = []
+    for r in range(tp):
+        base = _shard(full, tp, r, _pad(dtype))
+        live = {k: torch.empty_like(v) for k, v in base.items()}
+        for key, lay in _layouts(tp, r).items():
+            impl(live[key], base[key], seed, sigma, lay)
+        shards.append(live)
+    return full, shards
+
+
+@pytest.mark.parametrize("impl_name", ["reference", "triton"])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_tp_shards_reassemble_to_unsharded(tk, impl_name, tp):
+    """A seed means the same weights at every TP degree and fusion; padding rows stay base."""
+    dtype, seed, sigma = torch.bfloat16, 77, 1e-2
+    impl = L.reconstruct_local_reference_ if impl_name == "reference" else tk.reconstruct_local_triton_
+    full, shards = _perturbed_shards(impl, dtype, tp, seed, sigma)
+    back, pad = _reassemble(shards, tp)
+    for name, base in full.items():
+        want = torch.empty_like(base)
+        reconstruct_reference_(want, base, seed, sigma, name)
+        assert _equal(back[name], want), (tp, name)
+    assert _equal(pad, _pad(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_local_kernels_bit_exact_tp4(tk, dtype):
+    """Every dtype, TP=4 (kv heads not replicated) and TP=8 (replicated): reconstruct and delta."""
+    full = _logical_base(dtype)
+    for tp in (4, 8):
+        r = tp - 1  # the last rank holds the vocab padding
+        base = _shard(full, tp, r, _pad(dtype))
+        for key, lay in _layouts(tp, r).items():
+            got, want = torch.empty_like(base[key]), torch.empty_like(base[key])
+            tk.reconstruct_local_triton_(got, base[key], 9, 3e-3, lay)
+            L.reconstruct_local_reference_(want, base[key], 9, 3e-3, lay)
+            assert _equal(got, want), (dtype, tp, key)
+            tk.delta_switch_local_triton_(got, lay, 9, 3e-3, 10, 3e-3)
+            L.delta_switch_local_reference_(want, lay, 9, 3e-3, 10, 3e-3)
+            assert _equal(got, want), (dtype, tp, key, "delta")
+
+
+def test_tile_kernel_many_programs_and_large_indices(tk):
+    """Column windows wider than one tile, odd sizes, and logical indices past 2**31 (a shard of a
+    logical tensor of 4.29e9 elements, never allocated): int64 offsets, uint32 indices."""
+    big = ("huge.weight", (1_048_000, 4096))
+    cases = [
+        L.row_parallel("w", (5, 2 * 1100), 2, 1),  # 1100 columns: two column programs
+        L.LocalLayout((3, 2100), (L.Block(*big, 0, 1_000_000, 3, 0, 1000, 2100),)),  # tile, index > 2**31
+        L.LocalLayout((4, 4096), (L.Block(*big, 0, 1_047_996, 4),)),  # flat, last rows: index ~ 2**32
+    ]
+    for lay in cases:
+        base = _base(lay.shape, torch.bfloat16, seed=3)
+        got, want = torch.empty_like(base), torch.empty_like(base)
+        tk.reconstruct_local_triton_(got, base, 2**62 + 1, 1e-2, lay)
+        L.reconstruct_local_reference_(want, base, 2**62 + 1, 1e-2, lay)
+        assert _equal(got, want), lay.blocks
+
+
+def test_layout_gaps_and_validation():
+    lay = L.vocab_parallel("e", (1000, 8), 8, 7)  # rows 896..1023: 104 real, 24 padding
+    assert lay.shape == (128, 8) and lay.gaps() == [(104, 128, 0, 8)]
+    assert L.vocab_parallel("e", (1000, 8), 8, 0).gaps() == []
+    two = L.LocalLayout((4, 10), (L.Block("a", (4, 6), 0, 0, 4, 0, 0, 6), L.Block("b", (2, 3), 1, 0, 2, 7, 0, 3)))
+    assert two.gaps() == [(0, 1, 6, 10), (1, 3, 6, 7), (3, 4, 6, 10)]
+    with pytest.raises(ValueError, match="overlap"):
+        L.LocalLayout((4, 4), (L.Block("a", (4, 4), 0, 0, 3), L.Block("b", (4, 4), 2, 0, 2)))
+    with pytest.raises(ValueError, match="outside"):
+        L.LocalLayout((4, 4), (L.Block("a", (2, 4), 0, 0, 3),))
+    with pytest.raises(ValueError):
+        L.column_parallel("a", (10, 4), 4, 0)  # 10 rows do not split over 4
+    with pytest.raises(ValueError):
+        L.LocalLayout((2, 2), (L.Block("a", (70_000, 70_000), 0, 0, 1),))  # index past 2**32
+
+
+def test_perturb_api_local_and_delta():
+    """randopt.perturb's local entry points (CPU: the reference) agree with the whole-tensor ones."""
+    dtype, tp, r = torch.float16, 2, 1
+    full = _logical_base(dtype)
+    base = _shard(full, tp, r, _pad(dtype))
+    layouts = _layouts(tp, r)
+    live = {k: torch.empty_like(v) for k, v in base.items()}
+    perturb.reconstruct_local_(live, base, 5, 1e-2, layouts)
+    want = {k: torch.empty_like(v) for k, v in full.items()}
+    perturb.reconstruct_(want, full, 5, 1e-2)
+    assert _equal(live["gate_up.weight"], _shard(want, tp, r, _pad(dtype))["gate_up.weight"])
+    walk = {k: v.clone() for k, v in base.items()}
+    perturb.delta_switch_(walk, None, 0.0, 5, 1e-2, layouts)  # one hop from base is exact
+    assert all(_equal(walk[k], live[k]) for k in live)
+    perturb.restore_(live, base)
+    assert all(_equal(live[k], base[k]) for k in live)

@@ -1,0 +1,89 @@
+"""The whole DAG, for real, on a tiny random Qwen2 and tiny data."""
+import math
+
+import pandas as pd
+import pytest
+
+from tests.workflow import jobs_run, read_record, run_workflow, tiny_config
+
+REQUIRED_KEYS = ["commit", "config_sha256", "model", "data", "population", "topk", "accuracy", "bpb",
+                 "timings_s", "throughput", "versions", "hardware"]
+STAGES = ["fetch_fineweb", "freeze_gsm8k", "prepare_model", "evaluate_shard", "rank", "evaluate_members",
+          "vote", "score_bpb"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_model_dir):
+    workdir = tmp_path_factory.mktemp("e2e")
+    proc = run_workflow(workdir, tiny_config(tiny_model_dir))
+    return workdir, proc
+
+
+def test_every_stage_ran_once_per_job(finished_run):
+    _, proc = finished_run
+    jobs = jobs_run(proc)
+    assert jobs["evaluate_shard"] == 4  # 2 sigmas x 2 shards of 2 seeds
+    for stage in STAGES + ["record"]:
+        assert jobs.get(stage, 0) >= 1, stage
+
+
+def test_record_is_complete(finished_run):
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    for key in REQUIRED_KEYS:
+        assert key in record, key
+    assert len(record["model"]["sha256"]) == 64
+    for key in ("gsm8k_train_sha256", "gsm8k_test_sha256", "heldout_sha256"):
+        assert len(record["data"][key]) == 64
+    assert record["data"]["synthetic"] is True  # the held-out text is generated
+    assert record["population"] == {"n_seeds": 4, "sigmas": [0.01, 0.02], "size": 8}
+    assert set(record["timings_s"]) == set(STAGES)
+    assert record["throughput"]["seeds_per_s"] > 0 and record["throughput"]["gen_tokens_per_s"] > 0
+    assert record["versions"]["torch"] and record["hardware"]["cpu_count"] >= 1
+    assert (workdir / "RECORDS.md").read_text().count("| tiny |") == 1
+
+
+def test_members_are_the_top_of_the_rank_table(finished_run):
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    ranking = pd.read_parquet(next((workdir / "results" / "rank").rglob("ranking.parquet")))
+    for entry in record["topk"]:
+        assert entry["k"] == round(entry["fraction"] * 8)
+        head = ranking.head(entry["k"])
+        assert [(m["seed"], m["sigma"]) for m in entry["members"]] == list(zip(head.seed, head.sigma))
+        assert [m["train_reward"] for m in entry["members"]] == list(head.train_reward)
+        rewards = [m["train_reward"] for m in entry["members"]]
+        assert rewards == sorted(rewards, reverse=True)
+
+
+def test_accuracies_are_fractions_of_the_test_size(finished_run):
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    n_test = record["data"]["n_test"]
+    values = [record["accuracy"]["base_test"], *record["accuracy"]["ensemble_test"].values()]
+    for value in values:
+        assert 0 <= value <= 1 and math.isclose(value * n_test, round(value * n_test))
+    assert set(record["accuracy"]["ensemble_test"]) == {"0.25", "0.5"}
+
+
+def test_bpb_is_finite_and_ensembles_are_members_mixtures(finished_run):
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    assert 0 < record["bpb"]["base"] < 20
+    for fraction, value in record["bpb"]["ensemble"].items():
+        members = next(t["members"] for t in record["topk"] if repr(t["fraction"]) == fraction)
+        member_bpbs = [record["bpb"]["members"][f"seed={m['seed']}_sigma={m['sigma']!r}"] for m in members]
+        # The mixture's NLL is at most the mean member NLL (Jensen), and at least the best member's
+        # minus log(k) per token; both bound it loosely but catch a wrong average.
+        assert value <= sum(member_bpbs) / len(member_bpbs) + 1e-9
+
+
+def test_nothing_left_to_do_after_a_finished_run(finished_run):
+    workdir, _ = finished_run
+    proc = run_workflow(workdir, tiny_config_from(workdir), "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def tiny_config_from(workdir):
+    import yaml
+    return yaml.safe_load((workdir / "tiny.yaml").read_text())
