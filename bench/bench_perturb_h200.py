@@ -8,10 +8,11 @@ switch on a 7.6B-parameter bf16 set shaped like Qwen2.5-7B.
     TP layouts (flat and tile kernels), and a set of more than 2**31 elements (one tensor alone
     has more, so offsets go 64-bit and indices pass 2**31).
 (b) ms per seed: copy base->live (the floor: any reconstruct pass moves at least these bytes), our
-    absolute reconstruct, our in-place delta switch, and the upstream-style switch (per parameter:
-    torch.manual_seed + randn + add, then regenerate + subtract, synchronize, empty_cache). Plus
-    diagnostics: CUDA-graph replays (GPU time without launch overhead), the bf16 hand rounding,
-    launch-config sweep, and one TP=2 rank's local tensors through the layout path.
+    absolute reconstruct and in-place delta switch (through a SwitchPlan: one CUDA graph replay;
+    and eagerly, one Triton launch per tensor from Python), and the upstream-style switch (per
+    parameter: torch.manual_seed + randn + add, then regenerate + subtract, synchronize,
+    empty_cache). Plus: the bf16 hand rounding, a launch-config sweep, and one TP=2 rank's local
+    tensors through the layout path.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import torch
 
 from kernels import layout as L
 from kernels import perturb_triton as pt
-from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_
+from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_, tensor_keys_many
 
 SIGMA = 1e-3
 RESULTS: dict = {"correctness": {}, "timing": [], "sweep": [], "tp2_rank0": []}
@@ -185,21 +186,57 @@ def check_big_set(device, gen) -> None:
     check(f"set of {total} elements (> 2**31): reconstruct + delta", ok)
 
 
-def check_layouts(device, shapes, cfg) -> None:
+def gqa_shapes() -> tuple[dict, dict]:
+    """A small GQA model whose 2 kv heads are replicated at TP=8 and whose vocab needs padding."""
+    hidden, inter, heads, kv, hd, vocab = 1024, 2816, 16, 2, 64, 32001
+    s = {"model.embed_tokens.weight": (vocab, hidden), "lm_head.weight": (vocab, hidden), "model.norm.weight": (hidden,)}
+    p = "model.layers.0."
+    for proj, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+        s[p + f"self_attn.{proj}.weight"] = (rows, hidden)
+        s[p + f"self_attn.{proj}.bias"] = (rows,)
+    s[p + "self_attn.o_proj.weight"] = (hidden, heads * hd)
+    s[p + "mlp.gate_proj.weight"] = (inter, hidden)
+    s[p + "mlp.up_proj.weight"] = (inter, hidden)
+    s[p + "mlp.down_proj.weight"] = (hidden, inter)
+    for norm in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+        s[p + norm] = (hidden,)
+    return s, dict(heads=heads, kv=kv, layers=1)
+
+
+def check_layouts(device, shapes, cfg, tiny: bool) -> None:
     gen = torch.Generator(device=device).manual_seed(1)
-    for tp in (2, 8):
-        rank = tp - 1
+    cases = [("Qwen", shapes, cfg, 2, 1), ("Qwen", shapes, cfg, 4, 3)]
+    if not tiny:
+        gqa = gqa_shapes()
+        cases += [("GQA kv-replicated", *gqa, 8, 7), ("GQA kv-replicated", *gqa, 8, 2)]
+    for what, shp, c, tp, rank in cases:
+        layouts = dict(list(tp_layouts(shp, c, tp, rank).items())[:16])
+        base = {k: rand(lay.shape, torch.bfloat16, device, gen) for k, lay in layouts.items()}
         ok = True
-        for key, lay in list(tp_layouts(shapes, cfg, tp, rank).items())[:16]:
-            base = rand(lay.shape, torch.bfloat16, device, gen)
-            got, want = torch.empty_like(base), torch.empty_like(base)
-            pt.reconstruct_local_triton_(got, base, 31, 1e-2, lay)
-            L.reconstruct_local_reference_(want, base, 31, 1e-2, lay)
+        for key, lay in layouts.items():
+            got, want = torch.empty_like(base[key]), torch.empty_like(base[key])
+            pt.reconstruct_local_triton_(got, base[key], 31, 1e-2, lay)
+            L.reconstruct_local_reference_(want, base[key], 31, 1e-2, lay)
             ok &= same_bits(got, want)
             pt.delta_switch_local_triton_(got, lay, 31, 1e-2, 32, 1e-2)
             L.delta_switch_local_reference_(want, lay, 31, 1e-2, 32, 1e-2)
             ok &= same_bits(got, want)
-        check(f"TP={tp} rank {rank} local tensors (fused qkv, gate_up, row-parallel, vocab): reconstruct + delta", ok)
+        check(f"{what} TP={tp} rank {rank} local tensors (fused qkv, gate_up, row-parallel, vocab): "
+              f"reconstruct + delta", ok)
+        # the same through a SwitchPlan (CUDA graph, keys from the device table)
+        live = {k: torch.empty_like(v) for k, v in base.items()}
+        plan = pt.SwitchPlan(live, base, layouts)
+        plan.reconstruct_(2**63 - 1, 3e-3)
+        ok = True
+        for key, lay in layouts.items():
+            want = torch.empty_like(base[key])
+            L.reconstruct_local_reference_(want, base[key], 2**63 - 1, 3e-3, lay)
+            ok &= same_bits(live[key], want)
+            L.delta_switch_local_reference_(want, lay, 2**63 - 1, 3e-3, 5, 1e-2)
+            base[key] = want  # reuse as the expected state after the plan's delta below
+        plan.delta_switch_(2**63 - 1, 3e-3, 5, 1e-2)
+        ok &= all(same_bits(live[k], base[k]) for k in layouts)
+        check(f"{what} TP={tp} rank {rank}: SwitchPlan reconstruct + delta (graph replay)", ok)
 
 
 # -------------------------------------------------------------------------------------------- timing
@@ -255,6 +292,12 @@ def time_full_set(device, shapes, reps: int) -> None:
     log(f"\n(b) one seed switch, {n / 1e9:.3f}B bf16 parameters in {len(base)} tensors "
         f"({nbytes / 1e9:.1f} GB moved per pass)")
     items = list(base.items())
+    names = [k.encode() for k in base]
+    t0 = time.perf_counter()
+    for seed in range(20):
+        tensor_keys_many(seed, names)
+    RESULTS["host_keys_ms"] = (time.perf_counter() - t0) / 20 * 1e3
+    log(f"  host: sha256 keys of {len(names)} tensors per seed: {RESULTS['host_keys_ms']:.3f} ms")
 
     def copy_all(_=0):
         for k, b in items:
@@ -264,21 +307,6 @@ def time_full_set(device, shapes, reps: int) -> None:
         for k, b in items:
             pt.reconstruct_triton_(live[k], b, 1000 + r, SIGMA, k)
 
-    floor = time_ms(copy_all, device, reps)
-    row("copy base->live (floor)", floor, floor, nbytes, "torch copy_ per tensor")
-    rec = time_ms(reconstruct_all, device, reps)
-    row("reconstruct (Triton, absolute)", rec, floor, nbytes, "default")
-    RESULTS["reconstruct_over_floor"] = rec / floor
-    # verify the timed pass: the last seed's weights, a few tensors, against the reference
-    reconstruct_all(7)
-    ok = all(same_bits(live[k], _ref(base[k], 1007, k)) for k in list(base)[:4] + ["lm_head.weight"])
-    check("Qwen set: timed reconstruct == reference (5 tensors)", ok)
-
-    pt.LaunchConfig.bf16_by_hand = True
-    hand = time_ms(reconstruct_all, device, reps)
-    pt.LaunchConfig.bf16_by_hand = False
-    row("reconstruct, bf16 rounded by hand", hand, floor, nbytes, "variant")
-
     state = {"seed": 1000}
 
     def delta_all(r=0):
@@ -287,25 +315,66 @@ def time_full_set(device, shapes, reps: int) -> None:
             pt.delta_switch_triton_(live[k], k, state["seed"], SIGMA, nxt, SIGMA)
         state["seed"] = nxt
 
-    reconstruct_all(0)
-    state["seed"] = 1000
-    dlt = time_ms(delta_all, device, reps)
-    row("delta switch (Triton, in place)", dlt, floor, nbytes, "two hashes per element")
+    plan = pt.SwitchPlan(live, base)
 
-    graphs = {"copy": graph_of(copy_all, device), "reconstruct": graph_of(reconstruct_all, device)}
-    if graphs["copy"] is not None:
-        g_floor = time_ms(lambda r: graphs["copy"].replay(), device, reps)
-        g_rec = time_ms(lambda r: graphs["reconstruct"].replay(), device, reps)
-        row("copy, CUDA graph replay", g_floor, floor, nbytes, "diagnostic: no launch overhead")
-        row("reconstruct, CUDA graph replay", g_rec, floor, nbytes, f"diagnostic: {g_rec / g_floor:.3f}x graph copy")
-        del graphs
+    def plan_delta(r=0):
+        nxt = 7000 + r + 100 * (r < 0)
+        plan.delta_switch_(state["seed"], SIGMA, nxt, SIGMA)
+        state["seed"] = nxt
+
+    floor = time_ms(copy_all, device, reps)
+    row("copy base->live (floor)", floor, floor, nbytes, "torch copy_ per tensor")
+    t0 = time.perf_counter()
+    plan.reconstruct_(1, SIGMA)
+    sync(device)
+    log(f"  (plan: first reconstruct incl. warm-up + graph capture {time.perf_counter() - t0:.2f} s)")
+    rec = time_ms(lambda r: plan.reconstruct_(1000 + r, SIGMA), device, reps)
+    row("reconstruct: SwitchPlan (CUDA graph)", rec, floor, nbytes, "default fast path")
+    RESULTS["reconstruct_over_floor"] = rec / floor
+    plan.reconstruct_(1007, SIGMA)
+    verify = list(base)[:4] + ["lm_head.weight", [k for k in base if k.endswith("down_proj.weight")][-1]]
+    check("Qwen set: SwitchPlan reconstruct == reference (6 tensors)",
+          all(same_bits(live[k], _ref(base[k], 1007, k)) for k in verify))
+    eager = time_ms(reconstruct_all, device, reps)
+    row("reconstruct: eager, one launch per tensor", eager, floor, nbytes, "host-bound")
+    reconstruct_all(7)
+    check("Qwen set: eager reconstruct == reference (6 tensors)",
+          all(same_bits(live[k], _ref(base[k], 1007, k)) for k in verify))
+
+    plan.reconstruct_(1000, SIGMA)
+    state["seed"] = 1000
+    dlt = time_ms(plan_delta, device, reps)
+    row("delta switch: SwitchPlan (CUDA graph)", dlt, floor, nbytes, "in place, two hashes per element")
+    before = {k: live[k].clone() for k in verify}
+    seed_from = state["seed"]
+    plan_delta(50)
+    for k in verify:
+        delta_switch_reference_(before[k], k, seed_from, SIGMA, state["seed"], SIGMA)
+    check("Qwen set: SwitchPlan delta == reference (6 tensors)", all(same_bits(live[k], before[k]) for k in verify))
+    del before
+    dlt_eager = time_ms(delta_all, device, reps)
+    row("delta switch: eager", dlt_eager, floor, nbytes, "host-bound")
+
+    pt.LaunchConfig.bf16_by_hand = True
+    hand_plan = pt.SwitchPlan(live, base)
+    hand_plan.reconstruct_(1, SIGMA)
+    hand = time_ms(lambda r: hand_plan.reconstruct_(1000 + r, SIGMA), device, reps)
+    pt.LaunchConfig.bf16_by_hand = False
+    row("reconstruct: SwitchPlan, bf16 rounded by hand", hand, floor, nbytes, "variant")
+    del hand_plan
+
+    graph = graph_of(copy_all, device)
+    if graph is not None:
+        g_floor = time_ms(lambda r: graph.replay(), device, reps)
+        row("copy, CUDA graph replay", g_floor, floor, nbytes, "diagnostic")
+        del graph
 
     params = list(live.values())
     up = time_ms(lambda r: upstream_switch_(params, 3000 + r, SIGMA, device), device, max(3, reps // 3), warmup=1)
     row("upstream-style (randn add, regen subtract)", up, floor, nbytes, "sync + empty_cache")
 
-    sweep_configs(device, reconstruct_all, floor, nbytes, reps)
-    del base, live, params
+    sweep_configs(device, live, base, floor, reps)
+    del base, live, params, plan
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
@@ -316,15 +385,18 @@ def _ref(base: torch.Tensor, seed: int, name: str) -> torch.Tensor:
     return out
 
 
-def sweep_configs(device, reconstruct_all, floor: float, nbytes: int, reps: int) -> None:
-    log("  launch-config sweep (reconstruct, eager):")
+def sweep_configs(device, live, base, floor: float, reps: int) -> None:
+    log("  launch-config sweep (reconstruct through a SwitchPlan):")
     default = (pt.LaunchConfig.block, pt.LaunchConfig.num_warps)
     for block, warps in ((1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)):
         pt.LaunchConfig.block, pt.LaunchConfig.num_warps = block, warps
-        ms = time_ms(reconstruct_all, device, reps)
+        plan = pt.SwitchPlan(live, base)
+        plan.reconstruct_(1, SIGMA)
+        ms = time_ms(lambda r: plan.reconstruct_(1000 + r, SIGMA), device, reps)
         RESULTS["sweep"].append({"block": block, "num_warps": warps, "ms": round(ms, 3),
                                  "ratio_to_floor": round(ms / floor, 3)})
         log(f"    BLOCK={block:6d} num_warps={warps:2d}: {ms:8.3f} ms  {ms / floor:6.3f}x")
+        del plan
     pt.LaunchConfig.block, pt.LaunchConfig.num_warps = default
 
 
@@ -335,7 +407,6 @@ def time_tp_rank(device, shapes, cfg, reps: int) -> None:
     base = {k: rand(lay.shape, torch.bfloat16, device, gen) for k, lay in layouts.items()}
     live = {k: v.clone() for k, v in base.items()}
     n = sum(v.numel() for v in base.values())
-    nbytes = 4 * n
     items = [(k, base[k], live[k], layouts[k]) for k in base]
 
     def copy_all(_=0):
@@ -346,13 +417,18 @@ def time_tp_rank(device, shapes, cfg, reps: int) -> None:
         for _, b, lv, lay in items:
             pt.reconstruct_local_triton_(lv, b, 100 + r, SIGMA, lay)
 
+    plan = pt.SwitchPlan(live, base, layouts)
+    plan.reconstruct_(1, SIGMA)
     floor = time_ms(copy_all, device, reps)
-    ms = time_ms(local_all, device, reps)
-    RESULTS["tp2_rank0"] = [{"params": n, "copy_ms": round(floor, 3), "reconstruct_local_ms": round(ms, 3),
-                             "ratio": round(ms / floor, 3)}]
-    log(f"\n  TP=2 rank 0 local set ({n / 1e9:.2f}B, fused qkv/gate_up, row-parallel tiles): "
-        f"copy {floor:.3f} ms, reconstruct_local {ms:.3f} ms ({ms / floor:.3f}x)")
-    del base, live
+    ms_plan = time_ms(lambda r: plan.reconstruct_(100 + r, SIGMA), device, reps)
+    ms_eager = time_ms(local_all, device, reps)
+    RESULTS["tp2_rank0"] = [{"params": n, "tensors": len(base), "launches": sum(len(l.blocks) for l in layouts.values()),
+                             "copy_ms": round(floor, 3), "plan_ms": round(ms_plan, 3), "eager_ms": round(ms_eager, 3),
+                             "plan_ratio": round(ms_plan / floor, 3)}]
+    log(f"\n  TP=2 rank 0 local set ({n / 1e9:.2f}B in {len(base)} tensors, fused qkv/gate_up, row-parallel tiles):"
+        f"\n    copy {floor:.3f} ms, reconstruct_local SwitchPlan {ms_plan:.3f} ms ({ms_plan / floor:.3f}x), "
+        f"eager {ms_eager:.3f} ms ({ms_eager / floor:.3f}x)")
+    del base, live, plan
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -375,7 +451,7 @@ def main() -> int:
     shapes, cfg = qwen25_7b_shapes(tiny=args.tiny)
     sections = [
         ("(a) bit-exactness: whole tensors", lambda: check_whole_tensors(device, args.tiny)),
-        ("(a) bit-exactness: TP layouts", lambda: check_layouts(device, shapes, cfg)),
+        ("(a) bit-exactness: TP layouts", lambda: check_layouts(device, shapes, cfg, args.tiny)),
         ("(b) timing: Qwen2.5-7B-shaped set", lambda: time_full_set(device, shapes, args.reps)),
         ("(b) timing: TP=2 rank", lambda: time_tp_rank(device, shapes, cfg, args.reps)),
     ]

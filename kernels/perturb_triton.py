@@ -25,6 +25,7 @@ interpreter, whose bf16 store truncates. fp16 and fp32 use the plain conversion 
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -343,11 +344,14 @@ class SwitchPlan:
             names += [b.name for b in lay.blocks]
         self._names = [n.encode("utf-8") for n in names]
         device = next(iter(live.values())).device if self._items else torch.device("cpu")
-        self._graphs_on = (device.type == "cuda" and not INTERPRETED) if use_graphs is None else use_graphs
-        self._host = torch.zeros((len(names), _ROW), dtype=torch.int32, pin_memory=self._graphs_on)
-        self._table = self._host.to(device) if self._graphs_on else self._host
-        self._uploaded = torch.cuda.Event() if self._graphs_on else None
+        on_gpu = device.type == "cuda"
+        self._graphs_on = (on_gpu and not INTERPRETED) if use_graphs is None else use_graphs
+        # the kernels read the keys where the tensors live: a pinned host buffer, uploaded per switch
+        self._host = torch.zeros((len(names), _ROW), dtype=torch.int32, pin_memory=on_gpu)
+        self._table = self._host.to(device) if on_gpu else self._host
+        self._uploaded = torch.cuda.Event() if on_gpu else None
         self._graphs: dict[tuple[bool, bool, bool], torch.cuda.CUDAGraph] = {}
+        self._recent_keys: dict[int, np.ndarray] = {}  # a delta walk's "from" was the last "to"
 
     # -- public
 
@@ -374,13 +378,22 @@ class SwitchPlan:
         host = self._host.numpy().view(np.uint32)
         for col, seed, sigma in ((0, seed_to, sigma_to), (3, seed_from, sigma_from)):
             if seed is not None:
-                keys = tensor_keys_many(seed, self._names)
+                keys = self._keys(seed)
                 host[:, col] = keys[:, 0] ^ (keys[:, 0] >> np.uint32(16))
                 host[:, col + 1] = keys[:, 1]
                 host[:, col + 2] = _sigma_bits(sigma)
-        if self._graphs_on:
+        if self._uploaded is not None:
             self._table.copy_(self._host, non_blocking=True)
             self._uploaded.record()
+
+    def _keys(self, seed: int) -> np.ndarray:
+        """(ka, kb) of every slot for a seed; the last two seeds are kept (sha256 costs ~0.7 us each)."""
+        keys = self._recent_keys.get(seed)
+        if keys is None:
+            keys = tensor_keys_many(seed, self._names)
+            self._recent_keys = {k: v for k, v in list(self._recent_keys.items())[-1:]}
+            self._recent_keys[seed] = keys
+        return keys
 
     def _run(self, mode: tuple[bool, bool, bool]) -> None:
         if not self._graphs_on:
@@ -388,13 +401,26 @@ class SwitchPlan:
             return
         graph = self._graphs.get(mode)
         if graph is None:
-            self._launch_all(mode, scratch=True)  # compile and load every kernel variant first
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
+            graph = self._capture(mode)
+            if graph is None:
+                self._launch_all(mode)
+                return
+        graph.replay()
+
+    def _capture(self, mode: tuple[bool, bool, bool]) -> torch.cuda.CUDAGraph | None:
+        """The CUDA graph of one switch mode; None (and eager launches from then on) if capture fails."""
+        self._launch_all(mode, scratch=True)  # compile and load every kernel variant first
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        try:
             with torch.cuda.graph(graph):
                 self._launch_all(mode)
-            self._graphs[mode] = graph
-        graph.replay()
+        except RuntimeError as err:  # still correct without the graph, only slower
+            warnings.warn(f"SwitchPlan: CUDA graph capture failed ({err}); launching eagerly")
+            self._graphs_on = False
+            return None
+        self._graphs[mode] = graph
+        return graph
 
     def _launch_all(self, mode: tuple[bool, bool, bool], scratch: bool = False) -> None:
         """Every block's launch; in reconstruct mode also the gap copies. scratch: write into

@@ -220,3 +220,11 @@ def test_delta_drift_is_flat():
         values = np.array([got[h] for h in DRIFT_HOPS])
         assert np.all(np.abs(values / want - 1) < 0.15), (dtype, sigma, got)
         assert values.max() / values.min() < 1.2, ("drift grows with hops", dtype, sigma, got)
+
+
+def test_tensor_keys_many_matches_tensor_keys():
+    from kernels.noise_ref import tensor_keys_many
+    names = [e["name"] for e in ENTRIES] + ["", "x" * 300]
+    for seed in (0, 1, 2**63 - 1):
+        many = tensor_keys_many(seed, [n.encode("utf-8") for n in names])
+        assert [tuple(map(int, k)) for k in many] == [tensor_keys(seed, n) for n in names]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import sys
 
 _PREVIOUS = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
@@ -27,6 +28,7 @@ def _load_interpreted():
     path = pathlib.Path(__file__).resolve().parents[1] / "kernels" / "perturb_triton.py"
     spec = importlib.util.spec_from_file_location("kernels._perturb_triton_interpreted", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -326,4 +328,67 @@ def test_perturb_api_local_and_delta():
     perturb.delta_switch_(walk, None, 0.0, 5, 1e-2, layouts)  # one hop from base is exact
     assert all(_equal(walk[k], live[k]) for k in live)
     perturb.restore_(live, base)
+    assert all(_equal(live[k], base[k]) for k in live)
+
+
+# ---------------------------------------------------------------------------------- plans (key tables)
+
+
+def test_plan_local_tensors_match_reference(tk):
+    """SwitchPlan's kernels read the keys from a table (what its CUDA graph replays); without
+    graphs (here) it launches them eagerly: same bits as the references, any sequence of switches."""
+    dtype = torch.bfloat16
+    full = _logical_base(dtype)
+    for tp, r in ((4, 3), (8, 5)):
+        base = _shard(full, tp, r, _pad(dtype))
+        layouts = _layouts(tp, r)
+        live = {k: torch.empty_like(v) for k, v in base.items()}
+        plan = tk.SwitchPlan(live, base, layouts, use_graphs=False)
+        for seed, sigma in ((3, 1e-2), (2**63 - 1, 2e-3)):
+            plan.reconstruct_(seed, sigma)
+            for k, lay in layouts.items():
+                want = torch.empty_like(base[k])
+                L.reconstruct_local_reference_(want, base[k], seed, sigma, lay)
+                assert _equal(live[k], want), (tp, k, seed)
+        walk = {k: v.clone() for k, v in live.items()}
+        plan.delta_switch_(2**63 - 1, 2e-3, 4, 1e-2)
+        plan.delta_switch_(4, 1e-2, None, 0.0)
+        for k, lay in layouts.items():
+            L.delta_switch_local_reference_(walk[k], lay, 2**63 - 1, 2e-3, 4, 1e-2)
+            L.delta_switch_local_reference_(walk[k], lay, 4, 1e-2, None, 0.0)
+            assert _equal(live[k], walk[k]), (tp, k, "delta")
+
+
+def test_plan_whole_tensors_mixed_dtypes(tk):
+    base = {f"t{j}.{str(dt)[6:]}": _base(shape, dt, seed=j)
+            for j, (shape, dt) in enumerate([((7,), torch.bfloat16), ((3, 3001), torch.float16),
+                                             ((4097,), torch.float32), ((64, 33), torch.bfloat16)])}
+    live = {k: torch.empty_like(v) for k, v in base.items()}
+    plan = tk.SwitchPlan(live, base, use_graphs=False)
+    plan.reconstruct_(11, 5e-3)
+    for k in base:
+        want = torch.empty_like(base[k])
+        reconstruct_reference_(want, base[k], 11, 5e-3, k)
+        assert _equal(live[k], want), k
+    delta_only = {k: v.clone() for k, v in base.items()}
+    tk.SwitchPlan(delta_only, use_graphs=False).delta_switch_(None, 0.0, 11, 5e-3)  # base -> 11: exact
+    assert all(_equal(delta_only[k], live[k]) for k in base)
+    with pytest.raises(ValueError, match="no base"):
+        tk.SwitchPlan(delta_only, use_graphs=False).reconstruct_(1, 1e-2)
+    with pytest.raises(ValueError):
+        plan.reconstruct_(1, 0.0)
+
+
+def test_perturber_cpu_falls_back_to_reference():
+    dtype, tp, r = torch.bfloat16, 4, 2
+    base = _shard(_logical_base(dtype), tp, r, _pad(dtype))
+    layouts = _layouts(tp, r)
+    live = {k: torch.empty_like(v) for k, v in base.items()}
+    p = perturb.Perturber(live, base, layouts)
+    p.reconstruct_(6, 1e-2)
+    want = {k: torch.empty_like(v) for k, v in base.items()}
+    perturb.reconstruct_local_(want, base, 6, 1e-2, layouts)
+    assert all(_equal(live[k], want[k]) for k in live)
+    p.delta_switch_(6, 1e-2, None, 0.0)
+    p.restore_()
     assert all(_equal(live[k], base[k]) for k in live)

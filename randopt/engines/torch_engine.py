@@ -6,7 +6,6 @@ came before, and restore is an exact copy.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +47,8 @@ class TorchEngine:
         # one logical tensor, one noise, shared storage for both uses.
         self._live = {name: p.data for name, p in self.model.named_parameters()}
         self._base = {name: t.detach().clone() for name, t in self._live.items()}
+        # Built once: on CUDA it captures a whole switch as one graph replay (kernels/README.md).
+        self._perturber = perturb.Perturber(self._live, self._base)
         self._start_id = next(i for i in (self.tokenizer.bos_token_id, self.model.config.bos_token_id,
                                           self.tokenizer.eos_token_id) if i is not None)
 
@@ -56,10 +57,10 @@ class TorchEngine:
         return list(self._live)
 
     def set_weights(self, seed: int, sigma: float) -> None:
-        perturb.reconstruct_(self._live, self._base, seed, sigma)
+        self._perturber.reconstruct_(seed, sigma)
 
     def restore_base(self) -> None:
-        perturb.restore_(self._live, self._base)
+        self._perturber.restore_()
 
     def live_tensor(self, name: str) -> torch.Tensor:
         return self._live[name]
