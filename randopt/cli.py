@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -29,5 +30,14 @@ def run_stage(name: str, body: Callable[[], None]) -> int:
     except (InputError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        if "randopt.engines" in sys.modules:
+            sys.modules["randopt.engines"].close_engines()
     log.info("done in %.1f s", time.perf_counter() - start)
+    if "vllm" in sys.modules:
+        # Outputs are written (atomically) and the engine is closed; vLLM's exit-time finalizers
+        # were seen to abort a finished stage (exit 134), so the process ends here, status intact.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0

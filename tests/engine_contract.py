@@ -13,7 +13,7 @@ PROMPT_TEXTS = ["How many apples does Tom have?", "The shop sold 12 cakes.", "Ea
 
 
 def _weights(engine) -> dict[str, torch.Tensor]:
-    return {n: engine.live_tensor(n).detach().cpu().clone() for n in engine.perturbable_names()}
+    return engine.read_weights()
 
 
 def _prompts(engine):

@@ -5,18 +5,30 @@ from __future__ import annotations
 from randopt.engines.base import Completion, Engine, TextLogprobs
 
 
+# Engines made in this process, so that a stage CLI closes them all before it exits (randopt/cli.py).
+_OPEN: list[Engine] = []
+
+
 def make_engine(kind: str, model_dir: str, **options) -> Engine:
     if kind == "torch":
         from randopt.engines.torch_engine import TorchEngine
-        return TorchEngine(model_dir, **options)
-    if kind == "vllm":
+        engine = TorchEngine(model_dir, **options)
+    elif kind == "vllm":
         try:
             from randopt.engines.vllm_engine import VllmEngine
         except ImportError as err:
             raise RuntimeError(f"engine 'vllm' needs vllm installed on a CUDA machine ({err}); "
                                "use engine: torch on a CPU") from err
-        return VllmEngine(model_dir, **options)
-    raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
+        engine = VllmEngine(model_dir, **options)
+    else:
+        raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
+    _OPEN.append(engine)
+    return engine
 
 
-__all__ = ["Completion", "Engine", "TextLogprobs", "make_engine"]
+def close_engines() -> None:
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+__all__ = ["Completion", "Engine", "TextLogprobs", "close_engines", "make_engine"]

@@ -43,3 +43,44 @@ class Engine(Protocol):
 
     def perturbable_names(self) -> list[str]:
         """Checkpoint names of the tensors a seed perturbs, in a fixed order."""
+
+    def close(self) -> None:
+        """Release the engine (processes, GPU memory); the stage CLIs call it before exiting."""
+
+    def read_weights(self) -> dict:
+        """The live weights as CPU tensors under the checkpoint's names and shapes (verification)."""
+
+
+def chat_prompt(tokenizer, user_message: str, system: str | None = None,
+                examples: list[tuple[str, str]] = ()) -> str:
+    """The tokenizer's own chat template around a user message, with optional worked examples."""
+    messages = [{"role": "system", "content": system}] if system else []
+    for question, answer in examples:
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    messages.append({"role": "user", "content": user_message})
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def start_token_id(tokenizer, model_bos_id: int | None = None) -> int:
+    """The token that conditions a text's first token in teacher forcing: BOS, else EOS."""
+    return next(i for i in (tokenizer.bos_token_id, model_bos_id, tokenizer.eos_token_id) if i is not None)
+
+
+def scoring_windows(token_ids: list[list[int]], start_id: int, max_context: int) -> tuple[list[list[int]], list[int]]:
+    """Split each text's tokens into windows of at most max_context tokens, each led by the start
+    token, so every token is scored exactly once. Returns (windows, owner text index per window)."""
+    windows, owners, span = [], [], max_context - 1
+    for owner, ids in enumerate(token_ids):
+        for a in range(0, len(ids), span):
+            windows.append([start_id] + ids[a:a + span])
+            owners.append(owner)
+    return windows, owners
+
+
+def join_windows(texts: list[str], owners: list[int], scored: list[np.ndarray]) -> list[TextLogprobs]:
+    """Per-window realized-token log-probs (in window order) back into one array per text."""
+    parts: list[list[np.ndarray]] = [[] for _ in texts]
+    for owner, lp in zip(owners, scored):
+        parts[owner].append(lp)
+    return [TextLogprobs(logprobs=np.concatenate(p).astype(np.float32) if p else np.zeros(0, np.float32),
+                         n_bytes=len(t.encode("utf-8"))) for t, p in zip(texts, parts)]

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from randopt import perturb
-from randopt.engines.base import Completion, TextLogprobs
+from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
+                                  start_token_id)
 
 
 def _pick_device(device: str) -> torch.device:
@@ -49,10 +50,12 @@ class TorchEngine:
         self._base = {name: t.detach().clone() for name, t in self._live.items()}
         # Built once: on CUDA it captures a whole switch as one graph replay (kernels/README.md).
         self._perturber = perturb.Perturber(self._live, self._base)
-        self._start_id = next(i for i in (self.tokenizer.bos_token_id, self.model.config.bos_token_id,
-                                          self.tokenizer.eos_token_id) if i is not None)
+        self._start_id = start_token_id(self.tokenizer, self.model.config.bos_token_id)
 
     # -- weights ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Nothing to stop: the model lives in this process and goes with it."""
+
     def perturbable_names(self) -> list[str]:
         return list(self._live)
 
@@ -65,14 +68,13 @@ class TorchEngine:
     def live_tensor(self, name: str) -> torch.Tensor:
         return self._live[name]
 
+    def read_weights(self) -> dict[str, torch.Tensor]:
+        return {name: t.detach().cpu().clone() for name, t in self._live.items()}
+
     # -- prompts ---------------------------------------------------------------------------------
     def chat_prompt(self, user_message: str, system: str | None = None,
                     examples: list[tuple[str, str]] = ()) -> str:
-        messages = [{"role": "system", "content": system}] if system else []
-        for question, answer in examples:
-            messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
-        messages.append({"role": "user", "content": user_message})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return chat_prompt(self.tokenizer, user_message, system, examples)
 
     # -- generation ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -107,15 +109,9 @@ class TorchEngine:
     # -- teacher forcing -------------------------------------------------------------------------
     @torch.inference_mode()
     def token_logprobs(self, texts: list[str]) -> list[TextLogprobs]:
-        windows, owners = [], []  # each window: [start token] + up to max_context-1 text tokens
         token_ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        span = self.max_context - 1
-        for owner, ids in enumerate(token_ids):
-            for a in range(0, max(len(ids), 1), span):
-                if ids[a:a + span]:
-                    windows.append([self._start_id] + ids[a:a + span])
-                    owners.append(owner)
-        pieces: list[list[tuple[int, np.ndarray]]] = [[] for _ in texts]
+        windows, owners = scoring_windows(token_ids, self._start_id, self.max_context)
+        scored: list[np.ndarray | None] = [None] * len(windows)
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))  # less padding per batch
         for b in range(0, len(order), self.batch_size):
             batch = [windows[i] for i in order[b:b + self.batch_size]]
@@ -129,10 +125,5 @@ class TorchEngine:
             logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
             realized = logp.gather(-1, ids[:, 1:].to(self.device).unsqueeze(-1)).squeeze(-1).cpu()
             for r, i in enumerate(order[b:b + self.batch_size]):
-                pieces[owners[i]].append((i, realized[r, :len(batch[r]) - 1].numpy().astype(np.float32)))
-        results = []
-        for owner, text in enumerate(texts):
-            parts = [p for _, p in sorted(pieces[owner], key=lambda x: x[0])]
-            lp = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-            results.append(TextLogprobs(logprobs=lp, n_bytes=len(text.encode("utf-8"))))
-        return results
+                scored[i] = realized[r, :len(batch[r]) - 1].numpy()
+        return join_windows(texts, owners, scored)

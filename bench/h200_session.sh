@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call on an H200 with vllm installed (bench/README.md says how it gets there): the vLLM
+# engine's contract suite, the whole workflow with engine: vllm on the default protocol, and the
+# 7B-shaped seeds/s benchmark. Each part writes its log (and outputs) under $OUT.
+#   bash bench/h200_session.sh [contract] [workflow] [bench]     (no argument: all three)
+set -uo pipefail
+export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/randopt-out}
+mkdir -p "$OUT"
+parts=${*:-contract workflow bench}
+status=0
+
+for part in $parts; do
+  start=$(date +%s)
+  case $part in
+    contract)
+      python3 -m pytest -v -p no:cacheprovider tests/test_engine_vllm.py tests/test_vllm_layouts.py 2>&1 \
+        | tee "$OUT/contract.log" || status=1 ;;
+    workflow)
+      python3 -m snakemake --cores 16 results/record.json --configfile config/default_vllm.yaml 2>&1 \
+        | tee "$OUT/workflow.log" || status=1
+      cp -r results/record.json logs "$OUT/" 2>/dev/null
+      cp RECORDS.md "$OUT/" 2>/dev/null ;;
+    bench)
+      tokenizer=$(ls -d results/models/*/model 2>/dev/null | head -1)
+      python3 bench/vllm_bench.py --out "$OUT" ${tokenizer:+--tokenizer "$tokenizer"} 2>&1 \
+        | tee "$OUT/bench.log" || status=1 ;;
+    *) echo "unknown part $part (contract, workflow, bench)"; exit 2 ;;
+  esac
+  echo "== $part: $(( $(date +%s) - start )) s" | tee -a "$OUT/parts.txt"
+done
+exit $status

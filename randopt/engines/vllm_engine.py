@@ -1,0 +1,138 @@
+"""The vLLM engine (GPU): the engine of the standard.
+
+A worker extension (vllm_worker.py) rebuilds weights in place on every tensor-parallel rank, so
+CUDA graphs stay on. Prefix caching is off: the weights change under the same prompts, and a cached
+prefix computed under another seed's weights would be silently wrong.
+
+Memory: vLLM gives the KV cache ``gpu_memory_utilization`` of the card after loading the weights;
+the base copy (one more copy of this rank's weights) is allocated afterwards, outside that budget.
+``gpu_memory_utilization: auto`` therefore takes  0.90 - weight bytes per GPU / card bytes  (with
+0.90 leaving room for CUDA graphs and the allocator), e.g. Qwen2.5-72B bf16 at TP=8 on 80 GB:
+0.90 - 18.2/80 = 0.67; SmolLM2-135M on an H200: 0.90.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
+                                  start_token_id)
+
+REPO = Path(__file__).resolve().parents[2]
+EXTENSION = "randopt.engines.vllm_worker.RandoptWorkerExtension"
+
+
+def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90) -> float:
+    import torch
+
+    weight_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
+    card = torch.cuda.get_device_properties(0).total_memory
+    value = headroom - weight_bytes / tp / card
+    if value < 0.2:
+        raise ValueError(f"{model_dir}: weights of {weight_bytes / 2**30:.1f} GiB over tp={tp} leave too little of "
+                         f"a {card / 2**30:.0f} GiB card for a base copy and a KV cache; raise tensor_parallel_size")
+    return round(value, 3)
+
+
+class VllmEngine:
+    def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 256,
+                 tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
+                 trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
+                 enforce_eager: bool = False, threads: int | None = None):
+        from vllm import LLM
+
+        # vLLM's engine core is a separate process; forked after CUDA is initialized here (a test, or
+        # auto_memory_utilization's query of the card) it fails, so it is always spawned.
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        # Workers are separate processes: they import the extension from this checkout.
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        if gpu_memory_utilization == "auto":
+            gpu_memory_utilization = auto_memory_utilization(model_dir, tensor_parallel_size)
+        self.model_dir = str(model_dir)
+        self.max_context = int(max_context)
+        positions = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings", 2048)
+        max_model_len = max_model_len or min(positions, max(self.max_context, 2048))
+        self.max_context = min(self.max_context, max_model_len)
+        self.llm = LLM(model=self.model_dir, tokenizer=self.model_dir, dtype="auto", seed=0,
+                       tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+                       enforce_eager=enforce_eager, enable_prefix_caching=False,
+                       trust_remote_code=trust_remote_code, worker_extension_cls=EXTENSION,
+                       max_model_len=max_model_len, max_num_seqs=batch_size)
+        self.setup = self.llm.collective_rpc("randopt_setup", args=(self.model_dir,))
+        self.tokenizer = self.llm.get_tokenizer()
+        self._start_id = start_token_id(self.tokenizer)
+
+    def close(self) -> None:
+        """Stop the engine core and its workers now, while the interpreter is whole: left to exit-time
+        finalizers, a finished stage was seen to abort (SIGABRT, exit 134) after writing its output."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+
+    # -- weights ---------------------------------------------------------------------------------
+    def set_weights(self, seed: int, sigma: float) -> None:
+        self.llm.collective_rpc("randopt_set", args=(int(seed), float(sigma)))
+
+    def restore_base(self) -> None:
+        self.llm.collective_rpc("randopt_restore")
+
+    def perturbable_names(self) -> list[str]:
+        from randopt.engines.vllm_layouts import checkpoint_shapes
+        return list(checkpoint_shapes(self.model_dir))
+
+    def read_weights(self) -> dict[str, "torch.Tensor"]:
+        """The live weights under the checkpoint's names and shapes, gathered from every rank."""
+        import torch
+        from kernels.layout import as_2d
+
+        out: dict[str, torch.Tensor] = {}
+        for rank_pieces in self.llm.collective_rpc("randopt_read_logical"):
+            for name, shape, row, nrows, col, ncols, dtype, raw in rank_pieces:
+                dtype = getattr(torch, dtype)
+                values = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).view(nrows, ncols)
+                if name not in out:
+                    out[name] = torch.zeros(shape, dtype=dtype)
+                out[name].view(*as_2d(shape))[row:row + nrows, col:col + ncols] = values
+        return out
+
+    # -- prompts and generation ----------------------------------------------------------------
+    def chat_prompt(self, user_message: str, system: str | None = None,
+                    examples: list[tuple[str, str]] = ()) -> str:
+        return chat_prompt(self.tokenizer, user_message, system, examples)
+
+    def _tokens(self, texts: list[str]) -> list[list[int]]:
+        return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(stop) or None,
+                                skip_special_tokens=True)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in self._tokens(prompts)],
+                                    params, use_tqdm=False)
+        return [Completion(text=o.outputs[0].text, n_tokens=len(o.outputs[0].token_ids),
+                           finish="length" if o.outputs[0].finish_reason == "length" else "stop") for o in outputs]
+
+    # -- teacher forcing -------------------------------------------------------------------------
+    def score_token_ids(self, windows: list[list[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """For each token sequence: log-prob and rank (1 = argmax) of every token after the first,
+        through prompt_logprobs."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=w) for w in windows], params, use_tqdm=False)
+        result = []
+        for window, out in zip(windows, outputs):
+            entries = [out.prompt_logprobs[i][tok] for i, tok in enumerate(window) if i > 0]
+            result.append((np.array([e.logprob for e in entries], np.float32),
+                           np.array([e.rank for e in entries], np.int64)))
+        return result
+
+    def token_logprobs(self, texts: list[str]) -> list[TextLogprobs]:
+        windows, owners = scoring_windows(self._tokens(texts), self._start_id, self.max_context)
+        return join_windows(texts, owners, [lp for lp, _ in self.score_token_ids(windows)])
