@@ -110,6 +110,27 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def verify_against_manifest(path: str | os.PathLike) -> None:
+    """A frozen input (split, held-out slice) next to the manifest.json that its stage wrote must still
+    have the sha256 recorded there: a file edited after it was written is an error naming the file and
+    both hashes, not silently different data under the same content key. A file with no manifest
+    beside it (a stage CLI run by hand on other data) is not checked."""
+    path = Path(path)
+    manifest_path = path.parent / "manifest.json"
+    if not manifest_path.is_file():
+        return
+    manifest = read_json(manifest_path)
+    entries = [manifest, *(v for v in manifest.values() if isinstance(v, dict))]
+    for entry in entries:
+        if isinstance(entry.get("path"), str) and Path(entry["path"]).name == path.name and "sha256" in entry:
+            digest = sha256_file(path)
+            if digest != entry["sha256"]:
+                raise InputError(
+                    f"{path}: sha256 is {digest}, but {manifest_path} recorded {entry['sha256']} when it was "
+                    f"written; the file was changed since. Delete {path.parent} and rerun to write it again")
+            return
+
+
 def sha256_tree(root: str | os.PathLike) -> str:
     """sha256 over a directory: each file's relative path and sha256, in sorted order."""
     root = Path(root)

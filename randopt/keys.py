@@ -23,6 +23,10 @@ STAGE_CODE = {
     "engine": ["randopt/engines/*.py", "randopt/perturb.py", "kernels/*.py"],
     "eval": ["randopt/evaluate.py", "randopt/gsm8k.py", "scripts/evaluate_shard.py", "scripts/evaluate_members.py"],
     "bpb": ["randopt/bpb.py", "scripts/score_bpb.py"],
+    # rank and vote write under the population key (their rules carry no code param), so their code is
+    # part of that key: editing it reruns them and what reads their outputs.
+    "rank": ["randopt/rank.py", "scripts/rank.py"],
+    "vote": ["randopt/vote.py", "scripts/vote.py"],
 }
 
 
@@ -42,17 +46,24 @@ def short_key(obj) -> str:
 def run_keys(config: dict) -> dict[str, str]:
     """All path keys of one validated config."""
     g, h, m, e = config["gsm8k"], config["heldout"], config["model"], config["engine"]
+    # A pinned sha256 is part of the key of what it pins (only when set, so unpinned keys stay as they
+    # were): a wrong pin then fails at a new path and leaves the verified files where they are, and
+    # going back to the right pin finds them. With the pin outside the key, Snakemake's params trigger
+    # reran the stage in place, deleting its outputs before the pin check failed.
+    pins = {"train": g["train_sha256"], "test": g["test_sha256"]}
     gsm8k = short_key({"source": gsm8k_source(config), "n_train": g["n_train"], "n_test": g["n_test"],
-                       "selection_seed": g["selection_seed"], "code": code_version("data")})
-    heldout = short_key({"source": heldout_source(config), "code": code_version("data")})
+                       "selection_seed": g["selection_seed"], "code": code_version("data")}
+                      | ({"pins": pins} if any(pins.values()) else {}))
+    heldout = short_key({"source": heldout_source(config), "code": code_version("data")}
+                        | ({"pin": h["sha256"]} if h["sha256"] else {}))
     model = short_key({k: m[k] for k in ("source", "id", "wheel_module", "gguf_file", "path", "revision", "dtype")}
-                      | {"code": code_version("model")})
+                      | {"code": code_version("model")} | ({"pin": m["sha256"]} if m["sha256"] else {}))
     # What changes the numbers an engine produces: not the device count of a job, but its numerics.
     numerics = {k: e[k] for k in ("kind", "device", "batch_size", "tensor_parallel_size")}
     evaluation = short_key({"model": model, "gsm8k": gsm8k, "decode": config["decode"], "engine": numerics,
                             "code": code_version("engine", "eval")})
     population = short_key({"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
-                            "fractions": config["topk"]["fractions"]})
+                            "fractions": config["topk"]["fractions"], "code": code_version("rank", "vote")})
     bpb = short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,
                      "code": code_version("engine", "bpb")})
     return {"gsm8k": gsm8k, "heldout": heldout, "model": model, "eval": evaluation,

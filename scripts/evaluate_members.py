@@ -11,7 +11,7 @@ import pandas as pd
 
 from randopt.cli import log, run_stage
 from randopt.evaluate import BASE, DecodeSpec, build_prompts, evaluate_weights
-from randopt.io import atomic_path, read_json, read_jsonl, write_json_atomic
+from randopt.io import atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.member_cache import member_path
 from randopt.rank import union_members
 from scripts.evaluate_shard import add_decode_args, add_engine_args, engine_from_args
@@ -34,6 +34,7 @@ def main(argv=None) -> int:
 
     def body():
         start = time.perf_counter()
+        verify_against_manifest(args.test)
         problems = read_jsonl(args.test, required=("id", "question", "answer"))
         members = [(BASE, 0.0)] + union_members(read_json(args.topk)["topk"])
         todo = [m for m in members if not member_path(args.cache_dir, *m, ".parquet").is_file()]

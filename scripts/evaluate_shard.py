@@ -10,7 +10,7 @@ import pandas as pd
 from randopt.cli import json_arg, log, run_stage
 from randopt.engines import make_engine
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
-from randopt.io import atomic_path, read_jsonl, write_json_atomic
+from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -52,6 +52,7 @@ def main(argv=None) -> int:
         if args.last_seed < args.first_seed or args.first_seed < 0:
             raise ValueError(f"bad seed range {args.first_seed}..{args.last_seed}")
         start = time.perf_counter()
+        verify_against_manifest(args.train)
         problems = read_jsonl(args.train, required=("id", "question", "answer"))
         spec = DecodeSpec.from_config(args.decode)
         engine = engine_from_args(args)

@@ -10,7 +10,7 @@ import numpy as np
 from randopt.bpb import ensemble_logprobs, model_bpb
 from randopt.cli import log, run_stage
 from randopt.evaluate import BASE
-from randopt.io import InputError, atomic_path, read_json, read_jsonl, write_json_atomic
+from randopt.io import InputError, atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.member_cache import member_label, member_path
 from randopt.rank import union_members
 from scripts.evaluate_shard import add_engine_args, engine_from_args
@@ -31,6 +31,7 @@ def main(argv=None) -> int:
 
     def body():
         start = time.perf_counter()
+        verify_against_manifest(args.heldout)
         texts = [row["text"] for row in read_jsonl(args.heldout, required=("text",))]
         if not texts:
             raise InputError(f"{args.heldout}: the held-out slice is empty")

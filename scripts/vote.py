@@ -9,7 +9,7 @@ import pandas as pd
 from randopt.cli import run_stage
 from randopt.evaluate import BASE
 from randopt.gsm8k import extract_answer
-from randopt.io import InputError, read_json, read_jsonl, write_json_atomic
+from randopt.io import InputError, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.vote import answers_match, majority_vote
 
 
@@ -39,6 +39,7 @@ def main(argv=None) -> int:
 
     def body():
         start = time.perf_counter()
+        verify_against_manifest(args.test)
         answers = pd.read_parquet(args.answers)
         answers["answer"] = answers["answer"].astype(object).where(answers["answer"].notna(), None)
         references = {p["id"]: extract_answer(p["answer"]) for p in read_jsonl(args.test, required=("id", "answer"))}

@@ -1,9 +1,14 @@
 """Run the real workflow (snakemake) on a tiny model and tiny data in a temp dir."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -31,20 +36,81 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
     return config
 
 
-def run_workflow(workdir: Path, config: dict, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+def workflow_command(workdir: Path, config: dict, *extra: str, repo: Path = REPO) -> list[str]:
+    """The plain command on a tiny config (written to workdir/tiny.yaml), run with repo's Snakefile."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
-    cmd = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "tiny.yaml"), "--cores", "2", *extra]
+    return [*SNAKEMAKE, "--snakefile", str(repo / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(workdir / "tiny.yaml"), "--cores", "2", *extra]
+
+
+def failure_report(workdir: Path, proc: subprocess.CompletedProcess) -> str:
+    logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((workdir / "logs").rglob("*.log")))
+    return f"snakemake failed ({proc.returncode}):\n{proc.stderr[-6000:]}\n{logs}"
+
+
+def run_workflow(workdir: Path, config: dict, *extra: str, check: bool = True,
+                 repo: Path = REPO) -> subprocess.CompletedProcess:
+    cmd = workflow_command(workdir, config, *extra, repo=repo)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if check and proc.returncode != 0:
-        logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((workdir / "logs").rglob("*.log")))
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stderr[-6000:]}\n{logs}")
+        raise AssertionError(failure_report(workdir, proc))
     return proc
 
 
+def run_and_kill(workdir: Path, config: dict, kill_now: Callable[[], bool], *extra: str,
+                 timeout: float = 600, poll_s: float = 0.02) -> subprocess.CompletedProcess:
+    """Start the workflow in its own process group; as soon as kill_now() is true, SIGKILL the whole
+    group (Snakemake and every job it started: local jobs share its group) and wait until none of
+    them is left. Fails if the run ends before kill_now() was ever true (the kill point was missed)."""
+    cmd = workflow_command(workdir, config, *extra)
+    out, err = workdir / "killed.stdout", workdir / "killed.stderr"
+    with out.open("w") as fout, err.open("w") as ferr:
+        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while not kill_now():
+                if proc.poll() is not None:
+                    raise AssertionError(f"the run ended (rc {proc.returncode}) before the kill point:\n"
+                                         f"{err.read_text()[-4000:]}")
+                if time.monotonic() > deadline:
+                    raise AssertionError("the kill point was not reached in time")
+                time.sleep(poll_s)
+        finally:
+            with_group_killed(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out.read_text(), err.read_text())
+
+
+def with_group_killed(proc: subprocess.Popen, timeout: float = 30) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # orphaned jobs of the group are reaped by init
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"processes of group {proc.pid} survived SIGKILL")
+
+
+def file_states(root: Path, under: str = "results") -> dict[str, tuple[str, int]]:
+    """relative path -> (sha256, mtime_ns) of every file below root/under (rglob does not enter
+    symlinked dirs such as a linked model dir)."""
+    states = {}
+    for path in sorted((root / under).rglob("*")):
+        if path.is_file():
+            states[path.relative_to(root).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(),
+                                                         path.stat().st_mtime_ns)
+    return states
+
+
 def jobs_run(proc: subprocess.CompletedProcess) -> dict[str, int]:
-    """Rule -> number of jobs Snakemake reports it ran (from its 'Job stats' table)."""
+    """Rule -> number of jobs Snakemake reports it ran (from its 'Job stats' table); the target rule
+    `all` runs nothing and is left out."""
     counts: dict[str, int] = {}
     lines = (proc.stdout + proc.stderr).splitlines()
     if "Job stats:" not in lines:
@@ -53,7 +119,7 @@ def jobs_run(proc: subprocess.CompletedProcess) -> dict[str, int]:
         parts = line.split()
         if len(parts) != 2 or not parts[1].isdigit():
             break
-        if parts[0] != "total":
+        if parts[0] not in ("total", "all"):
             counts[parts[0]] = int(parts[1])
     return counts
 

@@ -1,0 +1,556 @@
+"""Resuming and reuse, on the real workflow (tiny random Qwen2, tiny data, temp dirs).
+
+What each test asserts comes from the jobs Snakemake reports it ran (its "Job stats" table) and from
+the outputs' sha256 and mtimes. The runs are shared, in two work dirs:
+
+- reuse (one work dir, a sequence of configs): a fresh run; a new sigma; a larger population; a new
+  top-k fraction; a new max_tokens (dry run); back to the first config; wrong pins; a hand-edited
+  frozen split (last, it breaks the dir). Edits of library code run on a copy of the repo and of
+  this dir, so the real repo is never edited.
+- killed (a second work dir, the first config): SIGKILL of the whole run while a seed shard is being
+  evaluated, then while evaluate_members / score_bpb run, each time resumed with the plain command;
+  then rank forced in the workflow and run by hand from its CLI.
+
+A resumed run's record must equal the uninterrupted run's record except for what is honestly time-
+or run-dependent (TIME_DEPENDENT below).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.workflow import file_states, jobs_run, read_record, run_and_kill, run_workflow, tiny_config
+
+pytestmark = pytest.mark.slow
+
+# Record fields that depend on when and how a run went, not on what it computed:
+#   created_utc   wall-clock time the record was written;
+#   timings_s     Snakemake benchmark seconds of each stage;
+#   throughput    seeds/s, tokens/s, switch ms (timings), and members_evaluated_this_run, which counts the
+#                 members evaluated by the run that wrote evaluate_members' output (fewer after a resume
+#                 that found some in the member cache); its deterministic gen_tokens_train is compared;
+#   commit_dirty  whether the checkout had uncommitted edits when the record was written.
+TIME_DEPENDENT = ("created_utc", "timings_s", "throughput", "commit_dirty")
+ENGINE_STAGES = ("evaluate_shard", "evaluate_members", "score_bpb")
+PROFILE_LINE = "workflow specific profile"
+
+
+def comparable(record: dict) -> dict:
+    kept = {k: v for k, v in record.items() if k not in TIME_DEPENDENT}
+    kept["gen_tokens_train"] = record["throughput"]["gen_tokens_train"]
+    return kept
+
+
+def effective_config(tiny: dict) -> dict:
+    """The config Snakemake runs: the embedded default with the tiny config merged over it, validated."""
+    from snakemake.utils import update_config
+
+    from randopt.config import validate
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(config, json.loads(json.dumps(tiny)))
+    return validate(config)
+
+
+def keys_of(tiny: dict) -> dict[str, str]:
+    from randopt.keys import run_keys
+    return run_keys(effective_config(tiny))
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+def with_changes(config: dict, **sections) -> dict:
+    """A deep-enough copy of a tiny config with some keys of some sections replaced."""
+    new = json.loads(json.dumps(config))
+    for section, values in sections.items():
+        new[section] = {**new[section], **values}
+    return new
+
+
+# --- paths of one config's outputs (the same keys Snakemake computes) ---------------------------------
+
+@dataclass
+class Paths:
+    config: dict
+    keys: dict = field(init=False)
+
+    def __post_init__(self):
+        self.keys = keys_of(self.config)
+
+    @property
+    def shards(self) -> str:
+        return f"results/shards/{self.keys['eval']}"
+
+    @property
+    def members(self) -> str:
+        return f"results/members/{self.keys['eval']}"
+
+    @property
+    def bpb(self) -> str:
+        return f"results/bpb/{self.keys['bpb']}"
+
+    @property
+    def topk(self) -> str:
+        return f"results/rank/{self.keys['eval']}/{self.keys['population']}/topk.json"
+
+    @property
+    def ranking(self) -> str:
+        return f"results/rank/{self.keys['eval']}/{self.keys['population']}/ranking.parquet"
+
+    @property
+    def members_timings(self) -> str:
+        return f"{self.members}/{self.keys['population']}/timings.json"
+
+    @property
+    def bpb_json(self) -> str:
+        return f"{self.bpb}/{self.keys['eval']}/{self.keys['population']}/bpb.json"
+
+    @property
+    def gsm8k(self) -> str:
+        return f"results/data/gsm8k/{self.keys['gsm8k']}"
+
+    def shard_files(self) -> list[str]:
+        """Every shard parquet of the config (the rule's fixed seed ranges)."""
+        from randopt.config import sigma_label
+        pop = self.config["population"]
+        n, size = pop["n_seeds"], pop["shard_size"]
+        return [f"{self.shards}/sigma={sigma_label(s)}/seeds_{a:04d}-{min(a + size, n) - 1:04d}.parquet"
+                for s in pop["sigmas"] for a in range(0, n, size)]
+
+    def needed_members(self, workdir: Path) -> list[tuple[int, float]]:
+        from randopt.evaluate import BASE
+        from randopt.rank import union_members
+        return [(BASE, 0.0)] + union_members(json.loads((workdir / self.topk).read_text())["topk"])
+
+    def member_cache_file(self, member, stage: str) -> str:
+        from randopt.member_cache import member_path
+        if stage == "evaluate_members":
+            return member_path(f"{self.members}/cache", *member, ".parquet").as_posix()
+        return member_path(f"{self.bpb}/cache", *member, ".npy").as_posix()
+
+
+@dataclass
+class Step:
+    config: dict
+    proc: subprocess.CompletedProcess
+    before: dict
+    after: dict
+
+    @property
+    def jobs(self) -> dict[str, int]:
+        return jobs_run(self.proc)
+
+    def changed(self) -> set[str]:
+        return {p for p in self.after if self.before.get(p) != self.after[p]}
+
+    def new(self) -> set[str]:
+        return set(self.after) - set(self.before)
+
+
+def run_step(workdir: Path, config: dict, *extra: str, check: bool = True, repo: Path = REPO) -> Step:
+    before = file_states(workdir) if (workdir / "results").is_dir() else {}
+    proc = run_workflow(workdir, config, *extra, check=check, repo=repo)
+    return Step(config, proc, before, file_states(workdir))
+
+
+def assert_cache_reuse(workdir: Path, step: Step) -> None:
+    """Each engine stage with a member cache evaluated exactly the members it needed that had no cache
+    file before the run, and left every cache file that was there untouched."""
+    paths = Paths(step.config)
+    needed = paths.needed_members(workdir)
+    for stage, result in (("evaluate_members", paths.members_timings), ("score_bpb", paths.bpb_json)):
+        files = [paths.member_cache_file(m, stage) for m in needed]
+        missing = [f for f in files if f not in step.before]
+        assert json.loads((workdir / result).read_text())["evaluated"] == len(missing), stage
+        cache_dir = str(Path(files[0]).parent)
+        for path, state in step.before.items():
+            if path.startswith(cache_dir + "/"):
+                assert step.after[path] == state, f"{path} was rewritten"
+
+
+# --- the reuse sequence ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def base_config(tiny_model_dir) -> dict:
+    return tiny_config(tiny_model_dir)  # 4 seeds x sigma {0.01, 0.02}, shards of 2, top 25 % and 50 %
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory, base_config):
+    workdir = tmp_path_factory.mktemp("reuse")
+    step = run_step(workdir, base_config)
+    return workdir, step, read_record(workdir)
+
+
+@pytest.fixture(scope="module")
+def reuse(fresh, base_config):
+    workdir, _, _ = fresh
+    steps = {}
+    steps["sigma"] = run_step(workdir, with_changes(base_config, population={"sigmas": [0.01, 0.02, 0.03]}))
+    steps["seeds"] = run_step(workdir, with_changes(base_config, population={"n_seeds": 6}))
+    steps["fraction"] = run_step(workdir, with_changes(base_config, population={"n_seeds": 6},
+                                                       topk={"fractions": [0.25, 0.5, 0.75]}))
+    steps["max_tokens"] = run_step(workdir, with_changes(base_config, decode={"max_tokens": 6}), "-n")
+    steps["revert"] = run_step(workdir, base_config)
+    return workdir, steps
+
+
+def test_the_default_workflow_profile_is_read(fresh):
+    _, step, _ = fresh
+    line = next(line for line in output(step.proc).splitlines() if PROFILE_LINE in line)
+    assert "profiles/default" in line
+    config = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    assert config["rerun-incomplete"] is True
+
+
+def test_a_new_sigma_runs_only_its_shards(fresh, reuse, base_config):
+    workdir, fresh_step, _ = fresh
+    step = reuse[1]["sigma"]
+    jobs = step.jobs
+    assert jobs["evaluate_shard"] == 2  # sigma 0.03 x 2 shards
+    assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(jobs)
+    new_shards = {p for p in step.new() if p.endswith(".parquet") and p.startswith("results/shards/")}
+    assert new_shards == {p for p in Paths(step.config).shard_files() if "sigma=0.03/" in p}
+    for shard in Paths(base_config).shard_files():  # the old sigmas' shards: same bytes, same mtime
+        assert step.after[shard] == fresh_step.after[shard]
+    assert_cache_reuse(workdir, step)
+
+
+def test_a_larger_population_runs_only_the_new_shards(fresh, reuse, base_config):
+    workdir, fresh_step, _ = fresh
+    step = reuse[1]["seeds"]
+    assert step.jobs["evaluate_shard"] == 2  # seeds 4-5 at each of the 2 sigmas
+    new_shards = {p for p in step.new() if p.endswith(".parquet") and p.startswith("results/shards/")}
+    assert new_shards == {p for p in Paths(step.config).shard_files() if "seeds_0004-0005" in p}
+    for shard in Paths(base_config).shard_files():
+        assert step.after[shard] == fresh_step.after[shard]
+    assert_cache_reuse(workdir, step)
+
+
+def test_a_new_topk_fraction_evaluates_no_train_seed_and_reuses_members(reuse):
+    workdir, steps = reuse
+    step = steps["fraction"]
+    jobs = step.jobs
+    assert "evaluate_shard" not in jobs
+    assert jobs["rank"] == 1 and jobs["evaluate_members"] == 1
+    assert not [p for p in step.changed() if p.startswith("results/shards/")]
+    assert_cache_reuse(workdir, step)
+    # top 50 % of this population was evaluated by the previous step, so most members are reused.
+    paths = Paths(step.config)
+    needed = paths.needed_members(workdir)
+    evaluated = json.loads((workdir / paths.members_timings).read_text())["evaluated"]
+    assert evaluated <= len(needed) - 1 - 6  # base and the previous top 6 were cached
+    assert json.loads((workdir / paths.bpb_json).read_text())["evaluated"] == evaluated
+
+
+def test_a_new_max_tokens_reruns_everything_decoding_feeds(reuse, base_config):
+    step = reuse[1]["max_tokens"]
+    jobs = step.jobs
+    assert jobs["evaluate_shard"] == len(Paths(base_config).shard_files()) == 4
+    for stage in ("rank", "evaluate_members", "vote", "score_bpb", "record"):
+        assert jobs[stage] == 1, stage
+    assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(jobs)
+    assert step.changed() == set()  # a dry run
+
+
+def test_going_back_to_a_config_reuses_everything(fresh, reuse):
+    _, _, record = fresh
+    workdir, steps = reuse
+    step = steps["revert"]
+    assert step.jobs == {"record": 1}
+    assert step.changed() == {"results/record.json"}
+    reverted = read_record(workdir)
+    # Every stage output is the fresh run's, so even the timings agree; only the record's own time differs.
+    drop = ("created_utc", "commit_dirty")
+    assert {k: v for k, v in reverted.items() if k not in drop} == {k: v for k, v in record.items() if k not in drop}
+
+
+# --- kill -9 and resume ----------------------------------------------------------------------------
+
+def shard_states(workdir: Path) -> dict[str, str]:
+    """shard stem -> 'done' (Snakemake wrote its benchmark: the job finished) or 'started' (its log
+    exists, the job has not finished)."""
+    states = {}
+    for log in workdir.glob("logs/evaluate_shard/*/sigma=*/*.log"):
+        states[log.relative_to(workdir / "logs" / "evaluate_shard").with_suffix("").as_posix()] = "started"
+    for bench in workdir.glob("results/benchmarks/evaluate_shard/*/sigma=*/*.tsv"):
+        states[bench.relative_to(workdir / "results" / "benchmarks" / "evaluate_shard").with_suffix("").as_posix()] = "done"
+    return states
+
+
+def stage_started(workdir: Path, stage: str) -> bool:
+    """The stage's CLI is past its imports and about to evaluate (its first log line is written)."""
+    log = workdir / "logs" / f"{stage}.log"
+    marker = {"evaluate_members": "to evaluate", "score_bpb": "cached;"}[stage]
+    try:
+        return marker in log.read_text()
+    except FileNotFoundError:
+        return False
+
+
+def unlock(workdir: Path, config: dict, notes: list[str]) -> None:
+    """A SIGKILL leaves Snakemake's lock behind (a dry run reports it without failing); --unlock
+    removes it."""
+    proc = run_workflow(workdir, config, "-n", check=False)
+    notes.append("locked" if "cannot be locked" in output(proc) else "not locked")
+    run_workflow(workdir, config, "--unlock")
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory, base_config):
+    workdir = tmp_path_factory.mktemp("killed")
+    paths = Paths(base_config)
+    notes: list[str] = []
+    runs = {}
+
+    def shard_running():
+        states = shard_states(workdir)
+        return "done" in states.values() and "started" in states.values()
+
+    runs["shards"] = run_and_kill(workdir, base_config, shard_running)
+    after_kill = {"states": shard_states(workdir), "files": file_states(workdir)}
+    unlock(workdir, base_config, notes)
+
+    # The plain command again, killed as soon as the first of evaluate_members / score_bpb evaluates
+    # (they run one at a time: each takes every core), then again when the other one does.
+    first = {}
+
+    def ensemble_stage_running():
+        for stage in ("evaluate_members", "score_bpb"):
+            if stage_started(workdir, stage):
+                first["stage"] = stage
+                return True
+        return False
+
+    runs["ensemble_1"] = run_and_kill(workdir, base_config, ensemble_stage_running)
+    after_second = file_states(workdir)
+    other = ({"evaluate_members", "score_bpb"} - {first["stage"]}).pop()
+    unlock(workdir, base_config, notes)
+    runs["ensemble_2"] = run_and_kill(workdir, base_config, lambda: stage_started(workdir, other))
+    after_third = file_states(workdir)
+    # The plain command after a SIGKILL: Snakemake refuses, naming --unlock; after that it completes.
+    runs["locked"] = run_workflow(workdir, base_config, check=False)
+    run_workflow(workdir, base_config, "--unlock")
+    final = run_step(workdir, base_config)
+    return {"workdir": workdir, "paths": paths, "runs": runs, "after_kill": after_kill, "notes": notes,
+            "first": first["stage"], "other": other, "after_second": after_second, "after_third": after_third,
+            "final": final, "record": read_record(workdir)}
+
+
+def test_a_killed_run_leaves_a_lock_that_names_unlock(killed):
+    assert killed["notes"] == ["locked", "locked"]
+    locked = killed["runs"]["locked"]
+    assert locked.returncode != 0 and "--unlock" in output(locked)
+    assert jobs_run(locked) == {}  # refused before running anything
+
+
+def test_kill_during_a_shard_leaves_no_partial_output_and_finished_shards_are_kept(killed):
+    workdir, paths = killed["workdir"], killed["paths"]
+    states, files = killed["after_kill"]["states"], killed["after_kill"]["files"]
+    done = sorted(s for s, state in states.items() if state == "done")
+    started = sorted(s for s, state in states.items() if state == "started")
+    assert done and started
+    for stem in started:  # killed mid-way: no partial output (a job killed between its last rename
+        # and Snakemake's bookkeeping may have whole outputs, which the rerun recomputes as incomplete)
+        key, rest = stem.split("/", 1)
+        parquet, timings = (workdir / paths.shards / f"{rest}{suffix}" for suffix in (".parquet", ".timings.json"))
+        if parquet.exists():
+            assert len(pd.read_parquet(parquet)) == 2 * 4
+        if timings.exists():
+            json.loads(timings.read_text())
+    for stem in done:
+        key, rest = stem.split("/", 1)
+        assert len(pd.read_parquet(workdir / paths.shards / f"{rest}.parquet")) == 2 * 4  # 2 seeds x 4 problems
+    # The resumed run (killed later, in the ensemble stages) ran only the shards not finished before.
+    resumed_jobs = jobs_run(killed["runs"]["ensemble_1"])
+    assert resumed_jobs["evaluate_shard"] == 4 - len(done)
+    final = killed["final"].after
+    for stem in done:
+        path = f"{paths.shards}/{stem.split('/', 1)[1]}.parquet"
+        assert final[path] == files[path], f"{path} was recomputed"
+
+
+def test_kill_during_evaluate_members_and_score_bpb_resumes(killed):
+    workdir, paths = killed["workdir"], killed["paths"]
+    outputs = {"evaluate_members": paths.members_timings.replace("timings.json", "answers.parquet"),
+               "score_bpb": paths.bpb_json}
+    # Killed while running: no output of the killed stage, and only whole per-member cache files.
+    assert outputs[killed["first"]] not in killed["after_second"]
+    assert outputs[killed["other"]] not in killed["after_third"]
+    for states in (killed["after_second"], killed["after_third"]):
+        for path in states:
+            if path.endswith(".parquet") and "/cache/" in path:
+                assert len(pd.read_parquet(workdir / path)) == 6  # one row per test problem
+    for run in ("ensemble_1", "ensemble_2"):
+        assert jobs_run(killed["runs"][run]).keys() >= {"evaluate_members", "score_bpb"}
+    final = killed["final"]
+    assert "evaluate_shard" not in jobs_run(killed["runs"]["ensemble_2"]) and "evaluate_shard" not in final.jobs
+    assert "rank" not in final.jobs
+    needed = paths.needed_members(workdir)
+    for stage in ("evaluate_members", "score_bpb"):
+        # The last run ran a stage only if it had no output yet, and then evaluated only the members
+        # that the killed runs had not cached.
+        assert final.jobs.get(stage, 0) == (outputs[stage] not in final.before), stage
+        if stage in final.jobs:
+            missing = [m for m in needed if paths.member_cache_file(m, stage) not in final.before]
+            result = paths.members_timings if stage == "evaluate_members" else paths.bpb_json
+            assert json.loads((workdir / result).read_text())["evaluated"] == len(missing), stage
+    assert killed["other"] in final.jobs
+
+
+def test_a_resumed_run_records_what_an_uninterrupted_run_records(fresh, killed):
+    _, _, uninterrupted = fresh
+    assert comparable(killed["record"]) == comparable(uninterrupted)
+
+
+@pytest.fixture(scope="module")
+def forced(killed, base_config, tmp_path_factory):
+    workdir, paths = killed["workdir"], killed["paths"]
+    before = {"ranking": pd.read_parquet(workdir / paths.ranking),
+              "topk": json.loads((workdir / paths.topk).read_text())}
+    dry = run_workflow(workdir, base_config, "-p", "-n", "--forcerun", "rank")
+    # Snakemake 9 prints "Shell command: <command>" (older versions: the command on its own line)
+    commands = [line.split("Shell command:", 1)[-1].strip() for line in output(dry).splitlines()
+                if " -m scripts.rank " in line]
+    step = run_step(workdir, base_config, "--forcerun", "rank")
+    after = {"ranking": pd.read_parquet(workdir / paths.ranking),
+             "topk": json.loads((workdir / paths.topk).read_text())}
+    out = tmp_path_factory.mktemp("rank-by-hand")
+    command = commands[0]
+    command = re.sub(r"--ranking \S+", f"--ranking {out / 'ranking.parquet'}", command)
+    command = re.sub(r"--topk \S+", f"--topk {out / 'topk.json'}", command)
+    command = re.sub(r"2> \S+", f"2> {out / 'rank.log'}", command)
+    by_hand = subprocess.run(["bash", "-c", command], cwd=workdir, capture_output=True, text=True)
+    hand = {"ranking": pd.read_parquet(out / "ranking.parquet"), "topk": json.loads((out / "topk.json").read_text())}
+    return {"commands": commands, "command": command, "step": step, "by_hand": by_hand,
+            "before": before, "after": after, "hand": hand, "record": read_record(workdir),
+            "killed_record": killed["record"]}
+
+
+def test_one_stage_forced_and_run_by_hand_gives_the_same_output(forced):
+    assert len(forced["commands"]) == 1 and "--shards" in forced["command"]
+    assert forced["by_hand"].returncode == 0, forced["by_hand"].stderr
+    jobs = forced["step"].jobs
+    assert jobs["rank"] == 1 and "evaluate_shard" not in jobs
+    for name in ("after", "hand"):
+        pd.testing.assert_frame_equal(forced[name]["ranking"], forced["before"]["ranking"])
+        strip = lambda topk: {k: v for k, v in topk.items() if k != "seconds"}  # noqa: E731
+        assert strip(forced[name]["topk"]) == strip(forced["before"]["topk"])
+    assert comparable(forced["record"]) == comparable(forced["killed_record"])
+
+
+# --- pins and frozen files -------------------------------------------------------------------------
+
+WRONG = {"train": "a" * 64, "heldout": "b" * 64, "model": "c" * 64}
+
+
+@pytest.fixture(scope="module")
+def wrong_pins(reuse, base_config):
+    workdir, _ = reuse
+    config = with_changes(base_config, gsm8k={"train_sha256": WRONG["train"]},
+                          heldout={"sha256": WRONG["heldout"]}, model={"sha256": WRONG["model"]})
+    failed = run_step(workdir, config, "--keep-going", check=False)
+    back = run_step(workdir, base_config)
+    return failed, back
+
+
+def test_a_wrong_pin_is_a_clear_error_and_overwrites_nothing(fresh, wrong_pins, tiny_model_dir):
+    _, _, record = fresh
+    failed, back = wrong_pins
+    text = output(failed.proc)
+    assert failed.proc.returncode != 0
+    for name, actual in (("train.jsonl", record["data"]["gsm8k_train_sha256"]),
+                         ("heldout.jsonl", record["data"]["heldout_sha256"]),
+                         (str(tiny_model_dir), record["model"]["sha256"])):
+        assert any(name in line and actual in line for line in text.splitlines()), (name, text[-4000:])
+    for wrong in WRONG.values():
+        assert wrong in text
+    assert failed.after == failed.before  # no file written, none rewritten, none deleted
+    # Back to the right pins (here: none), everything is where it was.
+    assert back.jobs == {} and "Nothing to be done" in output(back.proc)
+    assert back.after == failed.before
+
+
+@pytest.fixture(scope="module")
+def edited_split(reuse, base_config, wrong_pins, code_edits):
+    """Last on the reuse dir (it leaves a changed frozen split there): one byte of the train split
+    changed by hand. The JSON stays valid, so only its sha256 tells."""
+    workdir, _ = reuse
+    paths = Paths(base_config)
+    train = workdir / paths.gsm8k / "train.jsonl"
+    original = train.read_bytes()
+    at = re.search(rb"\d", original).start()
+    edited = original[:at] + bytes([ord("0") + (original[at] - ord("0") + 1) % 10]) + original[at + 1:]
+    train.write_bytes(edited)
+    step = run_step(workdir, base_config, check=False)
+    return {"step": step, "train": train, "edited": edited, "paths": paths,
+            "manifest_sha256": json.loads((train.parent / "manifest.json").read_text())["train"]["sha256"]}
+
+
+def test_a_hand_edited_frozen_split_is_a_clear_error(edited_split):
+    import hashlib
+    step, paths, train = edited_split["step"], edited_split["paths"], edited_split["train"]
+    text = output(step.proc)
+    assert step.proc.returncode != 0
+    actual = hashlib.sha256(edited_split["edited"]).hexdigest()
+    assert any(f"{paths.gsm8k}/train.jsonl" in line and actual in line and edited_split["manifest_sha256"] in line
+               for line in text.splitlines()), text[-4000:]
+    assert train.read_bytes() == edited_split["edited"]  # not overwritten
+    for path, state in step.after.items():  # nothing rewritten ...
+        assert step.before.get(path) == state, path
+    # ... and nothing deleted but the outputs of the one shard job Snakemake started (its input is
+    # newer than its outputs) and that refused to run on the changed split.
+    removed = set(step.before) - set(step.after)
+    assert removed and all(p.startswith((paths.shards + "/", "results/benchmarks/evaluate_shard/")) for p in removed)
+
+
+# --- code edits, on a copy of the repo -------------------------------------------------------------
+
+COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "results", "logs", ".snakemake", "__pycache__",
+                                     ".pytest_cache", ".whl*", "RECORDS.md")
+
+
+def append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
+
+
+@pytest.fixture(scope="module")
+def code_edits(reuse, base_config, tmp_path_factory):
+    workdir, _ = reuse
+    root = tmp_path_factory.mktemp("code")
+    repo, work = root / "repo", root / "work"
+    shutil.copytree(REPO, repo, ignore=COPY_IGNORE)
+    shutil.copytree(workdir, work, symlinks=True)
+    runs = {}
+    # The record names the repo dir it was made from; a copy of the repo makes a new one.
+    runs["copy"] = run_step(work, base_config, repo=repo)
+    append(repo / "README.md", "\nAn edit that no stage reads.\n")
+    append(repo / "tests" / "test_gsm8k.py", "\n# an edit that no stage reads\n")
+    runs["unrelated"] = run_step(work, base_config, repo=repo)
+    append(repo / "randopt" / "bpb.py", "\n# an edit of score_bpb's code\n")
+    runs["bpb"] = run_step(work, base_config, repo=repo)
+    append(repo / "randopt" / "rank.py", "\n# an edit of rank's code\n")
+    runs["rank"] = run_step(work, base_config, "-n", repo=repo)
+    append(repo / "randopt" / "evaluate.py", "\n# an edit of the evaluation code\n")
+    runs["evaluate"] = run_step(work, base_config, "-n", repo=repo)
+    return runs
+
+
+def test_editing_a_stages_code_reruns_that_stage_and_an_unrelated_edit_reruns_nothing(code_edits):
+    assert code_edits["copy"].jobs == {"record": 1}
+    assert code_edits["unrelated"].jobs == {} and "Nothing to be done" in output(code_edits["unrelated"].proc)
+    assert code_edits["bpb"].jobs == {"score_bpb": 1, "record": 1}
+    assert code_edits["rank"].jobs == {"rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
+    evaluate = code_edits["evaluate"].jobs
+    assert evaluate["evaluate_shard"] == 4 and evaluate["evaluate_members"] == 1
+    assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(evaluate)
