@@ -3,6 +3,7 @@ schema cannot express. Every error names the key and says what to do."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +76,24 @@ def validate(config: dict) -> dict:
             if value is None and key in ("path", "revision"):
                 raise ConfigError(f"config key '{section}.{kind}.{key}': {section}.source is '{kind}' but no "
                                   f"{key} is given")
+        if kind == "hub":
+            check_commit(f"{section}.hub.revision", config[section]["hub"]["revision"])
     model = config["model"]
     if model["source"] == "local" and not model["path"]:
         raise ConfigError("config key 'model.path': model.source is 'local' but no path is given")
-    if model["source"] == "hub" and not model["revision"]:
-        raise ConfigError("config key 'model.revision': a hub model needs a pinned revision (a commit hash)")
+    if model["source"] == "hub":
+        if not model["revision"]:
+            raise ConfigError("config key 'model.revision': a hub model needs a pinned revision (a commit hash)")
+        check_commit("model.revision", model["revision"])
     return config
+
+
+def check_commit(key: str, revision: str) -> None:
+    """A hub revision must be a commit: a branch or tag moves, and the record would not say what ran.
+    Checked here so that a run fails before any job is queued, not inside the first job."""
+    if not re.fullmatch(r"[0-9a-f]{40}", str(revision)):
+        raise ConfigError(f"config key '{key}': {revision!r} is not a commit; give the 40-hex commit sha "
+                          f"(e.g. HfApi().model_info(repo).sha, or dataset_info for a dataset)")
 
 
 def gsm8k_source(config: dict) -> dict:

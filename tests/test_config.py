@@ -25,6 +25,9 @@ def test_default_config_validates_and_fills_defaults():
     ({"gsm8k": {"source": "jsonl"}}, "gsm8k.jsonl.path"),
     ({"heldout": {"source": "hub"}}, "heldout.hub.revision"),
     ({"model": {"source": "hub", "id": "Qwen/Qwen2.5-72B-Instruct"}}, "model.revision"),
+    ({"model": {"source": "hub", "id": "Qwen/Qwen2.5-72B-Instruct", "revision": "main"}}, "model.revision"),
+    ({"gsm8k": {"source": "hub", "hub": {"revision": "v1.0"}}}, "gsm8k.hub.revision"),
+    ({"heldout": {"source": "hub", "hub": {"revision": "ABC"}}}, "heldout.hub.revision"),
     ({"engine": {"batch_size": 0}}, "engine.batch_size"),
     ({"decode": {"max_tokens": "many"}}, "decode.max_tokens"),
 ])
