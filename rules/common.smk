@@ -15,8 +15,9 @@ except ConfigError as err:
 
 KEYS = run_keys(config)
 REPO = workflow.basedir
-# Stage CLIs run as modules of this checkout, whatever directory the workflow runs in.
-PY = f"PYTHONPATH={shlex.quote(REPO)} {shlex.quote(sys.executable)} -m"
+# Stage CLIs run as modules of this checkout, whatever directory the workflow runs in; a PYTHONPATH
+# set by the caller (packages installed with --target) stays behind it.
+PY = f"PYTHONPATH={shlex.quote(REPO)}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(sys.executable)} -m"
 
 wildcard_constraints:
     sigma=r"[0-9][0-9.e+-]*",
@@ -74,3 +75,50 @@ def get_engine_args(**extra_options):
     """Engine flags of the stage CLIs (the rule's shell adds --threads {threads})."""
     return (f"--model-dir {MODEL}/model --engine {config['engine']['kind']} "
             f"--engine-options {q(get_engine_options() | extra_options)}")
+
+
+# Cluster resources (profiles/slurm). Small stages run in the Snakemake process itself; the heavy ones
+# are submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
+localrules: all, freeze_gsm8k, fetch_fineweb, rank, vote, record
+
+
+def on_cluster():
+    """True when jobs go to a cluster: the submitting process of a cluster executor (no --cores given)
+    and the Snakemake process inside each submitted job (remote execution mode)."""
+    from snakemake_interface_executor_plugins.settings import ExecMode
+    return workflow.resource_settings.cores is None or workflow.exec_mode == ExecMode.REMOTE
+
+
+def job_gpus():
+    """GPUs a GPU stage asks for: the tensor-parallel size under vLLM, one for the torch engine on
+    CUDA, none otherwise (the CPU default asks for none)."""
+    e = config["engine"]
+    if e["kind"] == "vllm":
+        return e["tensor_parallel_size"]
+    return 1 if str(e["device"]).startswith("cuda") else 0
+
+
+def job_threads(gpu_stage=True):
+    """A heavy stage's threads: every core given with --cores on a local run; on a cluster, the CPUs
+    its job asks for (the same number at submission and inside the job)."""
+    if not on_cluster():
+        return workflow.cores
+    gpus = job_gpus() if gpu_stage else 0
+    r = config["resources"]
+    return r["cpus_per_gpu"] * gpus if gpus else r["cpus_per_task"]
+
+
+def job_resources(stage, gpu_stage=True):
+    """The resources of a heavy stage's job, as the SLURM executor plugin names them: mem_mb and
+    runtime (minutes) per stage; a GPU job adds gpu (count), gpu_model, cpus_per_gpu and nodes=1
+    (tensor parallelism needs its GPUs on one node); a CPU job asks cpus_per_task."""
+    r = config["resources"]
+    res = {"mem_mb": r["mem_mb"][stage], "runtime": r["runtime"][stage]}
+    gpus = job_gpus() if gpu_stage else 0
+    if gpus:
+        res |= {"gpu": gpus, "cpus_per_gpu": r["cpus_per_gpu"], "nodes": 1}
+        if r["gpu_model"]:
+            res["gpu_model"] = r["gpu_model"]
+    else:
+        res |= {"gpu": 0, "cpus_per_task": r["cpus_per_task"]}
+    return res

@@ -16,9 +16,9 @@ rule evaluate_members:
         decode=q(config["decode"]),
         cache=f"{MEMBERS}/cache",
         code=code_version("engine", "eval"),
-    threads: workflow.cores
+    threads: job_threads()
     resources:
-        gpus=config["engine"]["tensor_parallel_size"] if config["engine"]["kind"] == "vllm" else 0,
+        **job_resources("evaluate_members"),
     log:
         "logs/evaluate_members.log",
     benchmark:
@@ -55,9 +55,9 @@ rule score_bpb:
         engine=get_engine_args(max_context=config["heldout"]["max_context"]),
         cache=f"{BPB}/cache",
         code=code_version("engine", "bpb"),
-    threads: workflow.cores
+    threads: job_threads()
     resources:
-        gpus=config["engine"]["tensor_parallel_size"] if config["engine"]["kind"] == "vllm" else 0,
+        **job_resources("score_bpb"),
     log:
         "logs/score_bpb.log",
     benchmark:

@@ -15,7 +15,9 @@ rule prepare_model:
         dtype=config["model"]["dtype"],
         pin=f"--pinned-sha256 {config['model']['sha256']}" if config["model"]["sha256"] else "",
         code=code_version("model"),
-    threads: workflow.cores
+    threads: job_threads(gpu_stage=False)
+    resources:
+        **job_resources("prepare_model", gpu_stage=False),
     log:
         "logs/prepare_model.log",
     benchmark:

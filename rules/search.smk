@@ -14,9 +14,9 @@ rule evaluate_shard:
         first=lambda wc: int(wc.first),
         last=lambda wc: int(wc.last),
         code=code_version("engine", "eval"),
-    threads: workflow.cores
+    threads: job_threads()
     resources:
-        gpus=config["engine"]["tensor_parallel_size"] if config["engine"]["kind"] == "vllm" else 0,
+        **job_resources("evaluate_shard"),
     log:
         f"logs/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.log",
     benchmark:

@@ -1,0 +1,167 @@
+"""profiles/slurm on a real (one-node, throwaway) SLURM cluster started by the test.
+
+The tiny workflow runs to the end through the SLURM executor plugin and must write the same record as
+a local run; every heavy job must have gone through sbatch (the controller knows it, by rule); the small
+stages must have stayed local; and a GPU stage must be submitted with a GPU request of
+tensor_parallel_size GPUs of resources.gpu_model, which the node's fake GPUs (GRES) let SLURM schedule.
+The cluster (munged, slurmctld, slurmd; tests/support/slurm_cluster.py) is installed with apt-get when
+missing, and stopped by pid at teardown, also when a test fails."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from randopt.config import validate
+from randopt.keys import run_keys
+from tests.conftest import REPO
+from tests.support.slurm_cluster import GPU_TYPE, SlurmCluster, SlurmUnavailable
+from tests.workflow import SNAKEMAKE, read_record, run_workflow, tiny_config
+
+PROFILE = REPO / "profiles" / "slurm"
+HEAVY_JOBS = {"prepare_model": 1, "evaluate_shard": 4, "evaluate_members": 1, "score_bpb": 1}
+LOCAL_RULES = ["freeze_gsm8k", "fetch_fineweb", "rank", "vote", "record"]
+# What may differ between two runs of one config: when and how fast it ran, and on what.
+VOLATILE = ["created_utc", "timings_s", "throughput", "hardware"]
+# Small jobs: two fit side by side on the test node; threads (2) equal the local run's --cores 2.
+RESOURCES = {"cpus_per_task": 2, "cpus_per_gpu": 1,
+             "mem_mb": {s: 1000 for s in HEAVY_JOBS}, "runtime": {s: 10 for s in HEAVY_JOBS}}
+
+
+def run_on_slurm(workdir: Path, config: dict, cluster: SlurmCluster, *extra: str,
+                 configfile: str = "tiny.yaml", check: bool = True) -> subprocess.CompletedProcess:
+    """snakemake --profile profiles/slurm, launched in workdir as a user would from a login node."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / configfile).write_text(yaml.safe_dump(config))
+    cmd = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", str(workdir / configfile),
+           "--profile", str(PROFILE),
+           # no accounting on the test cluster: sacct cannot answer, squeue can (MinJobAge=600)
+           "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1",
+           "--latency-wait", "5", *extra]
+    proc = subprocess.run(cmd, cwd=workdir, env=cluster.env, capture_output=True, text=True, timeout=400)
+    if check and proc.returncode != 0:
+        logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((workdir / "logs").rglob("*.log")))
+        raise AssertionError(f"snakemake on SLURM failed ({proc.returncode}):\n{proc.stderr[-8000:]}\n{logs}\n"
+                             f"{cluster.daemon_output('slurmctld')}{cluster.daemon_output('slurmd')}")
+    return proc
+
+
+def submitted(proc: subprocess.CompletedProcess) -> list[str]:
+    """SLURM job ids the executor reports for its sbatch submissions."""
+    return re.findall(r"has been submitted with SLURM jobid (\d+)", proc.stdout + proc.stderr)
+
+
+def rule_of(job: dict) -> str:
+    """The rule of a job, from the comment the executor gives it (rule_<name>[_wildcards_...])."""
+    return re.fullmatch(r"rule_(\w+?)(_wildcards_.*)?", job["Comment"]).group(1)
+
+
+def comparable(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in VOLATILE}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except SlurmUnavailable as err:
+        cluster.stop()
+        pytest.skip(f"no SLURM cluster on this machine: {err}")
+    except BaseException:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def runs(cluster, tiny_model_dir, tmp_path_factory):
+    """The same config twice: locally (--cores 2) and through SLURM, side by side."""
+    config = tiny_config(tiny_model_dir, resources=RESOURCES)
+    local_dir, slurm_dir = tmp_path_factory.mktemp("local"), tmp_path_factory.mktemp("on-slurm")
+    with ThreadPoolExecutor(2) as pool:
+        local = pool.submit(run_workflow, local_dir, config)
+        on_slurm = pool.submit(run_on_slurm, slurm_dir, config, cluster)
+        proc = on_slurm.result()
+        local.result()
+    return {"local": local_dir, "slurm": slurm_dir, "proc": proc, "config": config}
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurm_run_writes_the_local_record(runs):
+    local, on_slurm = read_record(runs["local"]), read_record(runs["slurm"])
+    assert comparable(on_slurm) == comparable(local)
+    assert set(on_slurm["timings_s"]) == set(local["timings_s"])
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_heavy_jobs_went_through_sbatch_and_small_ones_stayed_local(runs, cluster):
+    ids = submitted(runs["proc"])
+    assert len(ids) == sum(HEAVY_JOBS.values()), runs["proc"].stderr[-4000:]
+    assert set(ids) <= set(cluster.submitted_job_ids())  # the controller accepted each of them
+    jobs = [cluster.show_job(i) for i in ids]
+    assert Counter(rule_of(j) for j in jobs) == HEAVY_JOBS  # no local rule was submitted
+    for job in jobs:
+        assert job["JobState"] == "COMPLETED", job
+        assert job["NumCPUs"] == "2"  # resources.cpus_per_task, also the threads of the job
+        assert "gpu" not in job.get("TresPerJob", "") + job.get("TRES", "")  # the CPU engine asks for no GPU
+    out = runs["proc"].stdout + runs["proc"].stderr
+    for rule in LOCAL_RULES:
+        assert f"localrule {rule}:" in out, rule
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_gpu_stage_asks_for_tensor_parallel_gpus(runs, cluster):
+    """One shard on a vLLM config with tensor_parallel_size 2: submitted with --gpus=<model>:2, and SLURM
+    schedules it on the node's fake GPUs. (The job itself then fails: no vLLM and no GPU here.)"""
+    config = runs["config"] | {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 8, "tensor_parallel_size": 2},
+                               "resources": RESOURCES | {"gpu_model": GPU_TYPE}}
+    shard = f"results/shards/{run_keys(validate(config))['eval']}/sigma=0.01/seeds_0000-0001.parquet"
+    proc = run_on_slurm(runs["slurm"], config, cluster, "--retries", "0", "--verbose", shard,
+                        configfile="gpu.yaml", check=False)
+    out = proc.stdout + proc.stderr
+    calls = re.findall(r"sbatch call: (sbatch .*)", out)
+    ids = submitted(proc)
+    assert len(calls) == 1 and len(ids) == 1, out[-6000:]  # only the shard: the model is already prepared
+    assert f"--gpus={GPU_TYPE}:2" in calls[0] and "--cpus-per-gpu=1" in calls[0] and "--nodes=1" in calls[0], calls[0]
+    assert "--cpus-per-task" not in calls[0], calls[0]
+    job = cluster.show_job(ids[0])
+    assert rule_of(job) == "evaluate_shard"
+    assert f"gres:gpu:{GPU_TYPE}:2" in job["TresPerJob"], job
+    assert job["JobState"] not in ("PENDING", "CANCELLED"), job  # scheduled and started on the fake GPUs
+    assert job["NodeList"] == cluster.node and job["NumCPUs"] == "2", job  # cpus_per_gpu x 2 GPUs
+
+
+@pytest.mark.slow
+def test_dry_run_resources_follow_the_engine(tiny_model_dir, tmp_path):
+    """Without a cluster: the resources each job would ask for, as Snakemake's dry run lists them."""
+    def resources_of(config, rule):
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+        proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                               "--configfile", str(tmp_path / "c.yaml"), "-n", "--forceall"],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        block = proc.stdout.split(f"rule {rule}:", 1)[1].split("\n\n", 1)[0]
+        line = next(l for l in block.splitlines() if l.strip().startswith("resources:"))
+        return dict(kv.split("=", 1) for kv in line.split(":", 1)[1].strip().split(", "))
+
+    cpu = tiny_config(tiny_model_dir, resources=RESOURCES)
+    res = resources_of(cpu, "evaluate_shard")
+    assert res["gpu"] == "0" and res["cpus_per_task"] == "2" and "gpu_model" not in res and "cpus_per_gpu" not in res
+    assert res["mem_mb"] == "1000" and res["runtime"] == "10"
+    vllm = cpu | {"engine": {"kind": "vllm", "tensor_parallel_size": 4}, "resources": RESOURCES | {"gpu_model": "h100"}}
+    for rule in ("evaluate_shard", "evaluate_members", "score_bpb"):
+        res = resources_of(vllm, rule)
+        assert (res["gpu"], res["gpu_model"], res["cpus_per_gpu"], res["nodes"]) == ("4", "h100", "1", "1"), res
+        assert "cpus_per_task" not in res
+    assert resources_of(vllm, "prepare_model")["gpu"] == "0"  # a CPU job whatever the engine
