@@ -1,5 +1,6 @@
 # Shared helpers: config validation, path keys, and the get_* input/param functions.
 import json
+import os
 import shlex
 import sys
 
@@ -32,6 +33,23 @@ RANK = f"results/rank/{KEYS['eval']}/{KEYS['population']}"
 MEMBERS = f"results/members/{KEYS['eval']}"
 BPB = f"results/bpb/{KEYS['bpb']}"
 BENCH = "results/benchmarks"
+
+
+def verify_frozen_files():
+    """Before any job is scheduled: a frozen split or held-out slice edited since its stage wrote it
+    is an error naming the file and both hashes. Checked here, not only in the jobs that read it,
+    because Snakemake sees the edited file as newer than the shards built on it and would delete
+    their outputs before the first job could refuse to run."""
+    from randopt.io import InputError, verify_against_manifest
+    for path in (f"{DATA_GSM8K}/train.jsonl", f"{DATA_GSM8K}/test.jsonl", f"{DATA_HELDOUT}/heldout.jsonl"):
+        if os.path.isfile(path):
+            try:
+                verify_against_manifest(path)
+            except InputError as err:
+                raise WorkflowError(str(err))
+
+
+verify_frozen_files()
 
 
 def q(obj):
@@ -98,11 +116,35 @@ def job_gpus():
     return 1 if str(e["device"]).startswith("cuda") else 0
 
 
+def local_gpus():
+    """N of `--resources gpu=N` on a local run with a GPU engine (the GPUs of this host the run may
+    use), else None. Snakemake then runs GPU jobs side by side while their `gpu` resources (each
+    job's GPU count) sum to at most N, and each job claims its own GPUs (randopt/gpu_slots.py)."""
+    gpus = job_gpus()
+    if on_cluster() or not gpus:
+        return None
+    n = workflow.global_resources.get("gpu").value
+    if n is None:
+        return None
+    if not isinstance(n, int) or n < gpus or n % gpus:
+        raise WorkflowError(f"--resources gpu={n}: each GPU job uses {gpus} GPUs (engine.tensor_parallel_size "
+                            f"under vLLM, 1 for torch on cuda), so give a multiple of {gpus}")
+    return n
+
+
+# The GPU stages' flags for claiming their GPUs among N (in the shell command, not in params: a run
+# with or without --resources gpu=N finds the same outputs up to date). Empty on the CPU, on a
+# cluster (the scheduler assigns devices) and without --resources gpu=N.
+GPU_SLOTS = f" --gpu-slots {local_gpus()} --gpu-lock-dir .snakemake/gpu-locks" if local_gpus() else ""
+
+
 def job_threads(gpu_stage=True):
-    """A heavy stage's threads: every core given with --cores on a local run; on a cluster, the CPUs
-    its job asks for (the same number at submission and inside the job)."""
+    """A heavy stage's threads: on a local run every core given with --cores, or with --resources
+    gpu=N a GPU job's share of them (cores x its GPUs / N, so that N / its GPUs jobs run side by side);
+    on a cluster, the CPUs its job asks for (the same number at submission and inside the job)."""
     if not on_cluster():
-        return workflow.cores
+        n = local_gpus() if gpu_stage else None
+        return max(1, workflow.cores * job_gpus() // n) if n else workflow.cores
     gpus = job_gpus() if gpu_stage else 0
     r = config["resources"]
     return r["cpus_per_gpu"] * gpus if gpus else r["cpus_per_task"]

@@ -24,7 +24,7 @@ rule evaluate_members:
     benchmark:
         f"{BENCH}/evaluate_members/{KEYS['eval']}/{KEYS['population']}.tsv"
     shell:
-        "{PY} scripts.evaluate_members {params.engine} --threads {threads} --decode {params.decode} --test {input.test}"
+        "{PY} scripts.evaluate_members {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --test {input.test}"
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
 
 
@@ -63,5 +63,5 @@ rule score_bpb:
     benchmark:
         f"{BENCH}/score_bpb/{KEYS['bpb']}/{KEYS['eval']}/{KEYS['population']}.tsv"
     shell:
-        "{PY} scripts.score_bpb {params.engine} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
+        "{PY} scripts.score_bpb {params.engine}{GPU_SLOTS} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
         " --cache-dir {params.cache} --out {output.bpb} 2> {log}"

@@ -22,7 +22,7 @@ rule evaluate_shard:
     benchmark:
         f"{BENCH}/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.tsv"
     shell:
-        "{PY} scripts.evaluate_shard {params.engine} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} scripts.evaluate_shard {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
         " --out {output.table} --timings {output.timings} 2> {log}"
 

@@ -14,7 +14,8 @@ from randopt.evaluate import BASE, DecodeSpec, build_prompts, evaluate_weights
 from randopt.io import atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.member_cache import member_path
 from randopt.rank import union_members
-from scripts.evaluate_shard import add_decode_args, add_engine_args, engine_from_args
+from randopt.engines.args import add_engine_args, engine_from_args
+from scripts.evaluate_shard import add_decode_args
 
 
 def parse_args(argv=None):

@@ -8,28 +8,14 @@ import time
 import pandas as pd
 
 from randopt.cli import json_arg, log, run_stage
-from randopt.engines import make_engine
+from randopt.engines.args import add_engine_args, engine_from_args
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
-
-
-def add_engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--engine", default="torch", choices=["torch", "vllm"])
-    p.add_argument("--engine-options", type=json_arg, default={}, help="JSON: device, batch_size, ...")
-    p.add_argument("--threads", type=int, default=None)
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode", type=json_arg, required=True,
                    help='JSON: {"max_tokens": 48, "stop": [...], "system": ..., "examples": [...]}')
-
-
-def engine_from_args(args):
-    options = dict(args.engine_options)
-    if args.engine == "torch" and args.threads:
-        options["threads"] = args.threads
-    return make_engine(args.engine, args.model_dir, **options)
 
 
 def parse_args(argv=None):

@@ -13,7 +13,7 @@ from randopt.evaluate import BASE
 from randopt.io import InputError, atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.member_cache import member_label, member_path
 from randopt.rank import union_members
-from scripts.evaluate_shard import add_engine_args, engine_from_args
+from randopt.engines.args import add_engine_args, engine_from_args
 
 
 def parse_args(argv=None):

@@ -20,6 +20,7 @@ import numpy as np
 
 from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
+from randopt.gpu_slots import MULTICAST_OFF
 
 REPO = Path(__file__).resolve().parents[2]
 EXTENSION = "randopt.engines.vllm_worker.RandoptWorkerExtension"
@@ -47,6 +48,9 @@ class VllmEngine:
         # vLLM's engine core is a separate process; forked after CUDA is initialized here (a test, or
         # auto_memory_utilization's query of the card) it fails, so it is always spawned.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        # NVLink multicast stays off (randopt/gpu_slots.py says why), here and in vLLM's processes.
+        for name, value in MULTICAST_OFF.items():
+            os.environ.setdefault(name, value)
         # Workers are separate processes: they import the extension from this checkout.
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         if gpu_memory_utilization == "auto":

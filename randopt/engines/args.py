@@ -1,0 +1,33 @@
+"""The engine flags that every engine stage's CLI shares (evaluate_shard, evaluate_members, score_bpb),
+and the engine they make. Here, under randopt/engines/, so that they are part of the engine's code
+key (randopt/keys.py): a change to how an engine is built reruns every stage that uses one."""
+from __future__ import annotations
+
+import argparse
+
+from randopt.cli import json_arg
+from randopt.engines import Engine, make_engine
+from randopt.gpu_slots import DEFAULT_LOCK_DIR, assign_gpus
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--engine", default="torch", choices=["torch", "vllm"])
+    p.add_argument("--engine-options", type=json_arg, default={}, help="JSON: device, batch_size, ...")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--gpu-slots", type=int, default=None, metavar="N",
+                   help="share N GPUs of this host with other jobs: claim this engine's GPUs (tensor_parallel_size, "
+                        "or 1 for torch on cuda) as an aligned free group and set CUDA_VISIBLE_DEVICES to it "
+                        "(nothing when CUDA_VISIBLE_DEVICES is set already); the workflow passes it on a local "
+                        "run with --resources gpu=N")
+    p.add_argument("--gpu-lock-dir", default=DEFAULT_LOCK_DIR, help="lock files of --gpu-slots (one per GPU)")
+    p.add_argument("--gpu-wait", type=float, default=600.0, help="seconds to wait for a free GPU group")
+
+
+def engine_from_args(args) -> Engine:
+    options = dict(args.engine_options)
+    if args.engine == "torch" and args.threads:
+        options["threads"] = args.threads
+    # Before the engine, so that CUDA (in this process and in vLLM's) sees only the claimed GPUs.
+    assign_gpus(args.engine, options, args.gpu_slots, args.gpu_lock_dir, timeout=args.gpu_wait)
+    return make_engine(args.engine, args.model_dir, **options)

@@ -1,0 +1,192 @@
+"""GPU slots on one host: a local run with several GPUs runs one engine per GPU group, side by side.
+
+Snakemake (``--resources gpu=N``) decides how many GPU jobs run at once; it does not say which GPUs a
+job gets. Each GPU stage therefore claims its own group here, before CUDA is initialized, and sets
+CUDA_VISIBLE_DEVICES to it. A claim is an exclusive, non-blocking ``flock`` on one lock file per GPU
+(``<lock_dir>/gpu<i>.lock``); the open files are kept for the life of the process, so the claim ends
+when the process does, also when it is killed (the kernel drops a dead process's flocks), and a
+killed job never leaves a GPU taken. The lock files are opened close-on-exec, so processes the stage
+starts (vLLM's spawned engine core and workers) do not hold the claim; only a child forked without
+exec that outlives the stage would keep it until that child ends.
+
+Groups are aligned to their size: with 4 GPUs, tensor_parallel_size 2 claims {0,1} or {2,3}, never
+{1,2}; size 1 claims any single free GPU. Aligned groups keep a tensor-parallel job's GPUs close:
+on machines with NVLink bridges on pairs, or several GPUs per PCIe switch / CPU socket, the GPU
+numbering (PCI bus order, which CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA use too) puts neighbours
+next to each other, so {0,1}, {2,3}, {0..3}, {4..7} are the well-connected groups; on an NVSwitch
+machine (HGX H100/H200) every group is equally connected and alignment costs nothing. Alignment also
+keeps free GPUs in whole groups for later claims of the same size, so N GPUs always hold N / size jobs.
+
+Only processes that use the same lock directory coordinate; GPUs used by other programs are not seen.
+When CUDA_VISIBLE_DEVICES is already set (SLURM sets it for a job that asked --gpus; or the caller
+set it) nothing is claimed: the devices were assigned already. Pure standard library.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger("randopt")
+
+DEFAULT_LOCK_DIR = ".snakemake/gpu-locks"
+# NVLink multicast (NVLS) stays off in NCCL, torch symmetric memory and NVSHMEM: on a host whose GPUs
+# others share, a program using it can put the host's GPUs out of service (for a day or more on the
+# machines this project runs on). VllmEngine sets these with setdefault before starting vLLM, so the
+# spawned engine core and workers inherit them; bench/h200_session.sh exports the same.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+# fds of the lock files this process holds, open until it exits (or release() in tests).
+_HELD: list[int] = []
+
+
+class GpuSlotError(ValueError):
+    """A GPU group that cannot be claimed: a bad size, or none free in time (one clear line)."""
+
+
+def engine_gpus(kind: str, options: dict) -> int:
+    """GPUs one engine uses: its tensor_parallel_size under vLLM, one for torch on CUDA, else none
+    (the same rule as job_gpus in rules/common.smk)."""
+    if kind == "vllm":
+        return int(options.get("tensor_parallel_size", 1))
+    return 1 if str(options.get("device", "auto")).startswith("cuda") else 0
+
+
+def groups(size: int, total: int) -> list[list[int]]:
+    """The aligned groups of `size` GPUs among `total`: [[0..size-1], [size..2*size-1], ...]."""
+    if size < 1 or total < 1:
+        raise GpuSlotError(f"a GPU group needs a size and a GPU count of at least 1 (got size {size}, {total} GPUs)")
+    if size > total:
+        raise GpuSlotError(f"a job needs {size} GPUs (tensor_parallel_size) but only {total} are given "
+                           f"(--resources gpu={total}); give at least {size}")
+    if total % size:
+        raise GpuSlotError(f"{total} GPUs do not divide into groups of {size} (tensor_parallel_size): "
+                           f"give a multiple of {size} (--resources gpu={total // size * size})")
+    return [list(range(start, start + size)) for start in range(0, total, size)]
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    # Who holds it, for the error message of a claimer that times out (the lock itself is the flock).
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _try_group(lock_dir: Path, group: list[int]) -> list[int] | None:
+    """All locks of the group, or none (those taken are given back at once, so two claimers never
+    wait on each other: no deadlock)."""
+    fds = []
+    for gpu in group:
+        fd = _try_lock(lock_dir / f"gpu{gpu}.lock")
+        if fd is None:
+            for held in fds:
+                os.close(held)
+            return None
+        fds.append(fd)
+    return fds
+
+
+def _holders(lock_dir: Path, total: int) -> str:
+    parts = []
+    for gpu in range(total):
+        try:
+            pid = (lock_dir / f"gpu{gpu}.lock").read_text().strip()
+        except OSError:
+            pid = ""
+        parts.append(f"gpu{gpu}: pid {pid or '?'}")
+    return ", ".join(parts)
+
+
+def claim(size: int, total: int, lock_dir: str | os.PathLike = DEFAULT_LOCK_DIR, *, timeout: float = 600.0,
+          poll: float = 0.5, env=None) -> list[int] | None:
+    """Claim an aligned group of `size` GPUs among GPUs 0..total-1 for this process; return its ids.
+
+    Holds the lock files until the process exits. Returns None (and claims nothing) when
+    CUDA_VISIBLE_DEVICES is already set in `env` (os.environ by default). Waits, polling every
+    `poll` seconds, while every group has a taken GPU; after `timeout` seconds raises GpuSlotError
+    naming the holders."""
+    env = os.environ if env is None else env
+    candidates = groups(size, total)
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return None
+    lock_dir = Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    waiting = False
+    while True:
+        for group in candidates:
+            fds = _try_group(lock_dir, group)
+            if fds is not None:
+                _HELD.extend(fds)
+                return group
+        if time.monotonic() >= deadline:
+            raise GpuSlotError(f"no free group of {size} of {total} GPUs in {lock_dir} after {timeout:g} s "
+                               f"({_holders(lock_dir, total)}); is another run using these GPUs?")
+        if not waiting:
+            log.info("all %d groups of %d of %d GPUs are taken (%s): waiting up to %g s",
+                     len(candidates), size, total, lock_dir, timeout)
+            waiting = True
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+def release() -> None:
+    """Give back every GPU this process claimed (a process that exits does so by itself)."""
+    while _HELD:
+        os.close(_HELD.pop())
+
+
+def assign_gpus(kind: str, options: dict, total: int | None, lock_dir: str | os.PathLike = DEFAULT_LOCK_DIR,
+                *, timeout: float = 600.0) -> list[int] | None:
+    """For a stage CLI, before its engine (and CUDA) starts: claim the engine's GPUs among `total`
+    and make them the only ones it sees. Nothing for a CPU engine, without `total`, or when
+    CUDA_VISIBLE_DEVICES is already set. The assignment changes no result."""
+    size = engine_gpus(kind, options)
+    if not total or not size:
+        return None
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        visible = os.environ["CUDA_VISIBLE_DEVICES"]
+        log.info("CUDA_VISIBLE_DEVICES=%s is set already (by a scheduler or the caller): claiming no GPU slot", visible)
+        if len([d for d in visible.split(",") if d.strip()]) > size:
+            log.warning("CUDA_VISIBLE_DEVICES lists more than this engine's %d GPU(s): jobs running side by side "
+                        "may share GPUs; unset it to let each job claim its own", size)
+        return None
+    ids = claim(size, total, lock_dir, timeout=timeout)
+    # GPU ids are PCI bus order (nvidia-smi's), which is what the aligned groups are reasoned in.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
+    log.info("GPU slot: GPUs %s of %d (locks in %s): CUDA_VISIBLE_DEVICES=%s",
+             ids, total, lock_dir, os.environ["CUDA_VISIBLE_DEVICES"])
+    return ids
+
+
+def main(argv=None) -> int:
+    """python -m randopt.gpu_slots SIZE TOTAL [LOCK_DIR]: claim, print the ids, hold until stdin closes
+    (for tests and for a look at the claims by hand)."""
+    import sys
+    args = sys.argv[1:] if argv is None else argv
+    size, total = int(args[0]), int(args[1])
+    lock_dir = args[2] if len(args) > 2 else DEFAULT_LOCK_DIR
+    timeout = float(args[3]) if len(args) > 3 else 600.0
+    try:
+        ids = claim(size, total, lock_dir, timeout=timeout, poll=0.05)
+    except GpuSlotError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    print("none" if ids is None else ",".join(map(str, ids)), flush=True)
+    sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
