@@ -9,7 +9,9 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
+# Real GSM8K (MIT) is read where the workplace keeps it, never copied into the repo:
+# $RANDOPT_GSM8K_DIR, else ../shared/data/gsm8k beside the checkout. Tests that need it skip without it.
+SHARED_GSM8K = Path(os.environ.get("RANDOPT_GSM8K_DIR") or REPO.parent / "shared" / "data" / "gsm8k")
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,9 @@ import pytest
 
 from randopt import gsm8k, synth
 from randopt.io import InputError, sha256_bytes, sha256_file
+from tests.conftest import SHARED_GSM8K
 
-REAL = Path(__file__).resolve().parents[2] / "shared/data/gsm8k"
+REAL = SHARED_GSM8K
 needs_real = pytest.mark.skipif(not (REAL / "train.jsonl").is_file() or not (REAL / "test.jsonl").is_file(),
                                 reason=f"real GSM8K not at {REAL}")
 REV = "0123456789abcdef0123456789abcdef01234567"

@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from randopt.config import validate
 from randopt.keys import run_keys
 from tests.conftest import REPO
 from tests.support.slurm_cluster import GPU_TYPE, SlurmCluster, SlurmUnavailable
-from tests.workflow import SNAKEMAKE, read_record, run_workflow, tiny_config
+from tests.workflow import SNAKEMAKE, effective_config, read_record, run_workflow, tiny_config
 
 PROFILE = REPO / "profiles" / "slurm"
 HEAVY_JOBS = {"prepare_model": 1, "evaluate_shard": 4, "evaluate_members": 1, "score_bpb": 1}
@@ -126,7 +125,7 @@ def test_gpu_stage_asks_for_tensor_parallel_gpus(runs, cluster):
     schedules it on the node's fake GPUs. (The job itself then fails: no vLLM and no GPU here.)"""
     config = runs["config"] | {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 8, "tensor_parallel_size": 2},
                                "resources": RESOURCES | {"gpu_model": GPU_TYPE}}
-    shard = f"results/shards/{run_keys(validate(config))['eval']}/sigma=0.01/seeds_0000-0001.parquet"
+    shard = f"results/shards/{run_keys(effective_config(config))['eval']}/sigma=0.01/seeds_0000-0001.parquet"
     proc = run_on_slurm(runs["slurm"], config, cluster, "--retries", "0", "--verbose", shard,
                         configfile="gpu.yaml", check=False)
     out = proc.stdout + proc.stderr

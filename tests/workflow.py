@@ -36,6 +36,18 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
     return config
 
 
+def effective_config(overlay: dict) -> dict:
+    """The config Snakemake runs: config/config.yaml with the overlay deep-merged over it (as
+    --configfile does), validated. Keys computed from the overlay alone would miss the default file's
+    values (e.g. gsm8k.generated.difficulty) and name other paths than the workflow's."""
+    from snakemake.utils import update_config
+
+    from randopt.config import validate
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(config, json.loads(json.dumps(overlay)))
+    return validate(config)
+
+
 def workflow_command(workdir: Path, config: dict, *extra: str, repo: Path = REPO) -> list[str]:
     """The plain command on a tiny config (written to workdir/tiny.yaml), run with repo's Snakefile."""
     workdir.mkdir(parents=True, exist_ok=True)
