@@ -3,10 +3,12 @@ stage leaves no half file behind and every bad line is named by file and line nu
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,7 +29,9 @@ def atomic_path(path: str | os.PathLike, *, is_dir: bool = False) -> Iterator[Pa
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    owner = f"{socket.gethostname()}.{os.getpid()}"
+    sweep_stale_temps(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{owner}.", suffix=".tmp", dir=path.parent))
     if is_dir:
         tmp.chmod(0o755)  # mkdtemp makes it private; a model dir is read by other users and jobs
     target = tmp if is_dir else tmp / path.name
@@ -44,6 +48,28 @@ def atomic_path(path: str | os.PathLike, *, is_dir: bool = False) -> Iterator[Pa
             tmp.unlink()
         elif tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sweep_stale_temps(path: Path) -> None:
+    """Remove the temporaries that writers of ``path`` killed mid-way (kill -9, a lost node) left
+    beside it: those named for a process of this host that no longer exists. A live writer's, or one
+    from another host (a shared filesystem), is left alone."""
+    host = socket.gethostname()
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        owner = stale.name[len(path.name) + 2:-len(".tmp")].rsplit(".", 2)
+        if len(owner) != 3 or owner[0] != host or not owner[1].isdigit() or process_alive(int(owner[1])):
+            continue
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -402,6 +402,8 @@ def test_kill_during_evaluate_members_and_score_bpb_resumes(killed):
 def test_a_resumed_run_records_what_an_uninterrupted_run_records(fresh, killed):
     _, _, uninterrupted = fresh
     assert comparable(killed["record"]) == comparable(uninterrupted)
+    # The temporaries of the three killed writers were swept when their outputs were written again.
+    assert not [p for p in (killed["workdir"] / "results").rglob(".*.tmp")]
 
 
 @pytest.fixture(scope="module")
