@@ -62,13 +62,14 @@ def benchmark_seconds(paths: list[str]) -> float:
 
 def records_row(record: dict) -> tuple[str, str]:
     fractions = [str(t["fraction"]) for t in record["topk"]]
-    header = ("| date (UTC) | run | model | population | base acc | ensemble acc (" + ", ".join(fractions) +
+    header = ("| date (UTC) | run | model | population | base acc (train, test) | ensemble acc (" + ", ".join(fractions) +
               ") | bpb base | bpb ensemble | seeds/s | commit |\n|---|---|---|---|---|---|---|---|---|---|\n")
     ens = ", ".join(f"{record['accuracy']['ensemble_test'][f]:.3f}" for f in fractions)
     bpb = ", ".join(f"{record['bpb']['ensemble'][f]:.4f}" for f in fractions)
     pop = record["population"]
     row = (f"| {record['created_utc']} | {record['run_name']} | {record['model']['id']} | "
-           f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | {record['accuracy']['base_test']:.3f} | {ens} | "
+           f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | "
+           f"{record['accuracy']['base_train']:.3f}, {record['accuracy']['base_test']:.3f} | {ens} | "
            f"{record['bpb']['base']:.4f} | {bpb} | {record['throughput']['seeds_per_s']:.4f} | "
            f"{(record['commit'] or 'none')[:10]} |\n")
     return header, row

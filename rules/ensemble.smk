@@ -1,4 +1,5 @@
-# The ensemble: top-k members (and the base model) answer the test split and vote; bits-per-byte of
+# The ensemble: top-k members (and the base model) answer the test split and vote (the base model
+# also answers the train split, the reference for the members' train rewards); bits-per-byte of
 # the base model and of each top-k ensemble on the held-out text. Per-member results are cached under
 # content keys, so a new top-k fraction evaluates only members not seen before.
 
@@ -7,10 +8,12 @@ rule evaluate_members:
     input:
         model=f"{MODEL}/manifest.json",
         test=f"{DATA_GSM8K}/test.jsonl",
+        train=f"{DATA_GSM8K}/train.jsonl",
         topk=f"{RANK}/topk.json",
     output:
         answers=f"{MEMBERS}/{KEYS['population']}/answers.parquet",
         timings=f"{MEMBERS}/{KEYS['population']}/timings.json",
+        base_train=f"{MEMBERS}/{KEYS['population']}/base_train.json",
     params:
         engine=get_engine_args(),
         decode=q(config["decode"]),
@@ -25,6 +28,7 @@ rule evaluate_members:
         f"{BENCH}/evaluate_members/{KEYS['eval']}/{KEYS['population']}.tsv"
     shell:
         "{PY} scripts.evaluate_members {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --test {input.test}"
+        " --train {input.train} --base-train-out {output.base_train}"
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
 
 

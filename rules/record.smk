@@ -21,6 +21,7 @@ rule record:
         bpb=rules.score_bpb.output.bpb,
         shard_timings=get_shards(".timings.json"),
         members_timings=rules.evaluate_members.output.timings,
+        base_train=rules.evaluate_members.output.base_train,
     output:
         record="results/record.json",
     params:
@@ -34,5 +35,5 @@ rule record:
         "{PY} scripts.record --config-json {params.config} --repo-dir {params.repo}"
         " --model-manifest {input.model} --gsm8k-manifest {input.gsm8k} --heldout-manifest {input.heldout}"
         " --topk {input.topk} --vote {input.vote} --bpb {input.bpb} --shard-timings {input.shard_timings}"
-        " --members-timings {input.members_timings} --benchmarks {params.benchmarks}"
+        " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"
         " --records-md {params.records_md} --out {output.record} 2> {log}"

@@ -23,11 +23,31 @@ def parse_args(argv=None):
     add_engine_args(p)
     add_decode_args(p)
     p.add_argument("--test", required=True, help="frozen test split (JSONL)")
+    p.add_argument("--train", required=True, help="frozen train split (JSONL): the base model answers it too")
+    p.add_argument("--base-train-out", required=True,
+                   help="JSON: the base model's train accuracy, the reference for the members' train rewards")
     p.add_argument("--topk", required=True, help="rank's top-k JSON")
     p.add_argument("--cache-dir", required=True, help="content-addressed per-member results")
     p.add_argument("--out", required=True, help="parquet: one row per (member, problem)")
     p.add_argument("--timings", required=True)
     return p.parse_args(argv)
+
+
+def evaluate_base_on_train(args, engine) -> dict:
+    """The base model on the train split (cached like a member, under its own suffix): what the
+    members' train rewards are measured against. Loads an engine only when neither is cached."""
+    verify_against_manifest(args.train)
+    path = member_path(args.cache_dir, BASE, 0.0, ".train.parquet")
+    if not path.is_file():
+        problems = read_jsonl(args.train, required=("id", "question", "answer"))
+        spec = DecodeSpec.from_config(args.decode)
+        engine = engine or engine_from_args(args)
+        frame = evaluate_weights(engine, build_prompts(engine, problems, spec), problems, spec, BASE, 0.0)
+        log.info("base model: train accuracy %.3f", frame["correct"].mean())
+        with atomic_path(path) as tmp:
+            frame.to_parquet(tmp, index=False)
+    correct = pd.read_parquet(path)["correct"]
+    return {"accuracy": float(correct.mean()), "correct": int(correct.sum()), "n": int(len(correct))}
 
 
 def main(argv=None) -> int:
@@ -41,6 +61,7 @@ def main(argv=None) -> int:
         todo = [m for m in members if not member_path(args.cache_dir, *m, ".parquet").is_file()]
         log.info("%d members (base included), %d cached, %d to evaluate", len(members), len(members) - len(todo), len(todo))
         timing = {"switch_s": 0.0, "generate_s": 0.0, "gen_tokens": 0, "evaluated": len(todo)}
+        engine = None
         if todo:
             spec = DecodeSpec.from_config(args.decode)
             engine = engine_from_args(args)
@@ -53,6 +74,8 @@ def main(argv=None) -> int:
                 timing["gen_tokens"] += int(frame["n_tokens"].sum())
                 with atomic_path(member_path(args.cache_dir, seed, sigma, ".parquet")) as tmp:
                     frame.to_parquet(tmp, index=False)
+        base_train = evaluate_base_on_train(args, engine)
+        write_json_atomic(args.base_train_out, base_train)
         table = pd.concat([pd.read_parquet(member_path(args.cache_dir, *m, ".parquet")) for m in members],
                           ignore_index=True)
         with atomic_path(args.out) as tmp:

@@ -23,6 +23,7 @@ def parse_args(argv=None):
     p.add_argument("--bpb", required=True)
     p.add_argument("--shard-timings", nargs="+", required=True)
     p.add_argument("--members-timings", required=True)
+    p.add_argument("--base-train", required=True, help="evaluate_members' base_train.json")
     p.add_argument("--benchmarks", nargs="+", required=True, help="RULE=PATH Snakemake benchmark files")
     p.add_argument("--records-md", required=True)
     p.add_argument("--out", required=True)
@@ -38,6 +39,7 @@ def main(argv=None) -> int:
         topk, vote, bpb = read_json(args.topk), read_json(args.vote), read_json(args.bpb)
         shards = [read_json(p) for p in args.shard_timings]
         members = read_json(args.members_timings)
+        base_train = read_json(args.base_train)
         by_rule = defaultdict(list)
         for item in args.benchmarks:
             rule, path = item.split("=", 1)
@@ -71,7 +73,8 @@ def main(argv=None) -> int:
             "topk": [{"fraction": t["fraction"], "k": t["k"],
                       "members": [{k: m[k] for k in ("seed", "sigma", "train_reward")} for m in t["members"]]}
                      for t in topk["topk"]],
-            "accuracy": {"base_test": vote["base_test"], "ensemble_test": vote["ensemble_test"],
+            "accuracy": {"base_train": base_train["accuracy"],
+                         "base_test": vote["base_test"], "ensemble_test": vote["ensemble_test"],
                          "member_mean_test": vote["member_mean_test"]},
             "bpb": {"base": bpb["base"], "ensemble": bpb["ensemble"], "members": bpb["members"]},
             "timings_s": timings,

@@ -64,6 +64,8 @@ def test_accuracies_are_fractions_of_the_test_size(finished_run):
     for value in values:
         assert 0 <= value <= 1 and math.isclose(value * n_test, round(value * n_test))
     assert set(record["accuracy"]["ensemble_test"]) == {"0.25", "0.5"}
+    n_train, base_train = record["data"]["n_train"], record["accuracy"]["base_train"]
+    assert 0 <= base_train <= 1 and math.isclose(base_train * n_train, round(base_train * n_train))
 
 
 def test_bpb_is_finite_and_ensembles_are_members_mixtures(finished_run):
