@@ -21,6 +21,17 @@ def json_arg(text: str):
         raise ValueError(f"not valid JSON: {text!r} ({err})") from err
 
 
+def source_json_arg(text: str) -> dict:
+    """--source-json of the data stages: one JSON object (the source's kind and its keys)."""
+    try:
+        source = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--source-json is not valid JSON ({err.msg} at char {err.pos}): {text!r}") from err
+    if not isinstance(source, dict):
+        raise InputError(f"--source-json must be a JSON object, got {text!r}")
+    return source
+
+
 def run_stage(name: str, body: Callable[[], None]) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s",
                         stream=sys.stderr)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import yaml

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from randopt.io import InputError, atomic_path, canonical_json, read_jsonl, sha256_bytes
+from randopt.io import (InputError, atomic_path, canonical_json, check_source_kind, read_jsonl, require_int,
+                        sha256_bytes)
 
 SPLITS = ("train", "test")
 HUB_GSM8K_REPO = "openai/gsm8k"
@@ -189,32 +190,12 @@ _SOURCE_KEYS = {
 
 
 def _require_int(source: Mapping, key: str, minimum: int) -> int:
-    value = source[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"GSM8K source: {key!r} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_source(source: Any) -> str:
-    if not isinstance(source, Mapping):
-        raise InputError(f"GSM8K source must be a JSON object with a 'kind', got {source!r}")
-    kind = source.get("kind")
-    if kind not in _SOURCE_KEYS:
-        raise InputError(f"GSM8K source: unknown kind {kind!r}; use one of {sorted(_SOURCE_KEYS)}")
-    required, optional = _SOURCE_KEYS[kind]
-    missing = sorted(required - set(source))
-    if missing:
-        raise InputError(f"GSM8K source of kind {kind!r}: missing key(s) {missing}")
-    if optional is not None:
-        unknown = sorted(set(source) - required - optional - {"kind"})
-        if unknown:
-            raise InputError(f"GSM8K source of kind {kind!r}: unknown key(s) {unknown}; allowed: {sorted(required | optional)}")
-    return kind
+    return require_int("GSM8K source", source, key, minimum)
 
 
 def load_pools(source: Mapping, *, cache_dir: str | Path | None = None) -> dict[str, list[dict]]:
     """The full train and test pools of a source, each [{"question", "answer"}] in source order."""
-    kind = _check_source(source)
+    kind = check_source_kind("GSM8K source", source, _SOURCE_KEYS)
     if kind == "generated":
         from randopt import synth
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from randopt.gsm8k import check_sha256, hf_dataset_file
-from randopt.io import InputError, atomic_path, canonical_json, read_jsonl, sha256_bytes, sha256_file
+from randopt.io import (InputError, atomic_path, canonical_json, check_source_kind, read_jsonl, require_int,
+                        sha256_bytes, sha256_file)
 from randopt.synth import StableRng
 
 FINEWEB_EDU_REPO = "HuggingFaceFW/fineweb-edu"
@@ -197,26 +198,13 @@ _SOURCE_KEYS = {  # kind: (required, optional)
 
 
 def _check_source(source: Any) -> dict:
-    if not isinstance(source, Mapping):
-        raise InputError(f"held-out source must be a JSON object with a 'kind', got {source!r}")
-    kind = source.get("kind")
-    if kind not in _SOURCE_KEYS:
-        raise InputError(f"held-out source: unknown kind {kind!r}; use one of {sorted(_SOURCE_KEYS)}")
-    required, optional = _SOURCE_KEYS[kind]
-    missing = sorted(required - set(source))
-    if missing:
-        raise InputError(f"held-out source of kind {kind!r}: missing key(s) {missing}")
-    unknown = sorted(set(source) - required - optional - {"kind"})
-    if unknown:
-        raise InputError(f"held-out source of kind {kind!r}: unknown key(s) {unknown}; allowed: {sorted(required | optional)}")
+    check_source_kind("held-out source", source, _SOURCE_KEYS)
     source = dict(source)
     if "path" in source and not isinstance(source["path"], str):
         raise InputError(f"held-out source: 'path' must be a string, got {source['path']!r}")
     for key, minimum in (("n_docs", 1), ("start", 0), ("seed", 0)):
         if key in source:
-            v = source[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise InputError(f"held-out source: {key!r} must be an integer >= {minimum}, got {v!r}")
+            require_int("held-out source", source, key, minimum)
     return source
 
 

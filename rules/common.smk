@@ -135,7 +135,8 @@ def local_gpus():
 # The GPU stages' flags for claiming their GPUs among N (in the shell command, not in params: a run
 # with or without --resources gpu=N finds the same outputs up to date). Empty on the CPU, on a
 # cluster (the scheduler assigns devices) and without --resources gpu=N.
-GPU_SLOTS = f" --gpu-slots {local_gpus()} --gpu-lock-dir .snakemake/gpu-locks" if local_gpus() else ""
+LOCAL_GPUS = local_gpus()
+GPU_SLOTS = f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else ""
 
 
 def job_threads(gpu_stage=True):
@@ -143,7 +144,7 @@ def job_threads(gpu_stage=True):
     gpu=N a GPU job's share of them (cores x its GPUs / N, so that N / its GPUs jobs run side by side);
     on a cluster, the CPUs its job asks for (the same number at submission and inside the job)."""
     if not on_cluster():
-        n = local_gpus() if gpu_stage else None
+        n = LOCAL_GPUS if gpu_stage else None
         return max(1, workflow.cores * job_gpus() // n) if n else workflow.cores
     gpus = job_gpus() if gpu_stage else 0
     r = config["resources"]

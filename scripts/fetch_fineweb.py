@@ -12,11 +12,9 @@ input (or a --pinned-sha256 mismatch) exits 2 with "error: ...".
 from __future__ import annotations
 
 import argparse
-import sys
 
+from randopt.cli import run_stage, source_json_arg
 from randopt.heldout import write_heldout
-from randopt.io import InputError
-from scripts.freeze_gsm8k import parse_source
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,14 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        manifest = write_heldout(parse_source(args.source_json), out=args.out, manifest=args.manifest,
+
+    def body():
+        manifest = write_heldout(source_json_arg(args.source_json), out=args.out, manifest=args.manifest,
                                  pinned_sha256=args.pinned_sha256)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {manifest['documents']} documents, {manifest['bytes']} bytes (sha256 {manifest['sha256']})")
-    return 0
+        print(f"wrote {manifest['documents']} documents, {manifest['bytes']} bytes (sha256 {manifest['sha256']})")
+
+    return run_stage("fetch_fineweb", body)
 
 
 if __name__ == "__main__":

@@ -13,21 +13,9 @@ All outputs are written together or not at all; a bad input exits 2 with "error:
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
+from randopt.cli import run_stage, source_json_arg
 from randopt.gsm8k import write_frozen
-from randopt.io import InputError
-
-
-def parse_source(text: str) -> dict:
-    try:
-        source = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"--source-json is not valid JSON ({err.msg} at char {err.pos}): {text!r}") from err
-    if not isinstance(source, dict):
-        raise InputError(f"--source-json must be a JSON object, got {text!r}")
-    return source
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,18 +35,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+
+    def body():
         manifest = write_frozen(
-            parse_source(args.source_json), args.n_train, args.n_test, args.selection_seed,
+            source_json_arg(args.source_json), args.n_train, args.n_test, args.selection_seed,
             out_train=args.out_train, out_test=args.out_test, manifest=args.manifest,
             pinned_train_sha256=args.pinned_train_sha256, pinned_test_sha256=args.pinned_test_sha256,
         )
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"froze {manifest['train']['n']} train / {manifest['test']['n']} test problems "
-          f"(train sha256 {manifest['train']['sha256']}, test sha256 {manifest['test']['sha256']})")
-    return 0
+        print(f"froze {manifest['train']['n']} train / {manifest['test']['n']} test problems "
+              f"(train sha256 {manifest['train']['sha256']}, test sha256 {manifest['test']['sha256']})")
+
+    return run_stage("freeze_gsm8k", body)
 
 
 if __name__ == "__main__":

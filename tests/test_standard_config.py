@@ -4,7 +4,6 @@ the workflow builds their DAG offline (the hub is touched only inside jobs), wit
 the engine. CPU only, no network: a dry run is the whole workflow short of running a job."""
 from __future__ import annotations
 
-import copy
 import os
 import re
 import subprocess
