@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One device call on an H200 with vllm installed (bench/README.md says how it gets there): the vLLM
-# engine's contract suite, the whole workflow with engine: vllm on the default protocol, and the
-# 7B-shaped seeds/s benchmark. Each part writes its log (and outputs) under $OUT.
-#   bash bench/h200_session.sh [contract] [workflow] [bench]     (no argument: all three)
+# engine's contract suite, the whole workflow with engine: vllm on the default protocol, the
+# 7B-shaped seeds/s benchmark, and where a stage's engine start goes (after workflow: it uses the
+# prepared model). Each part writes its log (and outputs) under $OUT.
+#   bash bench/h200_session.sh [contract] [workflow] [bench] [startup]    (no argument: all four)
 set -uo pipefail
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/randopt-out}
 mkdir -p "$OUT"
-parts=${*:-contract workflow bench}
+parts=${*:-contract workflow bench startup}
 status=0
 
 for part in $parts; do
@@ -26,7 +27,11 @@ for part in $parts; do
       tokenizer=$(ls -d results/models/*/model 2>/dev/null | head -1)
       python3 bench/vllm_bench.py --out "$OUT" ${tokenizer:+--tokenizer "$tokenizer"} 2>&1 \
         | tee "$OUT/bench.log" || status=1 ;;
-    *) echo "unknown part $part (contract, workflow, bench)"; exit 2 ;;
+    startup)
+      model=$(ls -d results/models/*/model 2>/dev/null | head -1)
+      python3 bench/vllm_startup.py --out "$OUT" --model "${model:?run the workflow part first}" 2>&1 \
+        | tee "$OUT/startup.log" || status=1 ;;
+    *) echo "unknown part $part (contract, workflow, bench, startup)"; exit 2 ;;
   esac
   echo "== $part: $(( $(date +%s) - start )) s" | tee -a "$OUT/parts.txt"
 done

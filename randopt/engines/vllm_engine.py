@@ -43,11 +43,14 @@ class VllmEngine:
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
                  enforce_eager: bool = False, threads: int | None = None):
-        from vllm import LLM
-
         # vLLM's engine core is a separate process; forked after CUDA is initialized here (a test, or
         # auto_memory_utilization's query of the card) it fails, so it is always spawned.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        if tensor_parallel_size == 1:
+            # On one GPU the engine core runs in this process: a spawned core imports vLLM again, and
+            # on the H200 that was 19-22 s of every stage's ~65 s start. With several GPUs the core
+            # stays a process of its own (vLLM's default, the only mode run with TP > 1 so far).
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         # NVLink multicast stays off (randopt/gpu_slots.py says why), here and in vLLM's processes.
         for name, value in MULTICAST_OFF.items():
             os.environ.setdefault(name, value)
@@ -60,6 +63,8 @@ class VllmEngine:
         positions = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings", 2048)
         max_model_len = max_model_len or min(positions, max(self.max_context, 2048))
         self.max_context = min(self.max_context, max_model_len)
+        from vllm import LLM  # after the environment above: vLLM reads it when the engine is built
+
         self.llm = LLM(model=self.model_dir, tokenizer=self.model_dir, dtype="auto", seed=0,
                        tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
                        enforce_eager=enforce_eager, enable_prefix_caching=False,
