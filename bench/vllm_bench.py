@@ -103,6 +103,8 @@ def bench() -> None:
     tokens = sum(r["tokens"] for r in rows)
     result = {
         "gpu": torch.cuda.get_device_name(0), "model": "random Qwen2.5-7B-shaped bf16", "setup": engine.setup,
+        "engine_core": ("in this process" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+                        else "a separate process"),
         "protocol": {"prompts": args.prompts, "max_tokens": args.tokens, "ignore_eos": True, "seeds": args.seeds},
         "build_model_s": build_s, "engine_start_s": start_s, "per_seed": rows,
         "gen_tokens_per_s": tokens / gen_s, "seeds_per_s": args.seeds / loop_s,

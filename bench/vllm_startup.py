@@ -44,7 +44,7 @@ def run_child(model: str, multiprocessing: str) -> dict:
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING=multiprocessing,
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--child", model], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, __file__, "--child", "--model", model], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"engine child (multiprocessing={multiprocessing}) exited {proc.returncode}:\n"
