@@ -43,13 +43,15 @@ class VllmEngine:
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
                  enforce_eager: bool = False, threads: int | None = None):
-        # vLLM's engine core is a separate process; forked after CUDA is initialized here (a test, or
-        # auto_memory_utilization's query of the card) it fails, so it is always spawned.
+        # vLLM's own processes (the TP workers; the engine core when it is separate), forked after CUDA
+        # is initialized here (a test, or auto_memory_utilization's query of the card), fail: spawn them.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         if tensor_parallel_size == 1:
             # On one GPU the engine core runs in this process: a spawned core imports vLLM again, and
             # on the H200 that was 19-22 s of every stage's ~65 s start. With several GPUs the core
             # stays a process of its own (vLLM's default, the only mode run with TP > 1 so far).
+            # vLLM caches its environment once an engine is built, so the first engine of a process
+            # decides for any later one (a stage builds one).
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         # NVLink multicast stays off (randopt/gpu_slots.py says why), here and in vLLM's processes.
         for name, value in MULTICAST_OFF.items():
