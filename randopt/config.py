@@ -9,6 +9,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from randopt.engines import compute_dtype
+
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
 
 
@@ -77,6 +79,10 @@ def validate(config: dict) -> dict:
                                   f"{key} is given")
         if kind == "hub":
             check_commit(f"{section}.hub.revision", config[section]["hub"]["revision"])
+    try:
+        compute_dtype.for_config(config)
+    except ValueError as err:
+        raise ConfigError(f"config key 'engine.compute_dtype': {err}") from None
     model = config["model"]
     if model["source"] == "local" and not model["path"]:
         raise ConfigError("config key 'model.path': model.source is 'local' but no path is given")

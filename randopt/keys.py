@@ -11,6 +11,7 @@ import hashlib
 from pathlib import Path
 
 from randopt.config import gsm8k_source, heldout_source
+from randopt.engines import compute_dtype
 from randopt.io import canonical_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +61,7 @@ def run_keys(config: dict) -> dict[str, str]:
                       | {"code": code_version("model")} | ({"pin": m["sha256"]} if m["sha256"] else {}))
     # What changes the numbers an engine produces: not the device count of a job, but its numerics.
     numerics = {k: e[k] for k in ("kind", "device", "batch_size", "tensor_parallel_size")}
+    numerics["compute_dtype"] = compute_dtype.for_config(config)[0]  # resolved: auto differs between CPUs
     evaluation = short_key({"model": model, "gsm8k": gsm8k, "decode": config["decode"], "engine": numerics,
                             "code": code_version("engine", "eval")})
     population = short_key({"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],

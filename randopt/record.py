@@ -87,3 +87,13 @@ def append_records_md(path: str | Path, record: dict) -> None:
 
 def now_utc() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def single_compute_dtype(shard_timings: list[dict]) -> dict | None:
+    """The compute dtype the shards ran in ({"dtype", "why"}). Shards are keyed by the resolved dtype,
+    so they agree; a disagreement means files from elsewhere were mixed in, and is an error."""
+    reported = [s.get("compute_dtype") or {"dtype": None, "why": None} for s in shard_timings]
+    dtypes = {r["dtype"] for r in reported}
+    if len(dtypes) > 1:
+        raise ValueError(f"shards of one run computed in different dtypes: {sorted(map(str, dtypes))}")
+    return reported[0] if reported else None

@@ -7,6 +7,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from randopt.config import ConfigError, gsm8k_source, heldout_source, sigma_label, validate
+from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.keys import code_version, run_keys
 
 try:
@@ -77,11 +78,16 @@ def get_shards(suffix=".parquet"):
     return [f"{SHARDS}/{stem}{suffix}" for stem in get_shard_stems()]
 
 
+# auto resolved here, on the host that builds the DAG: jobs get a concrete dtype, the one in the keys.
+COMPUTE_DTYPE, COMPUTE_DTYPE_WHY = compute_dtype_for_config(config)
+
+
 def get_engine_options():
     e = config["engine"]
     options = {"device": e["device"], "batch_size": e["batch_size"]}
     if e["kind"] == "torch":
         options["trust_remote_code"] = config["model"]["trust_remote_code"]
+        options["compute_dtype"] = COMPUTE_DTYPE
     else:
         options |= {"tensor_parallel_size": e["tensor_parallel_size"],
                     "gpu_memory_utilization": e["gpu_memory_utilization"],

@@ -8,7 +8,7 @@ import time
 import pandas as pd
 
 from randopt.cli import json_arg, log, run_stage
-from randopt.engines.args import add_engine_args, engine_from_args
+from randopt.engines.args import add_engine_args, engine_compute_dtype, engine_from_args
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
 
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
             "stage": "evaluate_shard", "sigma": args.sigma, "seeds": [args.first_seed, args.last_seed],
             "load_s": load_s, "switch_s": float(per_seed["switch_s"].sum()),
             "generate_s": float(per_seed["generate_s"].sum()), "gen_tokens": int(table["n_tokens"].sum()),
-            "seconds": time.perf_counter() - start,
+            "seconds": time.perf_counter() - start, "compute_dtype": engine_compute_dtype(engine),
         })
 
     return run_stage("evaluate_shard", body)

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
             "config": config,
             "model": {"id": config["model"]["id"], "sha256": model["sha256"], "source": model["source"],
                       "dtype": model["dtype"], "revision": model.get("revision")},
-            "engine": config["engine"],
+            "engine": config["engine"] | {"compute_dtype_resolved": rec.single_compute_dtype(shards)},
             "data": {
                 "gsm8k_train_sha256": gsm8k["train"]["sha256"], "gsm8k_test_sha256": gsm8k["test"]["sha256"],
                 "n_train": gsm8k["train"]["n"], "n_test": gsm8k["test"]["n"],

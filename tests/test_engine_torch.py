@@ -7,9 +7,39 @@ from randopt.engines import make_engine
 from tests.engine_contract import *  # noqa: F401,F403  (the contract's tests run here)
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_model_dir):
-    return make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=3)
+# The contract holds whatever the engine computes in: in float32 the seed's weights are built in the
+# checkpoint dtype (bf16 here) and widened exactly, so the same reference comparisons must pass.
+@pytest.fixture(scope="module", params=["bfloat16", "float32"])
+def engine(request, tiny_model_dir):
+    return make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=3, compute_dtype=request.param)
+
+
+def test_float32_compute_runs_the_exact_widened_seed_weights(tiny_model_dir):
+    from kernels.noise_ref import reconstruct_reference_
+    wide = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=3, compute_dtype="float32")
+    narrow = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=3, compute_dtype="bfloat16")
+    assert {p.dtype for p in wide.model.parameters()} == {torch.float32}
+    base = narrow.read_weights()
+    wide.set_weights(5, 0.02)
+    for name, b in base.items():
+        expected = torch.empty_like(b)
+        reconstruct_reference_(expected, b, 5, 0.02, name)
+        assert torch.equal(wide.live_tensor(name), expected.float()), name   # no second rounding
+    wide.restore_base()
+    assert all(torch.equal(wide.live_tensor(n), b.float()) for n, b in base.items())
+
+
+def test_float32_compute_keeps_tied_weights_tied(tiny_model_dir):
+    wide = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=3, compute_dtype="float32")
+    wide.set_weights(1, 0.1)
+    assert wide.model.lm_head.weight.data_ptr() == wide.live_tensor("model.embed_tokens.weight").data_ptr()
+
+
+def test_compute_dtype_narrower_than_the_checkpoint_is_refused(tmp_path):
+    from tests.support.tiny_model import build_tiny_qwen2
+    fp32_dir = build_tiny_qwen2(tmp_path / "fp32", dtype="float32")
+    with pytest.raises(ValueError, match="would round the perturbed weights"):
+        make_engine("torch", str(fp32_dir), device="cpu", compute_dtype="bfloat16")
 
 
 def test_tied_embedding_is_one_tensor_perturbed_once(engine):
@@ -25,7 +55,7 @@ def test_token_logprobs_match_a_plain_forward(engine, tiny_model_dir):
     engine.restore_base()
     text = "Each box holds 6 eggs, so 4 boxes hold 24 eggs."
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=engine.compute_dtype)  # widened exactly
     ids = [engine._start_id] + tok(text, add_special_tokens=False)["input_ids"]
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0, :-1].float()
@@ -44,3 +74,25 @@ def test_long_text_is_scored_in_windows_covering_every_token(tiny_model_dir):
 def test_missing_model_dir_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json missing"):
         make_engine("torch", str(tmp_path / "nope"))
+
+
+def test_shared_prefix_generation_equals_each_prompt_generated_alone(tiny_model_dir):
+    """The engine computes the prompts' common prefix once (TorchEngine._shared_prefix_inputs); each row
+    must still see exactly its own prompt: the same greedy tokens as plain generate on that prompt alone."""
+    from transformers import AutoModelForCausalLM
+    engine = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=4, compute_dtype="float32")
+    engine.set_weights(2, 0.01)
+    examples = [("Sara has 4 pencils and buys 7 more. How many now?", "4 + 7 = 11.\n#### 11")]
+    questions = ["Tom has 3 apples.", "A box holds 12 eggs; how many in 5 boxes, counting carefully?", "Hi", "2+2?"]
+    prompts = [engine.chat_prompt(q, "Answer with '#### n'.", examples) for q in questions]
+    ids = [engine.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    assert len({len(i) for i in ids}) == 4 and engine._shared_prefix_inputs(ids)["input_ids"].shape[1] == max(map(len, ids))
+    got = engine.generate(prompts, max_tokens=10, stop=[])
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    plain.load_state_dict({n: engine.live_tensor(n) for n in engine.perturbable_names()}, strict=False)
+    for row, completion in zip(ids, got):
+        with torch.no_grad():
+            out = plain.generate(torch.tensor([row]), max_new_tokens=10, do_sample=False, temperature=None, top_p=None,
+                                 top_k=None, pad_token_id=engine.tokenizer.pad_token_id)
+        new = out[0, len(row):].tolist()
+        assert engine.tokenizer.decode(new[:completion.n_tokens], skip_special_tokens=True) == completion.text

@@ -31,3 +31,10 @@ def engine_from_args(args) -> Engine:
     # Before the engine, so that CUDA (in this process and in vLLM's) sees only the claimed GPUs.
     assign_gpus(args.engine, options, args.gpu_slots, args.gpu_lock_dir, timeout=args.gpu_wait)
     return make_engine(args.engine, args.model_dir, **options)
+
+
+def engine_compute_dtype(engine: Engine) -> dict:
+    """What the engine computed in and why, for the stage's timings and so the record."""
+    dtype = getattr(engine, "compute_dtype", None)
+    return {"dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
+            "why": getattr(engine, "compute_dtype_reason", None)}
