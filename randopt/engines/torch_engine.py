@@ -59,6 +59,11 @@ class TorchEngine:
         self.checkpoint_dtype = next(iter(params.values())).dtype
         name = str(self.checkpoint_dtype).removeprefix("torch.")
         dtype_name, why = cdt.resolve(compute_dtype, engine="torch", device=self.device.type, checkpoint_dtype=name)
+        if compute_dtype != "auto":
+            # The workflow passes the dtype it resolved at DAG build (it is in the keys); say what auto
+            # makes of this host's CPU too, so a job on another kind of node shows a mismatch.
+            auto_name, auto_why = cdt.resolve("auto", engine="torch", device=self.device.type, checkpoint_dtype=name)
+            why = f"{why}; {auto_why}" + ("" if auto_name == dtype_name else f" (auto here would pick {auto_name})")
         self.compute_dtype, self.compute_dtype_reason = getattr(torch, dtype_name), why
         logging.getLogger("randopt").info("torch engine computes in %s (%s)", dtype_name, why)
         self._base = {n: t.detach().clone() for n, t in params.items()}
