@@ -96,3 +96,18 @@ def test_shared_prefix_generation_equals_each_prompt_generated_alone(tiny_model_
                                  top_k=None, pad_token_id=engine.tokenizer.pad_token_id)
         new = out[0, len(row):].tolist()
         assert engine.tokenizer.decode(new[:completion.n_tokens], skip_special_tokens=True) == completion.text
+
+
+def test_teacher_forcing_batches_are_capped_by_rows_and_logit_tokens():
+    """A batch's logits hold rows x width x vocab floats; long windows must not be batched by rows alone."""
+    from types import SimpleNamespace
+    from randopt.engines.torch_engine import TorchEngine
+    engine = SimpleNamespace(batch_size=64, MAX_LOGIT_TOKENS=TorchEngine.MAX_LOGIT_TOKENS)
+    widths = [1024] * 9 + [300] * 50 + [10] * 70       # longest first, as token_logprobs sorts them
+    batches = TorchEngine._logit_batches(engine, widths)
+    assert [len(b) for b in batches] == [8, 8, 27, 27, 59]   # 8192 tokens at 1024 and 300 wide; 64 rows at 10
+    assert [i for b in batches for i in b] == list(range(len(widths)))          # every row once, in order
+    for b in batches:
+        assert len(b) <= engine.batch_size
+        assert len(b) == 1 or len(b) * widths[b.start] <= TorchEngine.MAX_LOGIT_TOKENS
+    assert TorchEngine._logit_batches(engine, [100_000]) == [range(0, 1)]         # one long row still runs

@@ -185,23 +185,43 @@ class TorchEngine:
         return inputs
 
     # -- teacher forcing -------------------------------------------------------------------------
+    # A batch's logits are rows x width x vocab floats (SmolLM2: 0.2 MB a token in fp32), so a batch is
+    # capped by tokens as well as by batch_size: 8192 tokens is ~1.6 GB for a 49k vocabulary.
+    MAX_LOGIT_TOKENS = 8192
+
+    def _logit_batches(self, widths_longest_first: list[int]) -> list[range]:
+        """Consecutive row ranges of at most batch_size rows and MAX_LOGIT_TOKENS padded tokens
+        (one row always fits, however long)."""
+        batches, start = [], 0
+        while start < len(widths_longest_first):
+            width, stop = widths_longest_first[start], start + 1
+            while stop < len(widths_longest_first) and stop - start < self.batch_size \
+                    and (stop + 1 - start) * width <= self.MAX_LOGIT_TOKENS:
+                stop += 1
+            batches.append(range(start, stop))
+            start = stop
+        return batches
+
     @torch.inference_mode()
     def token_logprobs(self, texts: list[str]) -> list[TextLogprobs]:
         token_ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         windows, owners = scoring_windows(token_ids, self._start_id, self.max_context)
         scored: list[np.ndarray | None] = [None] * len(windows)
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))  # less padding per batch
-        for b in range(0, len(order), self.batch_size):
-            batch = [windows[i] for i in order[b:b + self.batch_size]]
+        for rows in self._logit_batches([len(windows[i]) for i in order]):
+            members = order[rows.start:rows.stop]
+            batch = [windows[i] for i in members]
             width = max(map(len, batch))
             ids = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for r, w in enumerate(batch):  # right padding: positions stay 0..len-1
                 ids[r, :len(w)] = torch.tensor(w)
                 mask[r, :len(w)] = 1
-            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
-            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-            realized = logp.gather(-1, ids[:, 1:].to(self.device).unsqueeze(-1)).squeeze(-1).cpu()
-            for r, i in enumerate(order[b:b + self.batch_size]):
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits[:, :-1]
+            # log p(realized) = logit(realized) - logsumexp(logits): one read of the [B, T, vocab] logits,
+            # where log_softmax wrote a second tensor that size (0.8 GB a batch for SmolLM2's vocab).
+            realized = (logits.gather(-1, ids[:, 1:].to(self.device).unsqueeze(-1)).squeeze(-1).float()
+                        - torch.logsumexp(logits.float(), dim=-1)).cpu()
+            for r, i in enumerate(members):
                 scored[i] = realized[r, :len(batch[r]) - 1].numpy()
         return join_windows(texts, owners, scored)
