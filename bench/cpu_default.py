@@ -79,8 +79,8 @@ class Floor:
 
 
 def bench_dtype(dtype: str, model_dir: Path, problems: list[dict], spec: DecodeSpec, sigma: float, seeds: int,
-                threads: int) -> dict:
-    engine = make_engine("torch", str(model_dir), device="cpu", batch_size=max(32, len(problems)),
+                batch_size: int, threads: int) -> dict:
+    engine = make_engine("torch", str(model_dir), device="cpu", batch_size=batch_size,
                          threads=threads, compute_dtype=dtype)
     prompts = build_prompts(engine, problems, spec)
     floor = Floor(model_dir, getattr(torch, dtype), prompts, spec.max_tokens)
@@ -122,7 +122,8 @@ def main(argv=None) -> int:
     auto, why = cdt.resolve("auto", engine="torch", device="cpu", checkpoint_dtype=config["model"]["dtype"], cpu=cpu)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, problems = prepare_inputs(config, args.model_dir, Path(tmp))
-        results = {d: bench_dtype(d, model_dir, problems, spec, sigma, args.seeds, threads) for d in args.dtypes}
+        results = {d: bench_dtype(d, model_dir, problems, spec, sigma, args.seeds, config["engine"]["batch_size"], threads)
+                   for d in args.dtypes}
     report = {
         "cpu": cpu.as_dict() | {"aten_capability": torch.backends.cpu.get_cpu_capability(),
                                 "isa_caps": {v: os.environ[v] for v in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
