@@ -16,7 +16,8 @@ Compared, on the same tables and the same random problem order:
   sh      plain successive halving: all members answer first_slice problems, the best keep_fraction
           by partial reward (at least k) go on, the problems seen grow by 1/keep_fraction, until the
           survivors have answered all problems;
-  racing  randopt/racing.py at several (first_slice, growth, delta).
+  racing  randopt/racing.py, rule bayes at several (growth, miss_budget) and rule exact at several
+          delta (first_slice 20).
 speedup = (members * problems) / (member-problem slots evaluated); recall = share of the racing
 top-k whose full reward is at least the full ranking's k-th reward (ties at the cut count as in).
 
@@ -51,10 +52,12 @@ SCENARIOS = {
     "wide_sigma1.6e-2": dict(base=0.3, noise=0.35, skill=("mixture", 0.9, 0.15)),
 }
 
-RACING_GRID = [dict(first_slice=f, growth=g, delta=d)
-               for f, g, d in itertools.product([10, 15, 25], [1.5, 2.0], [0.02, 0.05, 0.1, 0.2, 0.35, 0.5])]
+DEFAULT = RacingConfig()   # the config the schema block ships (rule bayes)
+RACING_GRID = ([dict(rule="bayes", growth=g, miss_budget=b)
+                for g, b in itertools.product([1.5, 2.0], [0.02, 0.05, 0.1, 0.2, 0.3, 0.4])]
+               + [dict(rule="exact", growth=2.0, delta=d) for d in [0.05, 0.2, 0.5]])
 SH_GRID = [dict(first_slice=f, keep_fraction=q)
-           for f, q in itertools.product([5, 10, 15, 20, 25, 30, 40, 50, 70, 100], [0.5, 1 / 3, 0.25])]
+           for f, q in itertools.product([5, 10, 15, 20, 25, 30, 40, 50, 60, 70, 100], [0.5, 1 / 3, 0.25])]
 
 
 def _norm_ppf(p: float) -> float:
@@ -146,9 +149,15 @@ def frontier(rows: list[dict]) -> list[dict]:
 
 
 def best_recall_at(rows: list[dict], speedup: float) -> dict | None:
-    """The row with the highest mean recall among those at least `speedup` times faster."""
+    """The row with the highest mean recall (then speedup) among those at least `speedup` times faster."""
     fast = [r for r in rows if r["speedup_mean"] >= speedup]
-    return max(fast, key=lambda r: r["recall_mean"]) if fast else None
+    return max(fast, key=lambda r: (r["recall_mean"], r["speedup_mean"])) if fast else None
+
+
+def fastest_at(rows: list[dict], recall: float) -> dict | None:
+    """The fastest row whose mean recall is at least `recall`."""
+    good = [r for r in rows if r["recall_mean"] >= recall]
+    return max(good, key=lambda r: r["speedup_mean"]) if good else None
 
 
 def run(reps: int, seed: int) -> dict:
@@ -174,14 +183,26 @@ def run(reps: int, seed: int) -> dict:
                 finished, slots = successive_halving(table, K, knobs["first_slice"], knobs["keep_fraction"], order)
                 sh_runs[i].append({"speedup": total_slots / slots, "recall": recall_with_ties(rewards, finished, K)})
         racing_rows = [{**RACING_GRID[i], **summarize(r)} for i, r in racing_runs.items()]
+        bayes_rows = [r for r in racing_rows if r["rule"] == "bayes"]
+        exact_rows = [r for r in racing_rows if r["rule"] == "exact"]
         sh_rows = [{**SH_GRID[i], **summarize(r)} for i, r in sh_runs.items()]
         population = {key: statistics.fmean(s[key] for s in stats) for key in stats[0]}
         results[name] = {
             "scenario": {**scenario, "skill": list(scenario["skill"])}, "population_mean_over_reps": population,
             "racing": racing_rows, "successive_halving": sh_rows,
-            "racing_frontier": frontier(racing_rows), "sh_frontier": frontier(sh_rows),
-            "best_recall_at_2x": {"racing": best_recall_at(racing_rows, 2.0),
+            "default_config": next(r for r in racing_rows if r["rule"] == DEFAULT.rule and
+                                   r["growth"] == DEFAULT.growth and r["miss_budget"] == DEFAULT.miss_budget),
+            "bayes_frontier": frontier(bayes_rows), "exact_frontier": frontier(exact_rows),
+            "sh_frontier": frontier(sh_rows),
+            "best_recall_at_2x": {"racing_bayes": best_recall_at(bayes_rows, 2.0),
+                                  "racing_exact": best_recall_at(exact_rows, 2.0),
                                   "successive_halving": best_recall_at(sh_rows, 2.0)},
+            "fastest_at_recall_0.95": {"racing_bayes": fastest_at(bayes_rows, 0.95),
+                                       "racing_exact": fastest_at(exact_rows, 0.95),
+                                       "successive_halving": fastest_at(sh_rows, 0.95)},
+            "fastest_at_recall_0.9": {"racing_bayes": fastest_at(bayes_rows, 0.9),
+                                      "racing_exact": fastest_at(exact_rows, 0.9),
+                                      "successive_halving": fastest_at(sh_rows, 0.9)},
         }
     return results
 
@@ -204,11 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         pop = res["population_mean_over_reps"]
         print(f"{name}: reward {pop['reward_mean']:.3f} sd {pop['reward_sd']:.3f} kth {pop['reward_kth']:.3f} "
               f"disagree {pop['pair_disagreement_rate']:.3f} tied@k {pop['members_tied_with_kth']:.1f}")
-        for method in ("racing", "successive_halving"):
+        row = res["default_config"]
+        print(f"  {'racing default':>18}: recall {row['recall_mean']:.3f} (min {row['recall_min']:.2f}) at "
+              f"{row['speedup_mean']:.2f}x")
+        for method in ("racing_bayes", "racing_exact", "successive_halving"):
             row = res["best_recall_at_2x"][method]
             print(f"  {method:>18} best recall at >=2x: " + (
                 "none" if row is None else f"{row['recall_mean']:.3f} (min {row['recall_min']:.2f}) at "
-                f"{row['speedup_mean']:.2f}x {({k: v for k, v in row.items() if k in ('first_slice', 'growth', 'delta', 'keep_fraction')})}"))
+                f"{row['speedup_mean']:.2f}x {({k: v for k, v in row.items() if k in ('first_slice', 'growth', 'miss_budget', 'delta', 'keep_fraction')})}"))
     print(f"wrote {out}")
     return 0
 

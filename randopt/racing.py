@@ -6,40 +6,62 @@ members still racing after the last slice have answered every train problem and 
 as full evaluation ranks them (randopt/rank.py). A stopped member keeps its partial reward, marked
 partial; it is never ranked against complete members.
 
-The dropping rule (why it is safe)
-----------------------------------
+What is being protected
+-----------------------
 The target is the full ranking on this train split, not an unknown "true" accuracy: a member is
-lost only if it is stopped although its reward on ALL train problems would have put it in the top-k
-(a tie with the k-th counts as in). So the question after m of the n problems is, for a pair of
-members c and i: will c's full reward be strictly higher than i's?
+lost only if it stops although its reward on ALL train problems would have put it in the top-k (a
+tie with the k-th counts as in). Two facts make early answers informative about that:
 
-* Paired. All members answer the same problems, so only the problems on which c and i disagree can
-  change their difference. Members of one population are perturbations of one model and agree on
-  most problems, so the discordant problems are few and the paired comparison is much sharper than
-  comparing two means (the problem-difficulty variance cancels).
-* Exact, with no distributional assumption beyond the order of the problems. plan_rounds visits the
-  problems in a seeded random order, so the m problems seen are a simple random sample without
-  replacement of the n. Given that m_d of the seen problems are discordant, c's wins among them
-  are hypergeometric: drawn from the N_d discordant problems of the whole split, of which N_plus are
-  c's. "c does not strictly beat i on the full split" means N_plus <= N_d / 2. The p-value is the
-  largest upper-tail probability of c's observed wins over every N_d the data allow (m_d to
-  m_d + n - m) with N_plus = floor(N_d / 2), the hardest case of the null. Nothing is
-  approximated: the finite population is exact, so near the end of the split, when the unseen
-  problems can no longer close a gap, the p-value is exactly 0, and a gap the unseen problems could
-  still close is never called certain.
-* Alpha spending. Each pairwise comparison is tested at delta / R at each of the R interim
-  checkpoints, so over the whole race the comparison errs with probability at most delta.
-* Dropping needs k witnesses. Member i stops only when at least k members each beat it
-  significantly. If i belongs in the full top-k (ties included), fewer than k members have a strictly
-  higher full reward, so at least one of the k witnesses is a comparison that erred; a member deep
-  in the top-k needs many errors at once. A witness must also lead i strictly on the problems seen,
-  so a member tied with the current k-th (or above it) can never stop, and at least k members
-  always race to the end.
+* Random order. plan_rounds visits the problems in a seeded random order, so the m problems a
+  member has answered are a simple random sample without replacement of the n. The unseen problems
+  are therefore exchangeable with the seen ones and the finite-population correction is exact (after
+  all n problems nothing is uncertain).
+* Pairing. All members answer the same problems. Members are perturbations of one model and agree
+  on most problems, so comparing members problem by problem (against the field's mean answer to that
+  problem, or against one another) cancels the problem-difficulty variance that dominates a single
+  member's mean.
+
+Two dropping rules (selection.rule)
+-----------------------------------
+bayes (default): the posterior probability pi_i that member i ends in the top-k, under an
+  empirical-Bayes model fitted to the whole field at each checkpoint:
+    - score_i = mean over seen problems of (correct_ij - field mean on problem j) (paired with the
+      field); its sampling sd is sqrt(s_i^2 / m * (n - m) / (n - 1)) (without replacement), with s_i^2
+      the member's per-problem variance, shrunk towards the field's average with PRIOR_PROBLEMS
+      pseudo-problems (20 answers say little about one member's variance) and floored at 1/(4m) (no
+      disagreement seen in m problems still allows a rate of about 1/m);
+    - the members' full-split scores have a common prior, estimated nonparametrically (Kiefer-
+      Wolfowitz maximum likelihood on a grid, by EM): the field itself says how far apart members
+      really are, so a member in the crowd is judged by how often crowd members end on top, not by
+      its own wide interval. This is what successive halving exploits implicitly by keeping a rank
+      share; here it is estimated, so wide populations (many broken members) drop many early and
+      narrow ones (mostly ties) drop few;
+    - pi_i = sum over grid points g of P(score_i = g | data) * P(fewer than k other members score
+      above g), the count of others a normal approximation of their independent posterior tails.
+  Each decision round drops the members with the smallest pi_i while the dropped pi_i add up to at
+  most miss_budget * k / R (R decision rounds): over the race the expected number of full top-k
+  members lost is at most miss_budget * k under the model, i.e. the expected recall is at least
+  1 - miss_budget. bench/racing_sim.py measures it on synthetic populations (correlated problems,
+  narrow and broken populations), where the realised recall lies at or above the budgeted one.
+exact: a guarantee without a model, paid for in speed. For a pair (c, i), the problems where they
+  disagree decide their difference; given m_d such problems seen, c's wins among them are
+  hypergeometric, drawn from the N_d disagreements of the whole split, N_plus of them c's. "c does not
+  strictly beat i on the full split" means N_plus <= N_d / 2; its p-value is the largest upper-tail
+  probability of c's wins over every N_d the data allow (m_d .. m_d + unseen) with N_plus =
+  floor(N_d / 2). Each pair is tested at delta / R per decision round (alpha spending: at most delta
+  over the race). Member i stops when at least k members beat it significantly; if i belongs in the
+  full top-k, fewer than k members end strictly above it, so at least one of those k verdicts is an
+  error of probability at most delta. Pairwise verdicts need many disagreements, so on populations of
+  near-identical members this rule stops few members (see bench/racing_sim.json).
+
+Guards common to both rules: a member whose partial reward is at or above the current k-th
+partial reward (ties included) never stops, so at least k members always race to the end; no decision
+is taken after the last slice (everything is known there); every (member, problem) pair is evaluated
+at most once, since each round's slice is disjoint from every earlier one.
 
 Rounds: the checkpoints (problems seen per member) grow geometrically, first_slice, first_slice *
-growth, ... up to n, so a round costs about the same as the previous one while the field shrinks and
-the late, expensive decisions are taken on many problems. Every (member, problem) pair is evaluated
-at most once: a round's slice is disjoint from every earlier slice.
+growth, ... up to n, so a round costs about the same as the previous one while the field shrinks;
+a last slice under half the previous one is folded into it (one round = one wave of jobs).
 
 Config block (for config/schema.yaml, under the top level)::
 
@@ -49,20 +71,24 @@ Config block (for config/schema.yaml, under the top level)::
     default: {}
     description: >
       How many train problems each member answers. full: every member answers every train problem.
-      racing: members answer growing slices and stop once at least k members are significantly
-      ahead of them on the problems they share (randopt/racing.py); every top-k list is still
-      decided on all train problems.
+      racing: members answer growing slices of the train problems in a seeded random order and stop
+      once they can no longer reach the largest top-k (randopt/racing.py); every top-k list is still
+      decided on all train problems, and a stopped member's reward is marked partial.
     properties:
       mode: {type: string, enum: [full, racing], default: full,
              description: "full: every member answers all train problems; racing: members that cannot reach the largest top-k stop early"}
-      first_slice: {type: integer, minimum: 1, default: 25,
+      rule: {type: string, enum: [bayes, exact], default: bayes,
+             description: "bayes: empirical-Bayes chance of ending in the top-k, within miss_budget; exact: model-free paired test, at most delta error per pair (slower)"}
+      first_slice: {type: integer, minimum: 2, default: 20,
                     description: "problems every member answers before the first drop decision"}
       growth: {type: number, exclusiveMinimum: 1, default: 2.0,
                description: "each checkpoint (problems seen per member) is growth times the previous one, capped at n_train"}
+      miss_budget: {type: number, exclusiveMinimum: 0, exclusiveMaximum: 1, default: 0.1,
+                    description: "bayes: expected share of the full top-k that racing may lose (expected recall >= 1 - miss_budget)"}
       delta: {type: number, exclusiveMinimum: 0, exclusiveMaximum: 1, default: 0.1,
-              description: "error budget per pair of members over the whole race; smaller keeps more members (safer, slower)"}
+              description: "exact: error probability per pair of members over the whole race"}
       order_seed: {type: integer, minimum: 0, default: 0,
-                   description: "seed of the random problem order the slices follow (the bound assumes a random order)"}
+                   description: "seed of the random problem order the slices follow (both rules assume a random order)"}
 """
 from __future__ import annotations
 
@@ -75,27 +101,37 @@ import pandas as pd
 
 from randopt.io import InputError
 
-DEFAULTS = {"mode": "full", "first_slice": 25, "growth": 2.0, "delta": 0.1, "order_seed": 0}
+DEFAULTS = {"mode": "full", "rule": "bayes", "first_slice": 20, "growth": 2.0, "miss_budget": 0.1,
+            "delta": 0.1, "order_seed": 0}
+RULES = ("bayes", "exact")
+PRIOR_PROBLEMS = 20     # pseudo-problems of the field's average variance added to each member's own
+GRID_POINTS = 240       # support points of the nonparametric prior
+EM_ITERATIONS = 150     # EM steps for the prior's weights (converged well within this on 512 members)
 
 
 @dataclass(frozen=True)
 class RacingConfig:
     """The racing knobs; see the module docstring's config block for what each one means."""
+    rule: str = DEFAULTS["rule"]
     first_slice: int = DEFAULTS["first_slice"]
     growth: float = DEFAULTS["growth"]
+    miss_budget: float = DEFAULTS["miss_budget"]
     delta: float = DEFAULTS["delta"]
     order_seed: int = DEFAULTS["order_seed"]
 
     def __post_init__(self):
-        if isinstance(self.first_slice, bool) or not isinstance(self.first_slice, (int, np.integer)) \
-                or self.first_slice < 1:
-            raise InputError(f"selection.first_slice must be an integer >= 1, got {self.first_slice!r}")
-        if not (isinstance(self.growth, (int, float)) and self.growth > 1 and math.isfinite(self.growth)):
+        if self.rule not in RULES:
+            raise InputError(f"selection.rule must be one of {list(RULES)}, got {self.rule!r}")
+        if not _is_int(self.first_slice) or self.first_slice < 2:
+            raise InputError(f"selection.first_slice must be an integer >= 2 (a variance needs two answers), "
+                             f"got {self.first_slice!r}")
+        if not (_is_number(self.growth) and self.growth > 1 and math.isfinite(self.growth)):
             raise InputError(f"selection.growth must be a number > 1 (checkpoints must grow), got {self.growth!r}")
-        if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
-            raise InputError(f"selection.delta must lie strictly between 0 and 1, got {self.delta!r}")
-        if isinstance(self.order_seed, bool) or not isinstance(self.order_seed, (int, np.integer)) \
-                or self.order_seed < 0:
+        for key in ("miss_budget", "delta"):
+            value = getattr(self, key)
+            if not (_is_number(value) and 0 < value < 1):
+                raise InputError(f"selection.{key} must lie strictly between 0 and 1, got {value!r}")
+        if not _is_int(self.order_seed) or self.order_seed < 0:
             raise InputError(f"selection.order_seed must be an integer >= 0, got {self.order_seed!r}")
 
     @classmethod
@@ -104,22 +140,32 @@ class RacingConfig:
         unknown = sorted(set(selection) - set(DEFAULTS))
         if unknown:
             raise InputError(f"selection has unknown keys {unknown}; the known ones are {sorted(DEFAULTS)}")
-        if selection.get("mode", DEFAULTS["mode"]) != "racing":
-            raise InputError(f"selection.mode is {selection.get('mode', DEFAULTS['mode'])!r}: racing knobs "
-                             f"apply only with mode: racing")
+        mode = selection.get("mode", DEFAULTS["mode"])
+        if mode != "racing":
+            raise InputError(f"selection.mode is {mode!r}: racing knobs apply only with mode: racing")
         return cls(**{k: v for k, v in selection.items() if k != "mode"})
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+# ----------------------------------------------------------------------------------------- rounds
+
 def checkpoints(n_problems: int, config: RacingConfig) -> list[int]:
     """Problems seen per racing member after each round: first_slice, *growth, ..., n_problems."""
-    if n_problems < 1:
-        raise InputError(f"racing needs at least one train problem, got n_problems={n_problems}")
+    if not _is_int(n_problems) or n_problems < 1:
+        raise InputError(f"racing needs at least one train problem, got n_problems={n_problems!r}")
     marks, m = [], float(config.first_slice)
     while round(m) < n_problems:
         if not marks or round(m) > marks[-1]:
             marks.append(int(round(m)))
         m *= config.growth
-    # A last slice smaller than half the previous one buys little and costs a round (a job wave):
+    # A last slice under half the previous one buys little and costs a round (a wave of jobs):
     # fold it into the previous round.
     if len(marks) >= 2 and n_problems - marks[-1] < (marks[-1] - marks[-2]) / 2:
         marks.pop()
@@ -130,12 +176,19 @@ def plan_rounds(n_problems: int, config: RacingConfig) -> list[np.ndarray]:
     """The problem indices each round adds: disjoint slices of a seeded permutation of 0..n-1.
 
     The slices together hold every problem exactly once. The order is random (seeded by
-    config.order_seed) because the bound treats the problems seen so far as a random sample.
+    config.order_seed) because both rules treat the problems seen so far as a random sample.
     """
     order = np.random.default_rng(config.order_seed).permutation(n_problems)
     marks = [0] + checkpoints(n_problems, config)
     return [np.sort(order[a:b]) for a, b in zip(marks[:-1], marks[1:])]
 
+
+def decision_rounds(n_problems: int, config: RacingConfig) -> int:
+    """R: the rounds after which members may stop (all but the last)."""
+    return max(1, len(checkpoints(n_problems, config)) - 1)
+
+
+# ------------------------------------------------------------------------------- rule: exact
 
 @lru_cache(maxsize=256)
 def _log_factorials(n: int) -> np.ndarray:
@@ -172,15 +225,14 @@ def pvalue_table(n_seen: int, n_problems: int) -> np.ndarray:
 
 
 def pairwise_pvalues(correct: np.ndarray, n_problems: int) -> tuple[np.ndarray, np.ndarray]:
-    """For members x seen-problems 0/1 answers: p[c, i] (c beats i on the full split is rejected
-    as a null at level p) and lead[c, i] = c's correct answers minus i's on the problems seen."""
+    """For members x seen-problems 0/1 answers: p[c, i], the p-value of "c does not strictly beat i
+    on the full split", and lead[c, i] = c's correct answers minus i's on the problems seen."""
     x = np.asarray(correct, dtype=np.int64)
-    n_seen = x.shape[1]
     both = x @ x.T                       # problems both members got right
     right = x.sum(axis=1)
     wins = right[:, None] - both         # c right, i wrong
     discordant = wins + wins.T
-    table = pvalue_table(n_seen, n_problems)
+    table = pvalue_table(x.shape[1], n_problems)
     return table[discordant, wins], right[:, None] - right[None, :]
 
 
@@ -190,24 +242,93 @@ def beaten_by(correct: np.ndarray, n_problems: int, level: float) -> np.ndarray:
     return ((p <= level) & (lead > 0)).sum(axis=0)
 
 
-def level_per_checkpoint(n_problems: int, config: RacingConfig) -> float:
-    """delta spent evenly over the interim checkpoints (no decision follows the last round)."""
-    return config.delta / max(1, len(checkpoints(n_problems, config)) - 1)
+# ------------------------------------------------------------------------------- rule: bayes
+
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(math.erf)(np.asarray(z, dtype=float) / math.sqrt(2.0)))
 
 
-def keep_mask(correct: np.ndarray, k: int, n_problems: int, config: RacingConfig) -> np.ndarray:
-    """True for the members that race on: fewer than k members beat them significantly.
+def topk_probabilities(correct: np.ndarray, n_problems: int, k: int) -> np.ndarray:
+    """pi_i: the empirical-Bayes posterior probability that member i's full-split reward ends among
+    the k best of these members (see the module docstring, rule bayes)."""
+    x = np.asarray(correct, dtype=float)
+    n_members, m = x.shape
+    paired = x - x.mean(axis=0)           # each answer against the field's mean on that problem
+    score = paired.mean(axis=1)
+    own_var = paired.var(axis=1, ddof=1) if m >= 2 else np.full(n_members, 0.25)
+    variance = (m * own_var + PRIOR_PROBLEMS * own_var.mean()) / (m + PRIOR_PROBLEMS)
+    variance = np.maximum(variance, 1.0 / (4 * m))
+    se = np.sqrt(variance / m * (n_problems - m) / max(n_problems - 1, 1))
+    grid = np.linspace(score.min() - 4 * se.max(), score.max() + 4 * se.max(), GRID_POINTS)
+    log_lik = -0.5 * ((score[:, None] - grid[None, :]) / se[:, None]) ** 2 - np.log(se)[:, None]
+    lik = np.exp(log_lik - log_lik.max(axis=1, keepdims=True))   # rows rescaled: no underflow
+    weights = np.full(GRID_POINTS, 1.0 / GRID_POINTS)
+    for _ in range(EM_ITERATIONS):        # Kiefer-Wolfowitz NPMLE of the prior by EM
+        posterior = lik * weights
+        posterior /= posterior.sum(axis=1, keepdims=True)
+        weights = posterior.mean(axis=0)
+    posterior = lik * weights
+    posterior /= posterior.sum(axis=1, keepdims=True)
+    above = np.cumsum(posterior[:, ::-1], axis=1)[:, ::-1] - posterior   # P(score_c > g)
+    others_mean = above.sum(axis=0)[None, :] - above
+    others_var = (above * (1 - above)).sum(axis=0)[None, :] - above * (1 - above)
+    # P(fewer than k others above g): normal approximation with continuity correction
+    fewer_than_k = _normal_cdf((k - 0.5 - others_mean) / np.sqrt(others_var + 1e-12))
+    return np.clip((posterior * fewer_than_k).sum(axis=1), 0.0, 1.0)
 
-    correct: racing members x problems seen so far (0/1), every member on the same problems.
+
+def cheapest_drops(pi: np.ndarray, protected: np.ndarray, allowance: float) -> np.ndarray:
+    """Drop the least likely members first while their probabilities add up to <= allowance."""
+    order = np.argsort(pi, kind="stable")
+    order = order[~protected[order]]
+    n_drop = int(np.searchsorted(np.cumsum(pi[order]), allowance, side="right"))
+    drop = np.zeros(len(pi), dtype=bool)
+    drop[order[:n_drop]] = True
+    return drop
+
+
+# ------------------------------------------------------------------------------- decisions
+
+@dataclass
+class Verdict:
+    """One round's decision on the racing members, in their row order."""
+    keep: np.ndarray                     # bool per member
+    expected_misses: float | None = None  # bayes: sum of the dropped members' pi
+
+
+def decide(correct: np.ndarray, k: int, n_problems: int, config: RacingConfig) -> Verdict:
+    """Which racing members go on after the problems seen so far.
+
+    correct: racing members x problems seen so far (0/1), every member on the same problems, in the
+    plan's order or any order (only the set matters). k: the largest top-k size.
     """
     correct = np.asarray(correct)
-    n_members = correct.shape[0]
+    if correct.ndim != 2:
+        raise InputError(f"racing needs a members x problems table, got shape {correct.shape}")
+    n_members, n_seen = correct.shape
     if not 1 <= k <= n_members:
         raise InputError(f"k={k} must lie in 1..{n_members} (the members still racing); k is the largest "
                          f"top-k size, round(max(topk.fractions) * population)")
-    if correct.shape[1] >= n_problems:   # every problem seen: nothing left to save, rank exactly
-        return np.ones(n_members, dtype=bool)
-    return beaten_by(correct, n_problems, level_per_checkpoint(n_problems, config)) < k
+    if n_seen > n_problems:
+        raise InputError(f"members have answered {n_seen} problems but the split has {n_problems}")
+    if not np.isin(correct, (0, 1)).all():
+        raise InputError("racing tables hold 0/1 exact-answer correctness; found other values")
+    if n_seen >= n_problems:             # every problem seen: nothing left to save, rank exactly
+        return Verdict(np.ones(n_members, dtype=bool))
+    right = correct.sum(axis=1)
+    protected = right >= np.sort(right)[::-1][k - 1]   # at or above the current k-th, ties included
+    rounds = decision_rounds(n_problems, config)
+    if config.rule == "exact":
+        drop = (beaten_by(correct, n_problems, config.delta / rounds) >= k) & ~protected
+        return Verdict(~drop)
+    pi = topk_probabilities(correct, n_problems, k)
+    drop = cheapest_drops(pi, protected, config.miss_budget * k / rounds)
+    return Verdict(~drop, float(pi[drop].sum()))
+
+
+def keep_mask(correct: np.ndarray, k: int, n_problems: int, config: RacingConfig) -> np.ndarray:
+    """True for the members that race on (decide(...).keep)."""
+    return decide(correct, k, n_problems, config).keep
 
 
 @dataclass
@@ -223,17 +344,21 @@ def survivors(rows: pd.DataFrame, k: int, config: RacingConfig, n_problems: int)
 
     The rows must hold exactly the racing members' answers to the problems of the rounds so far
     (plan_rounds), every member on every one of them. Returns the members that go on, the ones that
-    stop (they keep their partial rewards), and the report: round, problems seen per member,
-    members before/dropped/kept, and the problem slots this round's drops save.
+    stop (they keep their partial rewards), and the report for the record: round, problems seen per
+    member, members racing/dropped/kept, the problem slots this round's drops save, and (rule bayes)
+    the expected number of full top-k members among the dropped.
     """
     missing = {"seed", "sigma", "problem", "correct"} - set(rows.columns)
     if missing:
         raise InputError(f"racing rows lack columns {sorted(missing)}; pass the shard rows of the racing members")
-    if rows.duplicated(["seed", "sigma", "problem"]).any():
-        first = rows[rows.duplicated(["seed", "sigma", "problem"])].iloc[0]
+    if rows.empty:
+        raise InputError("racing rows are empty: the round's shards wrote no rows")
+    duplicated = rows.duplicated(["seed", "sigma", "problem"])
+    if duplicated.any():
+        first = rows[duplicated].iloc[0]
         raise InputError(f"member seed {int(first.seed)} sigma {first.sigma} has problem {int(first.problem)} "
                          f"twice: shard rows from two rounds overlap; a (member, problem) is evaluated once")
-    if not rows["correct"].isin([0, 1, True, False]).all():
+    if not rows["correct"].isin([0, 1]).all():
         raise InputError("racing rows: 'correct' must be 0/1 (exact-answer correctness)")
     table = rows.pivot(index=["seed", "sigma"], columns="problem", values="correct")
     marks = checkpoints(n_problems, config)
@@ -250,14 +375,16 @@ def survivors(rows: pd.DataFrame, k: int, config: RacingConfig, n_problems: int)
         member = table.index[table.isna().any(axis=1)][0]
         raise InputError(f"member seed {member[0]} sigma {member[1]} lacks answers to some of the round's "
                          f"problems: every racing member must answer the whole slice before a decision")
-    keep = keep_mask(table.to_numpy(dtype=np.int64), k, n_problems, config)
+    verdict = decide(table.to_numpy(dtype=np.int64), k, n_problems, config)
     members = [(int(s), float(g)) for s, g in table.index]
-    kept = [m for m, flag in zip(members, keep) if flag]
-    dropped = [m for m, flag in zip(members, keep) if not flag]
-    return RoundDecision(kept, dropped, {
-        "round": round_index, "problems_seen": seen, "members": len(members),
-        "dropped": len(dropped), "kept": len(kept),
-        "slots_saved": len(dropped) * (n_problems - seen)})
+    kept = [m for m, flag in zip(members, verdict.keep) if flag]
+    dropped = [m for m, flag in zip(members, verdict.keep) if not flag]
+    report = {"round": round_index, "problems_seen": seen, "members": len(members),
+              "dropped": len(dropped), "kept": len(kept), "slots_saved": len(dropped) * (n_problems - seen),
+              "rule": config.rule}
+    if verdict.expected_misses is not None:
+        report["expected_topk_misses"] = verdict.expected_misses
+    return RoundDecision(kept, dropped, report)
 
 
 @dataclass
@@ -285,8 +412,9 @@ def race(correct: np.ndarray, k: int, config: RacingConfig) -> RaceResult:
         revealed.extend(slice_.tolist())
         seen[alive] = len(revealed)
         ids = np.flatnonzero(alive)
-        keep = keep_mask(correct[np.ix_(ids, np.sort(revealed))], k, n_problems, config)
-        alive[ids[~keep]] = False
+        verdict = decide(correct[np.ix_(ids, np.sort(revealed))], k, n_problems, config)
+        alive[ids[~verdict.keep]] = False
         rounds.append({"round": index, "problems_seen": len(revealed), "members": int(len(ids)),
-                       "dropped": int((~keep).sum()), "slots": int(len(ids) * len(slice_))})
+                       "dropped": int((~verdict.keep).sum()), "slots": int(len(ids) * len(slice_)),
+                       "expected_topk_misses": verdict.expected_misses})
     return RaceResult(alive, seen, rounds)
