@@ -134,9 +134,13 @@ def describe(table: np.ndarray, k: int, rng: np.random.Generator) -> dict:
 def summarize(runs: list[dict]) -> dict:
     recalls = [r["recall"] for r in runs]
     speedups = [r["speedup"] for r in runs]
-    return {"speedup_mean": statistics.fmean(speedups), "speedup_min": min(speedups),
-            "recall_mean": statistics.fmean(recalls), "recall_min": min(recalls),
-            "recall_sd": statistics.stdev(recalls) if len(recalls) > 1 else 0.0}
+    summary = {"speedup_mean": statistics.fmean(speedups), "speedup_min": min(speedups),
+               "recall_mean": statistics.fmean(recalls), "recall_min": min(recalls),
+               "recall_sd": statistics.stdev(recalls) if len(recalls) > 1 else 0.0}
+    if "expected_misses" in runs[0]:
+        summary["expected_misses_mean"] = statistics.fmean(r["expected_misses"] for r in runs)
+        summary["dropped_at_or_above_kth_mean"] = statistics.fmean(r["dropped_at_or_above_kth"] for r in runs)
+    return summary
 
 
 def frontier(rows: list[dict]) -> list[dict]:
@@ -176,8 +180,13 @@ def run(reps: int, seed: int) -> dict:
                 # a fresh problem order per repetition, as a fresh train split would give
                 config = RacingConfig(order_seed=rep, **knobs)
                 result = race(table, K, config)
+                # calibration of rule bayes: the misses it expected against the members it dropped
+                # whose full reward is at or above the full k-th (the event pi_i is about)
+                at_or_above = rewards >= np.sort(rewards)[::-1][K - 1]
                 racing_runs[i].append({"speedup": total_slots / result.slots,
-                                       "recall": recall_with_ties(rewards, result.finished, K)})
+                                       "recall": recall_with_ties(rewards, result.finished, K),
+                                       "expected_misses": sum(r["expected_topk_misses"] or 0.0 for r in result.rounds),
+                                       "dropped_at_or_above_kth": int((at_or_above & ~result.finished).sum())})
             order = np.concatenate(plan_rounds(N_PROBLEMS, RacingConfig(first_slice=N_PROBLEMS, order_seed=rep)))
             for i, knobs in enumerate(SH_GRID):
                 finished, slots = successive_halving(table, K, knobs["first_slice"], knobs["keep_fraction"], order)
