@@ -52,7 +52,8 @@ exact: a guarantee without a model, paid for in speed. For a pair (c, i), the pr
   over the race). Member i stops when at least k members beat it significantly; if i belongs in the
   full top-k, fewer than k members end strictly above it, so at least one of those k verdicts is an
   error of probability at most delta. Pairwise verdicts need many disagreements, so on populations of
-  near-identical members this rule stops few members (see bench/racing_sim.json).
+  near-identical members this rule stops few members (see bench/racing_sim.json). Its p-value tables
+  grow with the cube of the split: it takes splits of up to EXACT_MAX_PROBLEMS (1000) problems.
 
 Guards common to both rules: a member whose partial reward is at or above the current k-th
 partial reward (ties included) never stops, so at least k members always race to the end; no decision
@@ -78,7 +79,7 @@ Config block (for config/schema.yaml, under the top level)::
       mode: {type: string, enum: [full, racing], default: full,
              description: "full: every member answers all train problems; racing: members that cannot reach the largest top-k stop early"}
       rule: {type: string, enum: [bayes, exact], default: bayes,
-             description: "bayes: empirical-Bayes chance of ending in the top-k, within miss_budget; exact: model-free paired test, at most delta error per pair (slower)"}
+             description: "bayes: empirical-Bayes chance of ending in the top-k, within miss_budget; exact: model-free paired test, at most delta error per pair (slower; n_train <= 1000)"}
       first_slice: {type: integer, minimum: 2, default: 20,
                     description: "problems every member answers before the first drop decision"}
       growth: {type: number, exclusiveMinimum: 1, default: 2.0,
@@ -107,6 +108,7 @@ RULES = ("bayes", "exact")
 PRIOR_PROBLEMS = 20     # pseudo-problems of the field's average variance added to each member's own
 GRID_POINTS = 240       # support points of the nonparametric prior
 EM_ITERATIONS = 150     # EM steps for the prior's weights (converged well within this on 512 members)
+EXACT_MAX_PROBLEMS = 1000  # rule exact's p-value tables grow with the cube of the split (about 10 s at 1000)
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,10 @@ def pvalue_table(n_seen: int, n_problems: int) -> np.ndarray:
     """
     if not 0 <= n_seen <= n_problems:
         raise InputError(f"n_seen={n_seen} must lie in 0..n_problems={n_problems}")
+    if n_problems > EXACT_MAX_PROBLEMS:
+        # the table costs about n_seen^2 * unseen / 2 terms: seconds at 1000 problems, minutes past 2000
+        raise InputError(f"selection.rule exact supports up to {EXACT_MAX_PROBLEMS} train problems, got "
+                         f"{n_problems}; use rule bayes, or race on a train split of that size")
     unseen = n_problems - n_seen
     lf = _log_factorials(n_problems)
     table = np.zeros((n_seen + 1, n_seen + 1))

@@ -153,6 +153,11 @@ def test_exact_pvalues_see_a_gap_the_unseen_problems_cannot_close():
     assert table[10, 10] > 0.0
 
 
+def test_exact_rule_refuses_splits_too_large_for_its_tables():
+    with pytest.raises(InputError, match="rule bayes"):
+        pvalue_table(10, 1001)
+
+
 # ------------------------------------------------------------------ the bayes rule's calibration
 
 def test_bayes_rule_keeps_its_expected_recall_on_correlated_populations():
