@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import importlib.metadata
+import math
 import os
 import platform
 import subprocess
@@ -58,6 +59,28 @@ def benchmark_seconds(paths: list[str]) -> float:
             for row in csv.DictReader(fh, delimiter="\t"):
                 total += float(row["s"])
     return total
+
+
+def wall_clock_span(intervals: list[tuple[float, float]]) -> float:
+    """Seconds from the first job's start to the last job's end: a stage's wall-clock time, whether
+    its jobs ran one after another or side by side on several GPUs. (A sum of job times counts jobs
+    that overlap once each, so data parallelism would show as a lower throughput.)"""
+    spans = [(float(a), float(b)) for a, b in intervals]
+    if not spans:
+        raise ValueError("no job intervals to take a wall-clock span of (a stage with no jobs?)")
+    for a, b in spans:
+        if not (math.isfinite(a) and math.isfinite(b)) or b < a:
+            raise ValueError(f"job interval ({a}, {b}) is not a start followed by an end (seconds since the epoch)")
+    return max(b for _, b in spans) - min(a for a, _ in spans)
+
+
+def job_intervals(timings: list[dict], what: str = "shard timings") -> list[tuple[float, float]]:
+    """(started_at, ended_at) of each job from the stages' timings JSON (seconds since the epoch)."""
+    missing = [i for i, t in enumerate(timings) if "started_at" not in t or "ended_at" not in t]
+    if missing:
+        raise ValueError(f"{len(missing)} of {len(timings)} {what} have no started_at/ended_at (written by older "
+                         f"code): rerun those jobs so the record can take the stage's wall-clock span")
+    return [(t["started_at"], t["ended_at"]) for t in timings]
 
 
 def records_row(record: dict) -> tuple[str, str]:

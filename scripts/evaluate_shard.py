@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     def body():
         if args.last_seed < args.first_seed or args.first_seed < 0:
             raise ValueError(f"bad seed range {args.first_seed}..{args.last_seed}")
-        start = time.perf_counter()
+        started_at, start = time.time(), time.perf_counter()
         verify_against_manifest(args.train)
         problems = read_jsonl(args.train, required=("id", "question", "answer"))
         spec = DecodeSpec.from_config(args.decode)
@@ -59,6 +59,8 @@ def main(argv=None) -> int:
             "load_s": load_s, "switch_s": float(per_seed["switch_s"].sum()),
             "generate_s": float(per_seed["generate_s"].sum()), "gen_tokens": int(table["n_tokens"].sum()),
             "seconds": time.perf_counter() - start, "compute_dtype": engine_compute_dtype(engine),
+            # Epoch seconds, so the record can take the stage's wall-clock span over its shards.
+            "started_at": started_at, "ended_at": time.time(),
         })
 
     return run_stage("evaluate_shard", body)
