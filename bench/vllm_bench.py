@@ -71,6 +71,9 @@ def bench() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--tp", type=int, default=1, help="tensor_parallel_size (GPUs of one engine)")
+    parser.add_argument("--keep-model", action="store_true",
+                        help="leave the random model in /tmp/randopt-bench for a next run (e.g. at another --tp)")
     args = parser.parse_args()
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -82,7 +85,7 @@ def bench() -> None:
     model_dir = build_random_7b(Path("/tmp/randopt-bench/qwen2.5-7b-random"), args.tokenizer)
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    engine = make_engine("vllm", str(model_dir), batch_size=256, max_context=1024)
+    engine = make_engine("vllm", str(model_dir), batch_size=256, max_context=1024, tensor_parallel_size=args.tp)
     start_s = time.perf_counter() - t0
     prompts = [engine.chat_prompt(p["question"]) for p in generate_problems(args.prompts, 5, "easy")]
     ids = [TokensPrompt(prompt_token_ids=engine.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
@@ -102,7 +105,8 @@ def bench() -> None:
     gen_s = sum(r["generate_s"] for r in rows)
     tokens = sum(r["tokens"] for r in rows)
     result = {
-        "gpu": torch.cuda.get_device_name(0), "model": "random Qwen2.5-7B-shaped bf16", "setup": engine.setup,
+        "gpu": torch.cuda.get_device_name(0), "tensor_parallel_size": args.tp,
+        "model": "random Qwen2.5-7B-shaped bf16", "setup": engine.setup,
         "engine_core": ("in this process" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
                         else "a separate process"),
         "protocol": {"prompts": args.prompts, "max_tokens": args.tokens, "ignore_eos": True, "seeds": args.seeds},
@@ -118,9 +122,11 @@ def bench() -> None:
     print(f"{'seed-loop overhead':28s} {100 * result['loop_overhead']:9.2f}%")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "vllm_bench.json").write_text(json.dumps(result, indent=2, default=str))
+    name = "vllm_bench.json" if args.tp == 1 else f"vllm_bench_tp{args.tp}.json"
+    (out / name).write_text(json.dumps(result, indent=2, default=str))
     print(json.dumps(result, indent=2, default=str))
-    shutil.rmtree("/tmp/randopt-bench", ignore_errors=True)
+    if not args.keep_model:
+        shutil.rmtree("/tmp/randopt-bench", ignore_errors=True)
 
 
 if __name__ == "__main__":
