@@ -38,8 +38,8 @@ while [ $# -gt 0 ]; do
       mkdir -p /tmp/vw && cp -r "$w"/.whl-vllm/c0* /tmp/vw/ 2>/dev/null
       cp "$w"/.whl-vllm/MANIFEST.tsv "$w"/.whl-vllm/install.sh /tmp/vw/
       bash /tmp/vw/install.sh /tmp/vw > "$OUT/install.log" 2>&1 || { status=1; tail -20 "$OUT/install.log"; }
-      python3 -m pip install -q --no-index --no-deps --no-compile "$w"/.whl/*.whl "$w"/.whl2/*.whl 2>&1 \
-        | tee -a "$OUT/install.log"
+      python3 -m pip install -q --no-index --no-deps --no-compile "$w"/.whl/*.whl \
+        $(ls "$w"/.whl2/*.whl /tmp/vw/extra/*.whl 2>/dev/null | head -1) 2>&1 | tee -a "$OUT/install.log"
       python3 -c "import vllm, snakemake, jsonschema, torch; print('vllm', vllm.__version__, 'snakemake', snakemake.__version__, 'gpus', torch.cuda.device_count())" \
         2>&1 | tee -a "$OUT/install.log" || status=1
       nvidia-smi topo -m 2>&1 | tee -a "$OUT/install.log" ;;
