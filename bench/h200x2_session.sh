@@ -53,9 +53,13 @@ while [ $# -gt 0 ]; do
       } 2>&1 | tee "$OUT/tp.log" ;;
     q7w)
       { timeout 120 python3 bench/vllm_tp.py build-7b --dir /tmp/q7b-2layer --out "$OUT/h200x2_q7b2_build.json"
+        # SmolLM2 has 9 attention heads, so it cannot run at TP 2: the TP 1 / TP 2 comparison runs here.
         # gpu_memory_utilization 0.6: this process computes the reference on GPU 0 beside the engine
-        RANDOPT_TP_GPU_UTIL=0.6 timeout 400 python3 bench/vllm_tp.py weights --tp 2 --model /tmp/q7b-2layer \
-          --out "$OUT/h200x2_tp2_qwen7b_2layer.json" || echo "PART FAILED: q7w"
+        RANDOPT_TP_GPU_UTIL=0.6 timeout 200 python3 bench/vllm_tp.py reference --model /tmp/q7b-2layer \
+          --out "$OUT/h200x2_tp1_qwen7b_2layer.json" || echo "PART FAILED: q7 reference"
+        RANDOPT_TP_GPU_UTIL=0.6 timeout 330 python3 bench/vllm_tp.py check --tp 2 --model /tmp/q7b-2layer \
+          --reference "$OUT/h200x2_tp1_qwen7b_2layer.json" --out "$OUT/h200x2_tp2_qwen7b_2layer.json" \
+          || echo "PART FAILED: q7 check"
       } 2>&1 | tee "$OUT/q7w.log" ;;
     bench7)
       { model=$(smollm2)
