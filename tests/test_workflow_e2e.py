@@ -1,4 +1,5 @@
 """The whole DAG, for real, on a tiny random Qwen2 and tiny data."""
+import json
 import math
 
 import pandas as pd
@@ -41,6 +42,19 @@ def test_record_is_complete(finished_run):
     assert record["throughput"]["seeds_per_s"] > 0 and record["throughput"]["gen_tokens_per_s"] > 0
     assert record["versions"]["torch"] and record["hardware"]["cpu_count"] >= 1
     assert (workdir / "RECORDS.md").read_text().count("| tiny |") == 1
+
+
+def test_record_times_evaluate_shard_by_its_wall_clock_span(finished_run):
+    # The span from the first shard's start to the last one's end, not the shards' times added up
+    # (those count shards that ran side by side on several GPUs twice).
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    shards = [json.loads(p.read_text()) for p in (workdir / "results" / "shards").rglob("*.timings.json")]
+    assert len(shards) == 4
+    span = max(s["ended_at"] for s in shards) - min(s["started_at"] for s in shards)
+    assert record["timings_s"]["evaluate_shard"] == pytest.approx(span)
+    assert record["throughput"]["seeds_per_s"] == pytest.approx(8 / span)
+    assert record["throughput"]["evaluate_shard_jobs_s"] == pytest.approx(sum(s["seconds"] for s in shards))
 
 
 def test_members_are_the_top_of_the_rank_table(finished_run):
