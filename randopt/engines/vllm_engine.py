@@ -64,7 +64,8 @@ class VllmEngine:
         self.max_context = int(max_context)
         positions = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings", 2048)
         max_model_len = max_model_len or min(positions, max(self.max_context, 2048))
-        self.max_context = min(self.max_context, max_model_len)
+        # a scoring window is a prompt that generates one token: window + 1 must fit max_model_len
+        self.max_context = min(self.max_context, max_model_len - 1)
         from vllm import LLM  # after the environment above: vLLM reads it when the engine is built
 
         self.llm = LLM(model=self.model_dir, tokenizer=self.model_dir, dtype="auto", seed=0,
