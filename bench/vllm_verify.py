@@ -125,8 +125,8 @@ def switch_under_graphs(vllm, prompts, sigma) -> dict:
 
 
 def default_protocol_timing(vllm, n_seeds=16) -> dict:
-    import yaml  # the config as written (jsonschema may be absent on a GPU image)
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    from randopt.config import load_yaml, validate  # the embedded default, schema defaults filled
+    config = validate(load_yaml(REPO / "config" / "config.yaml"))
     problems = [dict(p, id=f"train-{i}") for i, p in enumerate(generate_problems(config["gsm8k"]["n_train"], 1, "easy"))]
     spec = DecodeSpec.from_config(config["decode"])
     prompts = build_prompts(vllm, problems, spec)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from randopt.config import check_decode
 from randopt.engines.base import Engine
 from randopt.gsm8k import extract_answer, is_correct
 
@@ -25,6 +26,9 @@ class DecodeSpec:
 
     @classmethod
     def from_config(cls, decode: dict) -> "DecodeSpec":
+        """From the config's decode block or a --decode argument, checked against the schema's
+        definitions.decode (defaults filled): a bad key is an error naming it before any engine loads."""
+        decode = check_decode(decode)
         return cls(max_tokens=int(decode["max_tokens"]), stop=tuple(decode["stop"]), system=decode.get("system"),
                    examples=tuple(tuple(e) for e in decode.get("examples", ())))
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from randopt.io import (InputError, atomic_path, canonical_json, check_source_kind, read_jsonl, require_int,
+from randopt.config import check_source
+from randopt.io import (InputError, atomic_path, canonical_json, read_jsonl,
                         sha256_bytes)
 
 SPLITS = ("train", "test")
-HUB_GSM8K_REPO = "openai/gsm8k"
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
 # A number: an optional sign (before a "$", or after it), digits (commas between digits are
@@ -182,40 +182,24 @@ def load_parquet(path: str | Path) -> list[dict]:
 # Sources and freezing
 # ---------------------------------------------------------------------------------------------
 
-_SOURCE_KEYS = {
-    "generated": ({"seed", "n_train_pool", "n_test_pool"}, None),  # extra keys: difficulty knobs
-    "jsonl": ({"path"}, set()),
-    "hub": ({"revision"}, {"repo", "config"}),
-}
-
-
-def _require_int(source: Mapping, key: str, minimum: int) -> int:
-    return require_int("GSM8K source", source, key, minimum)
-
-
 def load_pools(source: Mapping, *, cache_dir: str | Path | None = None) -> dict[str, list[dict]]:
     """The full train and test pools of a source, each [{"question", "answer"}] in source order."""
-    kind = check_source_kind("GSM8K source", source, _SOURCE_KEYS)
+    source = check_source("gsm8k", dict(source))  # the schema's definition of the kind (config/schema.yaml)
+    kind = source["kind"]
     if kind == "generated":
         from randopt import synth
 
-        seed = _require_int(source, "seed", 0)
-        n_train = _require_int(source, "n_train_pool", 1)
-        n_test = _require_int(source, "n_test_pool", 1)
-        knobs = {k: v for k, v in source.items() if k not in {"kind", "seed", "n_train_pool", "n_test_pool"}}
-        difficulty = synth.resolve_difficulty(knobs.pop("difficulty", "medium"), **knobs)
+        difficulty = synth.resolve_difficulty(source["difficulty"])
         # One stream, split in two: train and test never share a question.
-        problems = synth.generate_problems(n_train + n_test, seed, difficulty=difficulty)
-        return {"train": problems[:n_train], "test": problems[n_train:]}
+        problems = synth.generate_problems(source["n_train_pool"] + source["n_test_pool"], source["seed"],
+                                           difficulty=difficulty)
+        return {"train": problems[:source["n_train_pool"]], "test": problems[source["n_train_pool"]:]}
     if kind == "jsonl":
-        if not isinstance(source["path"], str):
-            raise InputError(f"GSM8K source: 'path' must be a string, got {source['path']!r}")
         root = Path(source["path"])
         if not root.is_dir():
             raise InputError(f"GSM8K source path {root}: not a directory; give the directory holding train.jsonl and test.jsonl")
         return {split: load_jsonl(root / f"{split}.jsonl") for split in SPLITS}
-    repo = source.get("repo", HUB_GSM8K_REPO)
-    config = source.get("config", "main")
+    repo, config = source["repo"], source["config"]
     return {
         split: load_parquet(hf_dataset_file(repo, f"{config}/{split}-00000-of-00001.parquet",
                                             source["revision"], cache_dir))

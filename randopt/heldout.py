@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from randopt.gsm8k import check_sha256, hf_dataset_file
-from randopt.io import (InputError, atomic_path, canonical_json, check_source_kind, read_jsonl, require_int,
+from randopt.config import check_source
+from randopt.io import (InputError, atomic_path, canonical_json, read_jsonl,
                         sha256_bytes, sha256_file)
 from randopt.synth import StableRng
 
@@ -189,25 +190,6 @@ def synthetic_heldout(n_docs: int, seed: int) -> list[dict]:
 # File and Hub sources
 # ---------------------------------------------------------------------------------------------
 
-_SOURCE_KEYS = {  # kind: (required, optional)
-    "synthetic": ({"n_docs", "seed"}, set()),
-    "jsonl": ({"path", "n_docs"}, {"start"}),
-    "parquet": ({"path", "n_docs"}, {"start"}),
-    "hub": ({"revision", "file", "n_docs"}, {"repo", "start"}),
-}
-
-
-def _check_source(source: Any) -> dict:
-    check_source_kind("held-out source", source, _SOURCE_KEYS)
-    source = dict(source)
-    if "path" in source and not isinstance(source["path"], str):
-        raise InputError(f"held-out source: 'path' must be a string, got {source['path']!r}")
-    for key, minimum in (("n_docs", 1), ("start", 0), ("seed", 0)):
-        if key in source:
-            require_int("held-out source", source, key, minimum)
-    return source
-
-
 def _range_error(where: str, start: int, n: int, total: int) -> InputError:
     return InputError(
         f"{where}: rows [{start}, {start + n}) asked for, but it has only {total} rows; "
@@ -269,18 +251,17 @@ def read_parquet_rows(path: str | Path, start: int, n_docs: int) -> tuple[list[d
 
 def load_heldout(source: Mapping, *, cache_dir: str | Path | None = None) -> tuple[list[dict], dict]:
     """The documents of a source, [{"id", "text"}], and a description of the source for the manifest."""
-    source = _check_source(source)
+    source = check_source("heldout", dict(source))  # the schema's definition of the kind
     kind = source["kind"]
     if kind == "synthetic":
         return synthetic_heldout(source["n_docs"], source["seed"]), source
-    start, n = source.setdefault("start", 0), source["n_docs"]
+    start, n = source["start"], source["n_docs"]
     if kind == "jsonl":
         rows = read_jsonl_rows(source["path"], start, n)
         return rows, {**source, "file_sha256": sha256_file(source["path"])}
     if kind == "parquet":
         rows, total = read_parquet_rows(source["path"], start, n)
         return rows, {**source, "file_sha256": sha256_file(source["path"]), "file_rows": total}
-    source.setdefault("repo", FINEWEB_EDU_REPO)
     local = hf_dataset_file(source["repo"], source["file"], source["revision"], cache_dir)
     rows, total = read_parquet_rows(local, start, n)
     return rows, {**source, "file_rows": total}

@@ -136,32 +136,6 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def check_source_kind(label: str, source: Any, kinds: Mapping[str, tuple[set, set | None]]) -> str:
-    """A data source given as {"kind": ..., **its keys}: the kind must be one of ``kinds``, which maps a
-    kind to (required keys, optional keys; None: any extra key allowed). Returns the kind."""
-    if not isinstance(source, Mapping):
-        raise InputError(f"{label} must be a JSON object with a 'kind', got {source!r}")
-    kind = source.get("kind")
-    if kind not in kinds:
-        raise InputError(f"{label}: unknown kind {kind!r}; use one of {sorted(kinds)}")
-    required, optional = kinds[kind]
-    missing = sorted(required - set(source))
-    if missing:
-        raise InputError(f"{label} of kind {kind!r}: missing key(s) {missing}")
-    if optional is not None:
-        unknown = sorted(set(source) - required - optional - {"kind"})
-        if unknown:
-            raise InputError(f"{label} of kind {kind!r}: unknown key(s) {unknown}; allowed: {sorted(required | optional)}")
-    return kind
-
-
-def require_int(label: str, source: Mapping, key: str, minimum: int) -> int:
-    value = source[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{label}: {key!r} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def verify_against_manifest(path: str | os.PathLike) -> None:
     """A frozen input (split, held-out slice) next to the manifest.json that its stage wrote must still
     have the sha256 recorded there: a file edited after it was written is an error naming the file and

@@ -6,12 +6,15 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from randopt.config import ConfigError, gsm8k_source, heldout_source, sigma_label, validate
+from randopt.config import ConfigError, check_model_files, gsm8k_source, heldout_source, sigma_label, validate
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.keys import code_version, run_keys
 
+# At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
+# model dir exists; the tensor-parallel size divides its attention heads).
 try:
     config = validate(config)
+    check_model_files(config)
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}")
 

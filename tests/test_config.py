@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from randopt.config import ConfigError, load_yaml, validate
+from randopt.config import ConfigError, check_source, load_schema, load_yaml, validate
 from tests.conftest import REPO
 
 
@@ -41,3 +41,97 @@ def test_yaml_is_loaded_safely(tmp_path):
     path.write_text("run_name: !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(Exception, match="could not determine a constructor|ConstructorError"):
         load_yaml(path)
+
+
+# --- the schema is the one source of defaults and descriptions -----------------------------------
+
+def schema_keys(schema: dict, root: dict, path: str = ""):
+    """(dotted key, its schema) for every property of the config and of the schema's definitions,
+    following $ref (the config's engine keys and source blocks are references into definitions)."""
+    if "$ref" in schema:
+        target = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    for name, sub in schema.get("properties", {}).items():
+        yield f"{path}{name}", sub, root
+        yield from schema_keys(sub, root, f"{path}{name}.")
+    for branch in schema.get("oneOf", []):
+        yield from schema_keys(branch, root, path)
+
+
+def resolved(sub: dict, root: dict) -> dict:
+    while "$ref" in sub:
+        target = root
+        for part in sub["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        sub = {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
+    return sub
+
+
+def test_every_schema_key_has_a_description():
+    root = load_schema()
+    keys = list(schema_keys(root, root)) + [
+        (f"definitions.{d}.{k}", s, r) for d in root["definitions"] for k, s, r in schema_keys(root["definitions"][d], root)]
+    assert len(keys) > 100
+    missing = [key for key, sub, r in keys if not resolved(sub, r).get("description")]
+    assert not missing, f"schema keys without a description: {missing}"
+
+
+def leaves(tree: dict, path: tuple = ()):
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            yield from leaves(value, path + (key,))
+        else:
+            yield path + (key,), value
+
+
+def test_config_yaml_sets_only_what_differs_from_the_schema_defaults():
+    """config/config.yaml cannot contradict the schema: each key it sets is a deliberate choice over the
+    schema's default (so it differs from it), and the schema's defaults are the rest of the run."""
+    defaults = validate({})
+    embedded = load_yaml(REPO / "config" / "config.yaml")
+    for path, value in leaves(embedded):
+        default = defaults
+        for part in path:
+            default = default[part]
+        assert value != default, f"config.yaml restates the schema default of {'.'.join(path)} ({value!r})"
+    effective = validate(embedded)
+    # The embedded default protocol, from the schema: 16 train and 48 test problems, 32 tokens, two sigmas.
+    assert (effective["gsm8k"]["n_train"], effective["gsm8k"]["n_test"]) == (16, 48)
+    assert effective["decode"]["max_tokens"] == 32
+    assert effective["population"]["sigmas"] == [0.002, 0.004]
+    assert effective["engine"]["device"] == "cpu" and defaults["engine"]["device"] == "auto"
+
+
+# --- the data-source blocks are typed ---------------------------------------------------------------
+
+@pytest.mark.parametrize("bad, key, says", [
+    ({"gsm8k": {"generated": {"seed": 1, "n_train_pool": 9, "n_test_pool": 9, "sed": 2}}}, "gsm8k.generated",
+     "unknown key(s) ['sed']"),
+    ({"gsm8k": {"generated": {"n_train_pool": "many"}}}, "gsm8k.generated.n_train_pool", "is not of type 'integer'"),
+    ({"gsm8k": {"generated": {"difficulty": "impossible"}}}, "gsm8k.generated.difficulty", "is not valid"),
+    ({"gsm8k": {"generated": {"difficulty": {"max_steps": 3}}}}, "gsm8k.generated.difficulty", "is not valid"),
+    # an unused block is typed too: a typo there is not silently kept
+    ({"gsm8k": {"jsonl": {"path": "x", "paht": "y"}}}, "gsm8k.jsonl", "unknown key(s) ['paht']"),
+    ({"gsm8k": {"hub": {"repo": "openai/gsm8k"}}}, "gsm8k.hub", "missing key(s) ['revision']"),
+    ({"heldout": {"synthetic": {"n_docs": 0}}}, "heldout.synthetic.n_docs", "less than the minimum of 1"),
+    ({"heldout": {"jsonl": {"path": "a.jsonl", "rows": 3}}}, "heldout.jsonl", "unknown key(s) ['rows']"),
+    ({"heldout": {"parquet": {"path": 7}}}, "heldout.parquet.path", "is not of type"),
+    ({"heldout": {"hub": {"revision": "f" * 40, "start": -1}}}, "heldout.hub.start", "less than the minimum of 0"),
+    ({"heldout": {"source": "parquet"}}, "heldout.parquet.path", "heldout.source is 'parquet' but no path is given"),
+    ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization", "is not valid"),
+])
+def test_source_blocks_are_typed(bad, key, says):
+    with pytest.raises(ConfigError, match=re.escape(f"config key '{key}'") + ".*" + re.escape(says)):
+        validate(bad)
+
+
+def test_a_source_is_checked_by_the_same_definition_in_config_and_cli():
+    source = {"kind": "generated", "seed": 1, "n_train_pool": 9, "n_test_pool": 9, "sed": 2}
+    with pytest.raises(ConfigError, match=re.escape("GSM8K source of kind 'generated': unknown key(s) ['sed']")):
+        check_source("gsm8k", source)
+    assert check_source("heldout", {"kind": "jsonl", "path": "a.jsonl"}) == {
+        "kind": "jsonl", "path": "a.jsonl", "start": 0, "n_docs": 256}
+    with pytest.raises(ConfigError, match="unknown kind 'csv'"):
+        check_source("heldout", {"kind": "csv"})

@@ -176,8 +176,10 @@ def test_freeze_errors(tmp_path):
         gsm8k.freeze_splits({"kind": "jsonl"}, 5, 5, 0)
     with pytest.raises(InputError, match=r"unknown key\(s\) \['paht'\]"):
         gsm8k.freeze_splits({"kind": "jsonl", "path": "x", "paht": "y"}, 5, 5, 0)
-    with pytest.raises(InputError, match="not a pinned commit"):
+    with pytest.raises(InputError, match="'main' is not a commit"):
         gsm8k.freeze_splits({"kind": "hub", "revision": "main"}, 5, 5, 0)
+    with pytest.raises(InputError, match=r"kind 'generated', key 'n_train_pool': 0 is less than the minimum of 1"):
+        gsm8k.freeze_splits({"kind": "generated", "n_train_pool": 0}, 5, 5, 0)
 
 
 def test_generated_source():
@@ -188,11 +190,14 @@ def test_generated_source():
     assert not {r["question"] for r in train} & {r["question"] for r in test}
     for r in train + test:
         assert "####" in r["answer"] and r["answer"].count("\n") == 1  # easy: one step
-    # knobs may also sit at the top level of the source
-    two, _, _ = gsm8k.freeze_splits({**src, "difficulty": "medium", "two_step_fraction": 1.0}, 10, 5, 0)
+    # difficulty as a dict of knobs over the medium preset
+    two, _, _ = gsm8k.freeze_splits({**src, "difficulty": {"two_step_fraction": 1.0}}, 10, 5, 0)
     assert all(r["answer"].count("\n") == 2 for r in two)
-    with pytest.raises(InputError, match="unknown difficulty knob"):
+    # the source's keys are typed by the schema (config/schema.yaml definitions.gsm8k_generated)
+    with pytest.raises(InputError, match=r"unknown key\(s\) \['max_stpes'\]"):
         gsm8k.freeze_splits({**src, "max_stpes": 1}, 5, 5, 0)
+    with pytest.raises(InputError, match="key 'difficulty'"):
+        gsm8k.freeze_splits({**src, "difficulty": {"max_stpes": 1}}, 5, 5, 0)
 
 
 def test_jsonl_and_hub_cache_freeze_identically(tmp_path, monkeypatch):

@@ -1,8 +1,10 @@
 """Every stage has a CLI with --help, and wildcards cannot make a path leave results/."""
+import json
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 
@@ -39,3 +41,71 @@ def test_invalid_config_fails_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "config key 'population.sigmas'" in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+# --- a stage CLI checks its JSON arguments against the schema's definitions -----------------------
+
+def train_file(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"id": "train-0", "question": "1 + 1?", "answer": "1 + 1 = 2\n#### 2"}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("decode, options, says", [
+    ({"max_tokens": 0}, {}, "--decode key 'max_tokens': 0 is less than the minimum of 1"),
+    ({"max_tokens": 8, "stopp": []}, {}, "--decode: unknown key(s) ['stopp']"),
+    ({"max_tokens": 8}, {"batchsize": 4}, "--engine-options: unknown key(s) ['batchsize']"),
+    ({"max_tokens": 8}, {"batch_size": "4"}, "--engine-options key 'batch_size': '4' is not of type 'integer'"),
+])
+def test_engine_stage_cli_checks_decode_and_engine_options(tmp_path, capsys, decode, options, says):
+    """Checked before any engine loads (the model dir here does not even exist): exit 2, one line."""
+    from scripts import evaluate_shard
+    out = tmp_path / "o" / "shard.parquet"
+    rc = evaluate_shard.main(["--model-dir", str(tmp_path / "no-model"), "--engine", "torch",
+                              "--engine-options", json.dumps(options), "--decode", json.dumps(decode),
+                              "--train", str(train_file(tmp_path)), "--sigma", "0.01", "--first-seed", "0",
+                              "--last-seed", "0", "--out", str(out), "--timings", str(tmp_path / "o" / "t.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"error: {says}" in err, err
+    assert not out.parent.exists()
+
+
+def test_data_cli_checks_source_json_with_the_schema(tmp_path, capsys):
+    from scripts import fetch_fineweb
+    out = tmp_path / "o" / "heldout.jsonl"
+    rc = fetch_fineweb.main(["--source-json", json.dumps({"kind": "synthetic", "n_docs": 4, "sede": 1}),
+                             "--out", str(out), "--manifest", str(tmp_path / "o" / "m.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error: held-out source of kind 'synthetic': unknown key(s) ['sede']" in err, err
+    assert not out.parent.exists()
+
+
+# --- what needs the file system fails at DAG build (snakemake -n), naming the key and the fix ------
+
+def dry_run(tmp_path, overlay):
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(overlay))
+    return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+                           "--directory", str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "-n",
+                           "--cores", "1"], capture_output=True, text=True, timeout=300)
+
+
+def test_missing_local_model_dir_fails_at_dag_build(tmp_path):
+    proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(tmp_path / "absent")}})
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert f"config key 'model.path': {tmp_path / 'absent'} is not a directory" in out, out[-3000:]
+    assert "give a Hugging Face model dir" in out
+    assert not (tmp_path / "results").exists()
+
+
+def test_tensor_parallel_size_must_divide_the_heads_at_dag_build(tmp_path, tiny_model_dir):
+    vllm = {"kind": "vllm", "device": "cuda", "tensor_parallel_size": 3}
+    proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(tiny_model_dir)}, "engine": vllm})
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert ("config key 'engine.tensor_parallel_size': 3 does not divide the 4 attention heads" in out
+            and "use one of [1, 2, 4]" in out), out[-3000:]
+    # a divisor builds the DAG
+    proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(tiny_model_dir)},
+                              "engine": {**vllm, "tensor_parallel_size": 2}})
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from randopt.cli import json_arg
+from randopt.config import check_engine_options
 from randopt.engines import Engine, make_engine
 from randopt.gpu_slots import DEFAULT_LOCK_DIR, assign_gpus
 
@@ -25,7 +26,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def engine_from_args(args) -> Engine:
-    options = dict(args.engine_options)
+    # The schema's definitions.engine_options: an unknown or mistyped option is an error naming it,
+    # before any GPU is claimed or model loaded.
+    options = check_engine_options(args.engine_options)
     if args.engine == "torch" and args.threads:
         options["threads"] = args.threads
     # Before the engine, so that CUDA (in this process and in vLLM's) sees only the claimed GPUs.
