@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 CORES ?= all
 
-.PHONY: record test env dry-run clean-results
+.PHONY: record test env dry-run clean-results clean-data
 
 $(STAMP): envs/requirements-cpu.txt envs/requirements-nodeps.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -25,5 +25,9 @@ test: $(STAMP)
 dry-run: $(STAMP)
 	$(VENV)/bin/snakemake -n --cores $(CORES) results/record.json
 
+# results/ is what the search computed; data/ (frozen inputs, prepared models) is kept.
 clean-results:
 	rm -rf results logs .snakemake
+
+clean-data:
+	rm -rf data

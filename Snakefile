@@ -6,6 +6,16 @@
 # (seed, sigma) of the population on the train split, shard by shard; rank; let the top-k members
 # answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
 # write the record. Output paths carry content keys (randopt/keys.py), so finished work is reused.
+# Inputs (frozen data, prepared models) go to data/, what the search computes to results/.
+#
+# Where each stage's code is (rule -> its CLI -> the library function it calls):
+#   freeze_gsm8k, fetch_fineweb   rules/data.smk      scripts/<stage>.py  randopt/data/gsm8k.py, heldout.py
+#   prepare_model                 rules/model.smk     scripts/<stage>.py  randopt/stages/prepare_model.py
+#   evaluate_shard, rank          rules/search.smk    scripts/<stage>.py  randopt/stages/<stage>.py
+#   evaluate_members, vote,       rules/ensemble.smk  scripts/<stage>.py  randopt/stages/<stage>.py
+#   score_bpb
+#   record                        rules/record.smk    scripts/<stage>.py  randopt/stages/record.py
+# The engines (randopt/engines/) perturb weights through randopt/perturb.py and kernels/.
 import os
 
 from snakemake.utils import min_version

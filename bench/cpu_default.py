@@ -31,7 +31,7 @@ from randopt.config import gsm8k_source, load_yaml, validate  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.engines import make_engine  # noqa: E402
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402
-from randopt.gsm8k import freeze_splits  # noqa: E402
+from randopt.data.gsm8k import freeze_splits  # noqa: E402
 from randopt.io import write_json_atomic  # noqa: E402
 from randopt.record import hardware, package_versions  # noqa: E402
 

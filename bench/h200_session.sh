@@ -24,11 +24,11 @@ for part in $parts; do
       cp -r results/record.json logs "$OUT/" 2>/dev/null
       cp RECORDS.md "$OUT/" 2>/dev/null ;;
     bench)
-      tokenizer=$(ls -d results/models/*/model 2>/dev/null | head -1)
+      tokenizer=$(ls -d data/models/*/model 2>/dev/null | head -1)
       python3 bench/vllm_bench.py --out "$OUT" ${tokenizer:+--tokenizer "$tokenizer"} 2>&1 \
         | tee "$OUT/bench.log" || status=1 ;;
     startup)
-      model=$(ls -d results/models/*/model 2>/dev/null | head -1)
+      model=$(ls -d data/models/*/model 2>/dev/null | head -1)
       python3 bench/vllm_startup.py --out "$OUT" --model "${model:?run the workflow part first}" 2>&1 \
         | tee "$OUT/startup.log" || status=1 ;;
     *) echo "unknown part $part (contract, workflow, bench, startup)"; exit 2 ;;

@@ -79,7 +79,7 @@ def bench() -> None:
     from vllm.inputs import TokensPrompt
 
     from randopt.engines import make_engine
-    from randopt.synth import generate_problems
+    from randopt.data.synth import generate_problems
 
     t0 = time.perf_counter()
     model_dir = build_random_7b(Path("/tmp/randopt-bench/qwen2.5-7b-random"), args.tokenizer)

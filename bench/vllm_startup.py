@@ -5,7 +5,7 @@ model the start, not the seeds, is most of a GPU run. Each measurement runs in a
     and kernel warm-up), a first greedy generate, and close, with the engine core in this process
     (VLLM_ENABLE_V1_MULTIPROCESSING=0, the default on one GPU) and as vLLM's separate process (=1).
 Prints a table and writes vllm_startup.json to --out or $OUT.
-    PYTHONPATH=. python bench/vllm_startup.py --model results/models/<key>/model
+    PYTHONPATH=. python bench/vllm_startup.py --model data/models/<key>/model
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def run_child(model: str, multiprocessing: str) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a prepared model dir (results/models/<key>/model)")
+    parser.add_argument("--model", required=True, help="a prepared model dir (data/models/<key>/model)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

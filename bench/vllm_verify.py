@@ -33,8 +33,8 @@ from kernels.noise_ref import reconstruct_reference_  # noqa: E402
 from randopt.bpb import model_bpb  # noqa: E402
 from randopt.engines import make_engine  # noqa: E402
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402
-from randopt.heldout import synthetic_heldout  # noqa: E402
-from randopt.synth import generate_problems  # noqa: E402
+from randopt.data.heldout import synthetic_heldout  # noqa: E402
+from randopt.data.synth import generate_problems  # noqa: E402
 
 
 def log(*args):

@@ -21,6 +21,13 @@ def json_arg(text: str):
         raise ValueError(f"not valid JSON: {text!r} ({err})") from err
 
 
+def add_decode_args(p) -> None:
+    """--decode of the stages that generate answers (evaluate_shard, evaluate_members)."""
+    p.add_argument("--decode", type=json_arg, required=True,
+                   help='JSON: the config\'s decode block, {"max_tokens": 32, "stop": [...], "system": ..., '
+                        '"examples": [...]} (config/schema.yaml definitions.decode; missing keys take its defaults)')
+
+
 def source_json_arg(text: str) -> dict:
     """--source-json of the data stages: one JSON object (the source's kind and its keys)."""
     try:

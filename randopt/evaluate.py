@@ -12,9 +12,8 @@ import pandas as pd
 
 from randopt.config import check_decode
 from randopt.engines.base import Engine
-from randopt.gsm8k import extract_answer, is_correct
-
-BASE = -1  # the seed value that stands for the unperturbed model in tables
+from randopt.data.gsm8k import extract_answer, is_correct
+from randopt.member_cache import BASE, switch_weights  # noqa: F401  (BASE: the tables' base row)
 
 
 @dataclass(frozen=True)
@@ -47,10 +46,7 @@ def evaluate_weights(engine: Engine, prompts: list[str], problems: list[dict], s
                      seed: int, sigma: float) -> pd.DataFrame:
     """Set the weights to (seed, sigma), or base for seed == BASE, and score every problem."""
     t0 = time.perf_counter()
-    if seed == BASE:
-        engine.restore_base()
-    else:
-        engine.set_weights(seed, sigma)
+    switch_weights(engine, seed, sigma)
     t1 = time.perf_counter()
     completions = engine.generate(prompts, spec.max_tokens, list(spec.stop))
     t2 = time.perf_counter()

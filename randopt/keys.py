@@ -1,4 +1,4 @@
-"""Content keys for output paths (DESIGN.md §3).
+"""Content keys for output paths (docs/design.md, "Cache keys").
 
 Each output lives under a short key that hashes exactly what it depends on: pinned inputs and
 sources, the params that shape it, and the source code of the stage. An unrelated config change
@@ -18,16 +18,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The source files each stage's output depends on (globs relative to the repo root).
 STAGE_CODE = {
-    "data": ["randopt/gsm8k.py", "randopt/synth.py", "randopt/heldout.py", "randopt/io.py",
-             "scripts/freeze_gsm8k.py", "scripts/fetch_fineweb.py"],
-    "model": ["randopt/model_prep.py", "scripts/prepare_model.py"],
+    "data": ["randopt/data/*.py", "randopt/io.py", "scripts/freeze_gsm8k.py", "scripts/fetch_fineweb.py"],
+    "model": ["randopt/model_prep.py", "randopt/stages/prepare_model.py", "scripts/prepare_model.py"],
     "engine": ["randopt/engines/*.py", "randopt/perturb.py", "kernels/*.py"],
-    "eval": ["randopt/evaluate.py", "randopt/gsm8k.py", "scripts/evaluate_shard.py", "scripts/evaluate_members.py"],
-    "bpb": ["randopt/bpb.py", "scripts/score_bpb.py"],
+    # member_cache names the per-member files (and plans which are missing), so it is part of both keys
+    # whose stages keep a member cache.
+    "eval": ["randopt/evaluate.py", "randopt/data/gsm8k.py", "randopt/member_cache.py",
+             "randopt/stages/evaluate_shard.py", "randopt/stages/evaluate_members.py",
+             "scripts/evaluate_shard.py", "scripts/evaluate_members.py"],
+    "bpb": ["randopt/bpb.py", "randopt/member_cache.py", "randopt/stages/score_bpb.py", "scripts/score_bpb.py"],
     # rank and vote write under the population key (their rules carry no code param), so their code is
     # part of that key: editing it reruns them and what reads their outputs.
-    "rank": ["randopt/rank.py", "scripts/rank.py"],
-    "vote": ["randopt/vote.py", "scripts/vote.py"],
+    "rank": ["randopt/rank.py", "randopt/stages/rank.py", "scripts/rank.py"],
+    "vote": ["randopt/vote.py", "randopt/stages/vote.py", "scripts/vote.py"],
 }
 
 

@@ -19,12 +19,9 @@ from types import ModuleType
 
 import torch
 
-from kernels.gaussian import reconstruct_gaussian_
 from kernels.layout import LocalLayout, delta_switch_local_reference_, reconstruct_local_reference_
 from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_
 from kernels.perturb_cpu import reconstruct_many_cpu_
-
-NOISES = ("rademacher", "gaussian")
 
 
 def _triton_for(t: torch.Tensor) -> ModuleType | None:
@@ -43,11 +40,7 @@ def _check_sigma(sigma: float) -> None:
         raise ValueError(f"sigma must be > 0, got {sigma!r}")
 
 
-def _reconstruct_one_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str,
-                      noise: str = "rademacher") -> None:
-    if noise == "gaussian":
-        reconstruct_gaussian_(live, base, seed, sigma, name)
-        return
+def _reconstruct_one_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str) -> None:
     kernels = _triton_for(live)
     if kernels is not None:
         kernels.reconstruct_triton_(live, base, seed, sigma, name)
@@ -56,21 +49,18 @@ def _reconstruct_one_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: 
 
 
 @torch.no_grad()
-def reconstruct_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor], seed: int, sigma: float,
-                 noise: str = "rademacher") -> None:
+def reconstruct_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor], seed: int, sigma: float) -> None:
     """Set every live tensor to base + sigma * R(seed, name): path-independent and bit-identical
-    however many seeds were set before. noise="gaussian" uses the slower materializing path."""
+    however many seeds were set before."""
     _check_sigma(sigma)
-    if noise not in NOISES:
-        raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
     cpu = [(n, t, base[n]) for n, t in live.items()
-           if noise == "rademacher" and t.device.type == "cpu" and t.is_contiguous() and base[n].is_contiguous()]
+           if t.device.type == "cpu" and t.is_contiguous() and base[n].is_contiguous()]
     if cpu:  # one thread pool over every CPU tensor (kernels/perturb_cpu.py says why not torch ops)
         reconstruct_many_cpu_(cpu, sigma, seed)
     done = {n for n, _, _ in cpu}
     for name, live_tensor in live.items():
         if name not in done:
-            _reconstruct_one_(live_tensor, base[name], seed, sigma, name, noise)
+            _reconstruct_one_(live_tensor, base[name], seed, sigma, name)
 
 
 @torch.no_grad()

@@ -29,9 +29,11 @@ wildcard_constraints:
     first=r"\d\d\d\d+",
     last=r"\d\d\d\d+",
 
-DATA_GSM8K = f"results/data/gsm8k/{KEYS['gsm8k']}"
-DATA_HELDOUT = f"results/data/heldout/{KEYS['heldout']}"
-MODEL = f"results/models/{KEYS['model']}"
+# data/ holds the pipeline's inputs (frozen splits, the held-out slice, prepared models); results/ holds
+# what the search computes from them. Both are keyed by content, so either can be kept or deleted alone.
+DATA_GSM8K = f"data/gsm8k/{KEYS['gsm8k']}"
+DATA_HELDOUT = f"data/heldout/{KEYS['heldout']}"
+MODEL = f"data/models/{KEYS['model']}"
 SHARDS = f"results/shards/{KEYS['eval']}"
 RANK = f"results/rank/{KEYS['eval']}/{KEYS['population']}"
 MEMBERS = f"results/members/{KEYS['eval']}"

@@ -2,7 +2,7 @@ r"""Fetch the held-out text slice for bits-per-byte: {"id", "text"} JSONL + mani
 
     python -m scripts.fetch_fineweb --source-json '{"kind": "hub", "repo": "HuggingFaceFW/fineweb-edu",
         "revision": "<40-hex commit>", "file": "sample/10BT/000_00000.parquet", "start": 0, "n_docs": 256}' \
-        --out results/data/heldout.jsonl --manifest results/data/heldout_manifest.json
+        --out data/heldout/mine/heldout.jsonl --manifest data/heldout/mine/manifest.json
 
 Sources: {"kind": "synthetic", "n_docs", "seed"} | {"kind": "jsonl" | "parquet", "path", "start", "n_docs"} |
 {"kind": "hub", "repo", "revision", "file", "start", "n_docs"} (the local HF cache is used as is;
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from randopt.cli import run_stage, source_json_arg
-from randopt.heldout import write_heldout
+from randopt.data.heldout import write_heldout
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,9 @@
 r"""Freeze GSM8K train/test splits: seeded selection from a source, canonical JSONL + manifest.
 
-    python -m scripts.freeze_gsm8k --source-json '{"kind": "jsonl", "path": "data/gsm8k"}' \
+    python -m scripts.freeze_gsm8k --source-json '{"kind": "jsonl", "path": "../shared/data/gsm8k"}' \
         --n-train 200 --n-test 200 --selection-seed 0 \
-        --out-train results/data/train.jsonl --out-test results/data/test.jsonl \
-        --manifest results/data/gsm8k_manifest.json
+        --out-train data/gsm8k/mine/train.jsonl --out-test data/gsm8k/mine/test.jsonl \
+        --manifest data/gsm8k/mine/manifest.json
 
 Sources: {"kind": "generated", "seed", "n_train_pool", "n_test_pool", ["difficulty", knobs...]} |
 {"kind": "jsonl", "path": <dir with train.jsonl, test.jsonl>} |
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from randopt.cli import run_stage, source_json_arg
-from randopt.gsm8k import write_frozen
+from randopt.data.gsm8k import write_frozen
 
 
 def build_parser() -> argparse.ArgumentParser:

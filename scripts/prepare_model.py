@@ -1,13 +1,12 @@
-"""prepare_model: the configured model as a local model dir + a manifest of its weights' sha256."""
+"""prepare_model: the configured model as a local model dir + a manifest of its weights' sha256.
+The stage: randopt/stages/prepare_model.py."""
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
+from functools import partial
 
-from randopt import model_prep
 from randopt.cli import run_stage
-from randopt.io import InputError, atomic_path, write_json_atomic
+from randopt.stages import prepare_model
 
 
 def parse_args(argv=None):
@@ -27,35 +26,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-
-    def body():
-        start = time.perf_counter()
-        out_dir = Path(args.out_dir)
-        with atomic_path(out_dir, is_dir=True) as tmp:
-            if args.source == "gguf_wheel":
-                source = model_prep.find_gguf(args.wheel_module, args.gguf_file)
-                model_prep.save_from_gguf(source, tmp, args.dtype)
-            else:
-                tmp.rmdir()
-                if args.source == "local":
-                    if not args.path:
-                        raise InputError("--path is required for source local")
-                    source = Path(args.path)
-                else:
-                    source = model_prep.download_hub(args.model_id, args.revision)
-                model_prep.link_model_dir(source, tmp)
-            per_file = model_prep.weights_sha256(tmp)
-            combined = model_prep.combined_sha256(per_file)
-            if args.pinned_sha256 and combined != args.pinned_sha256:
-                raise InputError(f"{source}: weights sha256 {combined} differs from the pinned model.sha256 "
-                                 f"{args.pinned_sha256}; pin the new value only if the change is intended")
-        write_json_atomic(args.manifest, {
-            "stage": "prepare_model", "model_id": args.model_id, "source": args.source,
-            "source_path": str(source), "revision": args.revision, "dtype": args.dtype,
-            "weights_sha256": per_file, "sha256": combined, "seconds": time.perf_counter() - start,
-        })
-
-    return run_stage("prepare_model", body)
+    return run_stage("prepare_model", partial(prepare_model.run, **vars(args)))
 
 
 if __name__ == "__main__":

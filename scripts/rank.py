@@ -1,14 +1,12 @@
-"""rank: all shards of the population -> ranking table (parquet) and top-k lists (JSON)."""
+"""rank: all shards of the population -> ranking table (parquet) and top-k lists (JSON).
+The stage: randopt/stages/rank.py."""
 from __future__ import annotations
 
 import argparse
-import time
-
-import pandas as pd
+from functools import partial
 
 from randopt.cli import run_stage
-from randopt.io import InputError, atomic_path, write_json_atomic
-from randopt.rank import rank_population, top_k
+from randopt.stages import rank
 
 
 def parse_args(argv=None):
@@ -24,23 +22,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-
-    def body():
-        start = time.perf_counter()
-        try:
-            rows = pd.concat([pd.read_parquet(s, columns=["seed", "sigma", "correct", "n_tokens"])
-                              for s in args.shards], ignore_index=True)
-        except FileNotFoundError as err:
-            raise InputError(f"missing shard: {err.filename}") from err
-        ranked = rank_population(rows, args.n_seeds, args.sigmas)
-        lists = top_k(ranked, args.fractions)
-        with atomic_path(args.ranking) as tmp:
-            ranked.to_parquet(tmp, index=False)
-        write_json_atomic(args.topk, {"stage": "rank", "population": len(ranked), "n_seeds": args.n_seeds,
-                                      "sigmas": args.sigmas, "topk": lists,
-                                      "seconds": time.perf_counter() - start})
-
-    return run_stage("rank", body)
+    return run_stage("rank", partial(rank.run, **vars(args)))
 
 
 if __name__ == "__main__":

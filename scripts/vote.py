@@ -1,16 +1,12 @@
-"""vote: majority vote of each top-k list on the test split; base accuracy with the same extraction."""
+"""vote: majority vote of each top-k list on the test split; base accuracy with the same extraction.
+The stage: randopt/stages/vote.py."""
 from __future__ import annotations
 
 import argparse
-import time
-
-import pandas as pd
+from functools import partial
 
 from randopt.cli import run_stage
-from randopt.evaluate import BASE
-from randopt.gsm8k import extract_answer
-from randopt.io import InputError, read_json, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.vote import answers_match, majority_vote
+from randopt.stages import vote
 
 
 def parse_args(argv=None):
@@ -22,40 +18,9 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def ensemble_accuracy(answers: pd.DataFrame, members: list[tuple[int, float]], references: dict[str, str]) -> float:
-    by_member = {key: frame.set_index("problem_id")["answer"] for key, frame in answers.groupby(["seed", "sigma"])}
-    missing = [m for m in members if m not in by_member]
-    if missing:
-        raise InputError(f"no test answers for members {missing}; rerun evaluate_members")
-    right = 0
-    for problem_id, reference in references.items():
-        voted = majority_vote([by_member[m].get(problem_id) for m in members])
-        right += answers_match(voted, reference)
-    return right / len(references)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-
-    def body():
-        start = time.perf_counter()
-        verify_against_manifest(args.test)
-        answers = pd.read_parquet(args.answers)
-        answers["answer"] = answers["answer"].astype(object).where(answers["answer"].notna(), None)
-        references = {p["id"]: extract_answer(p["answer"]) for p in read_jsonl(args.test, required=("id", "answer"))}
-        base = answers[answers["seed"] == BASE]
-        result = {"stage": "vote", "n_test": len(references),
-                  "base_test": float(base["correct"].mean()), "ensemble_test": {}, "member_mean_test": {}}
-        for lst in read_json(args.topk)["topk"]:
-            members = [(m["seed"], m["sigma"]) for m in lst["members"]]
-            key = repr(lst["fraction"])
-            result["ensemble_test"][key] = ensemble_accuracy(answers, members, references)
-            chosen = answers.set_index(["seed", "sigma"]).loc[members]
-            result["member_mean_test"][key] = float(chosen["correct"].mean())
-        result["seconds"] = time.perf_counter() - start
-        write_json_atomic(args.out, result)
-
-    return run_stage("vote", body)
+    return run_stage("vote", partial(vote.run, **vars(args)))
 
 
 if __name__ == "__main__":

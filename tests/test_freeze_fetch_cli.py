@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from randopt import synth
+from randopt.data import synth
 from randopt.io import sha256_bytes, sha256_file
 from scripts import fetch_fineweb, freeze_gsm8k
 

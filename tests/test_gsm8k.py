@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from randopt import gsm8k, synth
+from randopt.data import gsm8k, synth
 from randopt.io import InputError, sha256_bytes, sha256_file
 from tests.conftest import SHARED_GSM8K
 

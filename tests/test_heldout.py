@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from randopt import heldout
+from randopt.data import heldout
 from randopt.io import InputError, sha256_bytes, sha256_file
 
 REV = "89abcdef0123456789abcdef0123456789abcdef"

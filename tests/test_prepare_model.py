@@ -76,7 +76,7 @@ def test_the_embedded_default_model_converts_and_answers(tmp_path):
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert "quantization_config" not in config and config["dtype"] == "bfloat16"
     from randopt.engines import make_engine
-    from randopt.gsm8k import extract_answer
+    from randopt.data.gsm8k import extract_answer
     engine = make_engine("torch", str(tmp_path / "m"), device="cpu", batch_size=4)
     assert engine.live_tensor("model.embed_tokens.weight").dtype.__repr__() == "torch.bfloat16"
     prompts = [engine.chat_prompt(q) for q in ("What is 2 + 3? Answer with the number after ####.",

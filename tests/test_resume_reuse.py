@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.workflow import (effective_config, file_states, jobs_run, read_record, run_and_kill, run_workflow,
-                            tiny_config)
+from tests.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
+                            run_workflow, tiny_config)
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,7 @@ class Paths:
 
     @property
     def gsm8k(self) -> str:
-        return f"results/data/gsm8k/{self.keys['gsm8k']}"
+        return f"data/gsm8k/{self.keys['gsm8k']}"
 
     def shard_files(self) -> list[str]:
         """Every shard parquet of the config (the rule's fixed seed ranges)."""
@@ -404,7 +404,7 @@ def test_a_resumed_run_records_what_an_uninterrupted_run_records(fresh, killed):
     _, _, uninterrupted = fresh
     assert comparable(killed["record"]) == comparable(uninterrupted)
     # The temporaries of the three killed writers were swept when their outputs were written again.
-    assert not [p for p in (killed["workdir"] / "results").rglob(".*.tmp")]
+    assert not [p for d in ("data", "results") for p in (killed["workdir"] / d).rglob(".*.tmp")]
 
 
 @pytest.fixture(scope="module")
@@ -510,10 +510,6 @@ def test_a_hand_edited_frozen_split_is_a_clear_error(edited_split):
 
 # --- code edits, on a copy of the repo -------------------------------------------------------------
 
-COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "results", "logs", ".snakemake", "__pycache__",
-                                     ".pytest_cache", ".whl*", "RECORDS.md")
-
-
 def append(path: Path, text: str) -> None:
     path.write_text(path.read_text() + text)
 
@@ -523,7 +519,7 @@ def code_edits(reuse, base_config, tmp_path_factory):
     workdir, _ = reuse
     root = tmp_path_factory.mktemp("code")
     repo, work = root / "repo", root / "work"
-    shutil.copytree(REPO, repo, ignore=COPY_IGNORE)
+    copy_code(repo)
     shutil.copytree(workdir, work, symlinks=True)
     runs = {}
     # The record names the repo dir it was made from; a copy of the repo makes a new one.

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from randopt import gsm8k, synth
+from randopt.data import gsm8k, synth
 from randopt.io import InputError
 
 EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = \$?(\d+)")

@@ -103,3 +103,15 @@ def test_nothing_left_to_do_after_a_finished_run(finished_run):
 def tiny_config_from(workdir):
     import yaml
     return yaml.safe_load((workdir / "tiny.yaml").read_text())
+
+
+def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
+    """data/ holds the pipeline's inputs (frozen splits, held-out slice, prepared model), each under its
+    content key with a manifest; results/ holds only what the search computes from them."""
+    workdir, _ = finished_run
+    for pattern in ("gsm8k/*/train.jsonl", "gsm8k/*/test.jsonl", "gsm8k/*/manifest.json",
+                    "heldout/*/heldout.jsonl", "heldout/*/manifest.json", "models/*/manifest.json"):
+        assert len(list((workdir / "data").glob(pattern))) == 1, pattern
+    assert (next((workdir / "data").glob("models/*")) / "model" / "config.json").is_file()
+    assert sorted(p.name for p in (workdir / "results").iterdir()) == [
+        "benchmarks", "bpb", "members", "rank", "record.json", "shards", "vote"]

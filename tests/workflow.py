@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,6 +55,22 @@ def workflow_command(workdir: Path, config: dict, *extra: str, repo: Path = REPO
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
     return [*SNAKEMAKE, "--snakefile", str(repo / "Snakefile"), "--directory", str(workdir),
             "--configfile", str(workdir / "tiny.yaml"), "--cores", "2", *extra]
+
+
+# What a copy of the code leaves out: at the top level, the checkout's own runs (data/ and results/
+# are the pipeline's inputs and outputs, not code; randopt/data/ is code and is copied), and anywhere,
+# caches and environments.
+_NOT_CODE_TOP = {".git", ".venv", "data", "results", "logs", ".snakemake", "RECORDS.md"}
+_NOT_CODE_ANYWHERE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".whl*", ".venv*")
+
+
+def copy_code(dest: Path) -> Path:
+    """A copy of this checkout's code (no git metadata, no runs) at dest."""
+    def ignore(folder, names):
+        top = _NOT_CODE_TOP & set(names) if Path(folder) == REPO else set()
+        return top | _NOT_CODE_ANYWHERE(folder, names)
+    shutil.copytree(REPO, dest, ignore=ignore)
+    return dest
 
 
 def failure_report(workdir: Path, proc: subprocess.CompletedProcess) -> str:
@@ -109,11 +126,12 @@ def with_group_killed(proc: subprocess.Popen, timeout: float = 30) -> None:
     raise AssertionError(f"processes of group {proc.pid} survived SIGKILL")
 
 
-def file_states(root: Path, under: str = "results") -> dict[str, tuple[str, int]]:
-    """relative path -> (sha256, mtime_ns) of every file below root/under (rglob does not enter
-    symlinked dirs such as a linked model dir)."""
+def file_states(root: Path, under: tuple[str, ...] = ("data", "results")) -> dict[str, tuple[str, int]]:
+    """relative path -> (sha256, mtime_ns) of every file below root/<each of under>: the pipeline's
+    inputs (data/) and what it computes (results/). rglob does not enter symlinked dirs such as a
+    linked model dir."""
     states = {}
-    for path in sorted((root / under).rglob("*")):
+    for path in sorted(p for folder in under for p in (root / folder).rglob("*")):
         if path.is_file():
             states[path.relative_to(root).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(),
                                                          path.stat().st_mtime_ns)

@@ -11,9 +11,7 @@ import json
 import pathlib
 
 import numpy as np
-import torch
 
-from kernels.gaussian import GAUSS_VERSION, gaussian
 from kernels.noise_ref import NOISE_VERSION, negative_mask_index, tensor_keys
 
 PAIRS = [
@@ -25,7 +23,6 @@ PAIRS = [
     (42, "ünïcødé.weight"),
 ]
 N_CHECKSUM = 1 << 20
-N_GAUSS = 8
 
 
 def signs(seed: int, name: str, n: int) -> np.ndarray:
@@ -43,18 +40,15 @@ def sign_checksum(seed: int, name: str, n: int) -> str:
 def main() -> None:
     entries = []
     for seed, name in PAIRS:
-        z = gaussian(seed, name, torch.arange(N_GAUSS, dtype=torch.int64))
         entries.append({
             "seed": seed,
             "name": name,
             "keys": list(tensor_keys(seed, name)),
             "first64": "".join("+" if s > 0 else "-" for s in signs(seed, name, 64)),
             "sha256_first_2^20_bits": sign_checksum(seed, name, N_CHECKSUM),
-            "gaussian_first8": [float(v) for v in z],
         })
     doc = {
         "noise_version": NOISE_VERSION,
-        "gaussian_version": GAUSS_VERSION,
         "bits": "bit k of byte j is 1 iff R(seed, name, 8j + k) == -1 (numpy packbits, bitorder little)",
         "entries": entries,
     }

@@ -187,7 +187,7 @@ def load_pools(source: Mapping, *, cache_dir: str | Path | None = None) -> dict[
     source = check_source("gsm8k", dict(source))  # the schema's definition of the kind (config/schema.yaml)
     kind = source["kind"]
     if kind == "generated":
-        from randopt import synth
+        from randopt.data import synth
 
         difficulty = synth.resolve_difficulty(source["difficulty"])
         # One stream, split in two: train and test never share a question.

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from randopt.gsm8k import check_sha256, hf_dataset_file
+from randopt.data.gsm8k import check_sha256, hf_dataset_file
 from randopt.config import check_source
 from randopt.io import (InputError, atomic_path, canonical_json, read_jsonl,
                         sha256_bytes, sha256_file)
-from randopt.synth import StableRng
+from randopt.data.synth import StableRng
 
 FINEWEB_EDU_REPO = "HuggingFaceFW/fineweb-edu"
 

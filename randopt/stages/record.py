@@ -1,0 +1,74 @@
+"""record: gather every stage's output into results/record.json and append a row to RECORDS.md."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from randopt import record as rec
+from randopt.config import population_size
+from randopt.io import read_json, write_json_atomic
+
+
+def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str, heldout_manifest: str, topk: str,
+        vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
+        benchmarks: list[str], records_md: str, out: str) -> None:
+    model, gsm8k, heldout = (read_json(p) for p in (model_manifest, gsm8k_manifest, heldout_manifest))
+    ranked, voted, scored = read_json(topk), read_json(vote), read_json(bpb)
+    shards = [read_json(p) for p in shard_timings]
+    members = read_json(members_timings)
+    base = read_json(base_train)
+    by_rule = defaultdict(list)
+    for item in benchmarks:
+        rule, path = item.split("=", 1)
+        by_rule[rule].append(path)
+    timings = {rule: rec.benchmark_seconds(paths) for rule, paths in sorted(by_rule.items())}
+    # By wall clock: shards that ran side by side (--resources gpu=N) overlap in time.
+    shard_wall = rec.wall_clock_span(rec.job_intervals(shards))
+    timings["evaluate_shard"] = shard_wall
+    generate_s = sum(s["generate_s"] for s in shards)
+    gen_tokens = sum(s["gen_tokens"] for s in shards)
+    population = population_size(config)
+    commit = rec.git_commit(repo_dir)
+    record = {
+        "run_name": config["run_name"],
+        "created_utc": rec.now_utc(),
+        "commit": commit["sha"], "commit_dirty": commit["dirty"],
+        "config_sha256": rec.config_sha256(config),
+        "config": config,
+        "model": {"id": config["model"]["id"], "sha256": model["sha256"], "source": model["source"],
+                  "dtype": model["dtype"], "revision": model.get("revision")},
+        "engine": config["engine"] | {"compute_dtype_resolved": rec.single_compute_dtype(shards)},
+        "data": {
+            "gsm8k_train_sha256": gsm8k["train"]["sha256"], "gsm8k_test_sha256": gsm8k["test"]["sha256"],
+            "n_train": gsm8k["train"]["n"], "n_test": gsm8k["test"]["n"],
+            "heldout_sha256": heldout["sha256"], "heldout_bytes": scored["n_bytes"], "heldout_docs": scored["n_docs"],
+            "synthetic": bool(gsm8k["synthetic"] or heldout["synthetic"]),
+            "synthetic_parts": {"gsm8k": bool(gsm8k["synthetic"]), "heldout": bool(heldout["synthetic"])},
+        },
+        "noise": {"kind": "rademacher", "definition": "kernels/noise_ref.py v1"},
+        "population": {"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
+                       "size": population},
+        "decode": config["decode"],
+        "topk": [{"fraction": t["fraction"], "k": t["k"],
+                  "members": [{k: m[k] for k in ("seed", "sigma", "train_reward")} for m in t["members"]]}
+                 for t in ranked["topk"]],
+        "accuracy": {"base_train": base["accuracy"],
+                     "base_test": voted["base_test"], "ensemble_test": voted["ensemble_test"],
+                     "member_mean_test": voted["member_mean_test"]},
+        "bpb": {"base": scored["base"], "ensemble": scored["ensemble"], "members": scored["members"]},
+        "timings_s": timings,
+        "throughput": {
+            "seeds_per_s": population / shard_wall,  # evaluate_shard's wall-clock span
+            "evaluate_shard_jobs_s": sum(s["seconds"] for s in shards),  # its jobs' times added up
+            "seeds_per_s_loop": population / sum(s["switch_s"] + s["generate_s"] for s in shards),
+            "gen_tokens_per_s": gen_tokens / generate_s if generate_s else None,
+            "gen_tokens_train": gen_tokens,
+            "switch_ms_per_seed": 1000 * sum(s["switch_s"] for s in shards) / population,
+            "members_evaluated_this_run": members["evaluated"],
+        },
+        "versions": rec.package_versions(),
+        "hardware": rec.hardware(),
+    }
+    json.dumps(record, allow_nan=False)  # a record must be plain JSON, no NaN
+    write_json_atomic(out, record)
+    rec.append_records_md(records_md, record)

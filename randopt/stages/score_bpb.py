@@ -1,0 +1,48 @@
+"""score_bpb: realized-token log-probabilities of the held-out text for the base model and every top-k
+member (cached per member), then bits per byte for the base and for each top-k ensemble."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from randopt.bpb import ensemble_logprobs, model_bpb
+from randopt.cli import log
+from randopt.engines.base import Engine
+from randopt.io import InputError, atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
+from randopt.member_cache import BASE, member_label, member_path, plan_members, switch_weights
+
+
+def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir: str, out: str) -> None:
+    start = time.perf_counter()
+    verify_against_manifest(heldout)
+    texts = [row["text"] for row in read_jsonl(heldout, required=("text",))]
+    if not texts:
+        raise InputError(f"{heldout}: the held-out slice is empty")
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    lists = read_json(topk)["topk"]
+    members, todo = plan_members(lists, cache_dir, ".npy")
+    log.info("%d members (base included), %d cached; %d documents, %d bytes", len(members),
+             len(members) - len(todo), len(texts), n_bytes)
+    if todo:
+        engine = make_engine()
+        for seed, sigma in todo:
+            switch_weights(engine, seed, sigma)
+            scored = engine.token_logprobs(texts)
+            if sum(s.n_bytes for s in scored) != n_bytes:
+                raise RuntimeError("engine byte count disagrees with the text's UTF-8 length")
+            with atomic_path(member_path(cache_dir, seed, sigma, ".npy")) as tmp:
+                with open(tmp, "wb") as fh:
+                    np.save(fh, np.concatenate([s.logprobs for s in scored]).astype(np.float32))
+    logprobs = {m: np.load(member_path(cache_dir, *m, ".npy")) for m in members}
+    result = {"stage": "score_bpb", "n_docs": len(texts), "n_bytes": n_bytes,
+              "n_tokens": int(logprobs[(BASE, 0.0)].size), "evaluated": len(todo),
+              "base": model_bpb(logprobs[(BASE, 0.0)], n_bytes),
+              "members": {member_label(*m): model_bpb(logprobs[m], n_bytes) for m in members[1:]},
+              "ensemble": {}}
+    for lst in lists:
+        chosen = [logprobs[(m["seed"], m["sigma"])] for m in lst["members"]]
+        result["ensemble"][repr(lst["fraction"])] = model_bpb(ensemble_logprobs(chosen), n_bytes)
+    result["seconds"] = time.perf_counter() - start
+    write_json_atomic(out, result)
