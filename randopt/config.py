@@ -118,6 +118,9 @@ def validate(config: dict) -> dict:
         compute_dtype.for_config(config)
     except ValueError as err:
         raise ConfigError(f"config key 'engine.compute_dtype': {err}") from None
+    if config["perturbation"]["switch"] == "delta" and config["engine"]["kind"] != "torch":
+        raise ConfigError("config key 'perturbation.switch': delta is wired for engine.kind torch only (the vLLM "
+                          "worker keeps a resident base copy); use switch: reconstruct with vLLM")
     model = config["model"]
     if model["source"] == "local" and not model["path"]:
         raise ConfigError("config key 'model.path': model.source is 'local' but no path is given")

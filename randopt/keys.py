@@ -65,6 +65,9 @@ def run_keys(config: dict) -> dict[str, str]:
     # What changes the numbers an engine produces: not the device count of a job, but its numerics.
     numerics = {k: e[k] for k in ("kind", "device", "batch_size", "tensor_parallel_size")}
     numerics["compute_dtype"] = compute_dtype.for_config(config)[0]  # resolved: auto differs between CPUs
+    # The delta switch's drift changes the weights a seed gets (only when chosen: default keys stay).
+    if config["perturbation"]["switch"] != "reconstruct":
+        numerics["switch"] = config["perturbation"]["switch"]
     evaluation = short_key({"model": model, "gsm8k": gsm8k, "decode": config["decode"], "engine": numerics,
                             "code": code_version("engine", "eval")})
     population = short_key({"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],

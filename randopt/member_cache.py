@@ -25,6 +25,13 @@ def switch_weights(engine: Engine, seed: int, sigma: float) -> None:
         engine.set_weights(seed, sigma)
 
 
+def engine_drift(engine: Engine | None) -> dict | None:
+    """The delta switch's drift after this stage's walk (the engine goes back to base to measure it), or
+    None: no engine was loaded, or its switch is the exact reconstruct."""
+    drift = getattr(engine, "drift", None)
+    return drift() if drift is not None else None
+
+
 def member_label(seed: int, sigma: float) -> str:
     return "base" if seed == BASE else f"seed={seed}_sigma={sigma_label(sigma)}"
 

@@ -7,7 +7,8 @@ is installed) give the same bits. kernels/README.md summarises the definitions.
 
 * reconstruct_         whole logical tensors, keyed by checkpoint name (the default switch)
 * reconstruct_local_   sharded / fused local tensors, each with a kernels.layout.LocalLayout
-* delta_switch_        the in-place option (1x memory, drifts in bf16/fp16; see kernels/README.md)
+* delta_switch_        the in-place option (1x memory, drifts in bf16/fp16; see kernels/README.md),
+                       reached by perturbation.switch: delta on the torch engine
 * restore_             back to the base weights, exactly
 * Perturber            the same switches for a fixed set of tensors, fast on CUDA (one CUDA graph
                        replay per switch instead of one Triton launch per tensor from Python)

@@ -25,6 +25,21 @@ def git_commit(repo: str | Path) -> dict:
     return {"sha": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 
+def switch_summary(switch: str, timings: list[dict]) -> dict:
+    """The record's perturbation switch, and for the delta switch the worst drift any stage measured
+    (each stage walks its seeds in place, goes back to base and compares with the checkpoint)."""
+    if switch == "reconstruct":
+        return {"switch": switch, "drift": None}  # restore is an exact copy: nothing drifts
+    measured = [t["drift"] for t in timings if t.get("drift")]
+    if not measured:
+        raise ValueError("perturbation.switch is delta but no stage measured its drift; rerun the stages")
+    return {"switch": switch, "drift": {
+        "stages_measured": len(measured), "switches": sum(d["switches"] for d in measured),
+        "elements": max(d["elements"] for d in measured),
+        "max_abs": max(d["max_abs"] for d in measured), "mean_abs": max(d["mean_abs"] for d in measured),
+        "fraction_changed": max(d["fraction_changed"] for d in measured)}}
+
+
 def package_versions() -> dict:
     versions = {"python": platform.python_version()}
     for name in PACKAGES:

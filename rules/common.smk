@@ -93,6 +93,8 @@ def get_engine_options():
     if e["kind"] == "torch":
         options["trust_remote_code"] = config["model"]["trust_remote_code"]
         options["compute_dtype"] = COMPUTE_DTYPE
+        if config["perturbation"]["switch"] != "reconstruct":  # only when chosen: default params stay
+            options["switch"] = config["perturbation"]["switch"]
     else:
         options |= {"tensor_parallel_size": e["tensor_parallel_size"],
                     "gpu_memory_utilization": e["gpu_memory_utilization"],

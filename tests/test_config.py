@@ -135,3 +135,17 @@ def test_a_source_is_checked_by_the_same_definition_in_config_and_cli():
         "kind": "jsonl", "path": "a.jsonl", "start": 0, "n_docs": 256}
     with pytest.raises(ConfigError, match="unknown kind 'csv'"):
         check_source("heldout", {"kind": "csv"})
+
+
+# --- perturbation.switch -----------------------------------------------------------------------------
+
+def test_delta_switch_is_torch_only_and_changes_only_the_engine_keys():
+    from randopt.keys import run_keys
+    with pytest.raises(ConfigError, match=re.escape("config key 'perturbation.switch': delta is wired for engine.kind "
+                                                    "torch only")):
+        validate({"perturbation": {"switch": "delta"}, "engine": {"kind": "vllm", "device": "cuda"}})
+    default = run_keys(validate({}))
+    assert run_keys(validate({"perturbation": {"switch": "reconstruct"}})) == default  # the default's keys stay
+    delta = run_keys(validate({"perturbation": {"switch": "delta"}}))
+    changed = {k for k in default if default[k] != delta[k]}
+    assert changed == {"eval", "bpb"}  # the drift changes what a seed's weights are; data and model stay

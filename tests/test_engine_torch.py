@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from randopt.engines import make_engine
+from randopt.engines.torch_engine import TorchEngine
 from tests.engine_contract import *  # noqa: F401,F403  (the contract's tests run here)
 
 
@@ -111,3 +112,38 @@ def test_teacher_forcing_batches_are_capped_by_rows_and_logit_tokens():
         assert len(b) <= engine.batch_size
         assert len(b) == 1 or len(b) * widths[b.start] <= TorchEngine.MAX_LOGIT_TOKENS
     assert TorchEngine._logit_batches(engine, [100_000]) == [range(0, 1)]         # one long row still runs
+
+
+# --- perturbation.switch: delta (in place, 1x memory; its drift measured against the checkpoint) ----
+
+def test_delta_switch_walks_in_place_and_measures_its_drift(engine, tiny_model_dir):
+    """The delta engine keeps no base copy; one hop from base gives exactly the reconstruct engine's
+    weights; a walk drifts in bf16, and drift() reports what a direct comparison with the checkpoint
+    finds. The reconstruct engine reports no drift (its restore is exact)."""
+    from safetensors.torch import load_file
+
+    delta = TorchEngine(str(tiny_model_dir), device="cpu", switch="delta")
+    assert delta._base is None and engine.drift() is None
+    engine.set_weights(3, 0.05)
+    delta.set_weights(3, 0.05)
+    want = engine.read_weights()
+    assert all(torch.equal(t, want[n]) for n, t in delta.read_weights().items())
+    engine.restore_base()
+    for seed in (4, 5, 6, 7, 3):
+        delta.set_weights(seed, 0.05)
+    assert not all(torch.equal(t, want[n]) for n, t in delta.read_weights().items())  # the walk drifted
+    drift = delta.drift()
+    ref = load_file(str(tiny_model_dir / "model.safetensors"))
+    live = delta.read_weights()  # drift() went back to base
+    changed = sum(int((live[n] != ref[n]).sum()) for n in live)
+    assert drift["switches"] == 7 and drift["elements"] == sum(t.numel() for t in live.values())
+    assert drift["elements_changed"] == changed > 0
+    assert drift["max_abs"] == max(float((live[n].float() - ref[n].float()).abs().max()) for n in live) > 0
+    assert 0 < drift["fraction_changed"] < 1
+    assert drift["max_abs"] < 0.05 / 2  # rounding residue, not a seed's noise: drift() went back to base
+    assert delta.generate(["1 + 1 ="], 4, [])[0].n_tokens >= 1
+
+
+def test_unknown_switch_is_refused(tiny_model_dir):
+    with pytest.raises(ValueError, match="switch must be one of"):
+        TorchEngine(str(tiny_model_dir), device="cpu", switch="teleport")

@@ -83,9 +83,11 @@ def test_data_cli_checks_source_json_with_the_schema(tmp_path, capsys):
 # --- what needs the file system fails at DAG build (snakemake -n), naming the key and the fix ------
 
 def dry_run(tmp_path, overlay):
+    """`snakemake -n -p` (commands printed) on the default config with overlay, in tmp_path."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(overlay))
     return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-                           "--directory", str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "-n",
+                           "--directory", str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "-n", "-p",
                            "--cores", "1"], capture_output=True, text=True, timeout=300)
 
 
@@ -109,3 +111,39 @@ def test_tensor_parallel_size_must_divide_the_heads_at_dag_build(tmp_path, tiny_
     proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(tiny_model_dir)},
                               "engine": {**vllm, "tensor_parallel_size": 2}})
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def engine_commands(proc) -> list[str]:
+    stages = ("scripts.evaluate_shard", "scripts.evaluate_members", "scripts.score_bpb")
+    return [line for line in proc.stdout.splitlines() if any(s in line for s in stages)]
+
+
+def test_delta_switch_reaches_the_engine_stages_and_its_drift_is_recorded(tmp_path, tiny_model_dir):
+    """perturbation.switch: delta goes into the engine stages' --engine-options (and nowhere under the
+    default), the stage walks its seeds in place and its timings carry the drift it measured; the
+    record's summary takes the worst stage."""
+    from randopt.record import switch_summary
+    from scripts import evaluate_shard
+    tiny = {"model": {"source": "local", "path": str(tiny_model_dir)}, "population": {"shard_size": 32}}
+    proc = dry_run(tmp_path / "delta", {**tiny, "perturbation": {"switch": "delta"}})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(engine_commands(proc)) == 4 and all('"switch": "delta"' in c for c in engine_commands(proc))
+    proc = dry_run(tmp_path / "default", tiny)
+    assert proc.returncode == 0 and len(engine_commands(proc)) == 4
+    assert not any('"switch"' in c for c in engine_commands(proc))
+
+    out = tmp_path / "o"
+    rc = evaluate_shard.main(["--model-dir", str(tiny_model_dir), "--engine", "torch",
+                              "--engine-options", json.dumps({"device": "cpu", "switch": "delta"}),
+                              "--decode", json.dumps({"max_tokens": 2}), "--train", str(train_file(tmp_path)),
+                              "--sigma", "0.05", "--first-seed", "0", "--last-seed", "2",
+                              "--out", str(out / "s.parquet"), "--timings", str(out / "t.json")])
+    assert rc == 0
+    timings = json.loads((out / "t.json").read_text())
+    drift = timings["drift"]
+    assert drift["switch"] == "delta" and drift["switches"] == 4  # three seeds, then back to base
+    assert drift["elements_changed"] > 0 and drift["max_abs"] > 0
+    summary = switch_summary("delta", [timings, {"drift": None}, {"drift": {**drift, "max_abs": 1.0, "switches": 1}}])
+    assert summary["drift"]["max_abs"] == 1.0 and summary["drift"]["switches"] == 5
+    assert summary["drift"]["stages_measured"] == 2
+    assert switch_summary("reconstruct", [timings]) == {"switch": "reconstruct", "drift": None}

@@ -38,6 +38,7 @@ def test_record_is_complete(finished_run):
         assert len(record["data"][key]) == 64
     assert record["data"]["synthetic"] is True  # the held-out text is generated
     assert record["population"] == {"n_seeds": 4, "sigmas": [0.01, 0.02], "size": 8}
+    assert record["perturbation"] == {"switch": "reconstruct", "drift": None}  # the exact default switch
     assert set(record["timings_s"]) == set(STAGES)
     assert record["throughput"]["seeds_per_s"] > 0 and record["throughput"]["gen_tokens_per_s"] > 0
     assert record["versions"]["torch"] and record["hardware"]["cpu_count"] >= 1

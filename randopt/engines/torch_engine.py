@@ -6,6 +6,9 @@ restore is an exact copy. The model computes in `compute_dtype` (randopt/engines
 the checkpoint dtype, or fp32 on a CPU without native bf16. In fp32 the seed's weights are still
 built in the checkpoint dtype, rne(W0 + sigma*R), in a staging copy, then widened exactly into the
 model's fp32 parameters, so a seed means the same weights whatever the engine computes in.
+The option perturbation.switch: delta keeps no base copy (1x memory) and moves from seed to seed in
+place, W += sigma_to*R_to - sigma_from*R_from; bf16/fp16 rounding then drifts, and drift() measures
+how far against the checkpoint on disk (kernels/README.md has the drift table).
 """
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_wi
                                   start_token_id)
 
 
+SWITCHES = ("reconstruct", "delta")
+
+
 def _pick_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -33,7 +39,7 @@ def _pick_device(device: str) -> torch.device:
 class TorchEngine:
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 32,
                  threads: int | None = None, trust_remote_code: bool = False, max_context: int = 1024,
-                 compute_dtype: str = "auto"):
+                 compute_dtype: str = "auto", switch: str = "reconstruct"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model_path = Path(model_dir)
@@ -66,7 +72,14 @@ class TorchEngine:
             why = f"{why}; {auto_why}" + ("" if auto_name == dtype_name else f" (auto here would pick {auto_name})")
         self.compute_dtype, self.compute_dtype_reason = getattr(torch, dtype_name), why
         logging.getLogger("randopt").info("torch engine computes in %s (%s)", dtype_name, why)
-        self._base = {n: t.detach().clone() for n, t in params.items()}
+        if switch not in SWITCHES:
+            raise ValueError(f"switch must be one of {SWITCHES}, got {switch!r}")
+        self.switch = switch
+        self.model_dir = model_path
+        # delta: no base copy; the live weights' member (None: base) and the switches made so far.
+        self._current: tuple[int, float] | None = None
+        self._delta_switches = 0
+        self._base = {n: t.detach().clone() for n, t in params.items()} if switch == "reconstruct" else None
         if self.compute_dtype == self.checkpoint_dtype:
             self._live, self._compute = params, None
         else:
@@ -89,12 +102,21 @@ class TorchEngine:
         return list(self._live)
 
     def set_weights(self, seed: int, sigma: float) -> None:
-        self._perturber.reconstruct_(seed, sigma)
+        if self.switch == "reconstruct":
+            self._perturber.reconstruct_(seed, sigma)
+        else:
+            if sigma <= 0:
+                raise ValueError(f"sigma must be > 0, got {sigma!r}")
+            self._delta_to(seed, float(sigma))
         self._widen(self._live)
 
     def restore_base(self) -> None:
-        self._perturber.restore_()
-        self._widen(self._base)
+        if self.switch == "reconstruct":
+            self._perturber.restore_()
+            self._widen(self._base)
+        elif self._current is not None:
+            self._delta_to(None, 0.0)
+            self._widen(self._live)
 
     @torch.no_grad()
     def _widen(self, weights: dict[str, torch.Tensor]) -> None:
@@ -102,6 +124,46 @@ class TorchEngine:
         if self._compute is not None:
             for name, target in self._compute.items():
                 target.copy_(weights[name])
+
+    def _delta_to(self, seed: int | None, sigma: float) -> None:
+        """In place from the current member to (seed, sigma) (seed None: base), one fp32 add per element."""
+        seed_from, sigma_from = self._current if self._current is not None else (None, 0.0)
+        self._perturber.delta_switch_(seed_from, sigma_from, seed, sigma)
+        self._current = None if seed is None else (seed, sigma)
+        self._delta_switches += 1
+
+    @torch.no_grad()
+    def drift(self) -> dict | None:
+        """Under the delta switch: go back to base in place and compare every live tensor with the
+        checkpoint on disk (read one tensor at a time: memory stays 1x), so the record carries the
+        drift this run's walk left. None under the default reconstruct switch (restore is exact)."""
+        if self.switch == "reconstruct":
+            return None
+        from safetensors import safe_open
+
+        self.restore_base()
+        files = sorted(self.model_dir.glob("*.safetensors"))
+        where = {}
+        for path in files:
+            with safe_open(path, framework="pt") as fh:
+                where |= {key: path for key in fh.keys()}
+        missing = sorted(set(self._live) - set(where))
+        if missing:
+            raise RuntimeError(f"{self.model_dir}: no checkpoint tensor for {missing[:3]} (of {len(missing)}): "
+                               "the delta switch's drift is measured against *.safetensors in the model dir")
+        n = changed = 0
+        max_abs = sum_abs = 0.0
+        for name, live in self._live.items():
+            with safe_open(where[name], framework="pt") as fh:
+                ref = fh.get_tensor(name).to(live.device)
+            diff = (live.float() - ref.float()).abs()
+            n += diff.numel()
+            changed += int((live != ref).sum())
+            max_abs = max(max_abs, float(diff.max()) if diff.numel() else 0.0)
+            sum_abs += float(diff.double().sum())
+        return {"switch": "delta", "switches": self._delta_switches, "elements": n,
+                "elements_changed": changed, "fraction_changed": changed / n if n else 0.0,
+                "max_abs": max_abs, "mean_abs": sum_abs / n if n else 0.0}
 
     def live_tensor(self, name: str) -> torch.Tensor:
         """The tensor the model computes with (fp32 when compute_dtype is wider than the checkpoint)."""

@@ -14,7 +14,7 @@ from randopt.cli import log
 from randopt.engines.base import Engine
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
 from randopt.io import atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.member_cache import BASE, member_path, plan_members
+from randopt.member_cache import BASE, engine_drift, member_path, plan_members
 
 
 def evaluate_base_on_train(engine: Engine | None, make_engine: Callable[[], Engine], spec: DecodeSpec,
@@ -55,6 +55,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, test: str, train: st
             timing["gen_tokens"] += int(frame["n_tokens"].sum())
             with atomic_path(member_path(cache_dir, seed, sigma, ".parquet")) as tmp:
                 frame.to_parquet(tmp, index=False)
+    timing["drift"] = engine_drift(engine)  # before the base's train pass, which restores base anyway
     write_json_atomic(base_train_out, evaluate_base_on_train(engine, make_engine, spec, train, cache_dir))
     table = pd.concat([pd.read_parquet(member_path(cache_dir, *m, ".parquet")) for m in members], ignore_index=True)
     with atomic_path(out) as tmp:

@@ -11,6 +11,7 @@ from randopt.cli import log
 from randopt.engines.args import engine_compute_dtype
 from randopt.engines.base import Engine
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
+from randopt.member_cache import engine_drift
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
 
 
@@ -35,11 +36,14 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
     with atomic_path(out) as tmp:
         table.to_parquet(tmp, index=False)
     per_seed = table.groupby("seed").first()
+    drift = engine_drift(engine)
     write_json_atomic(timings, {
         "stage": "evaluate_shard", "sigma": sigma, "seeds": [first_seed, last_seed],
         "load_s": load_s, "switch_s": float(per_seed["switch_s"].sum()),
         "generate_s": float(per_seed["generate_s"].sum()), "gen_tokens": int(table["n_tokens"].sum()),
         "seconds": time.perf_counter() - start, "compute_dtype": engine_compute_dtype(engine),
+        "seconds": time.perf_counter() - start, "compute_dtype": engine_compute_dtype(engine),
+        "drift": drift,
         # Epoch seconds, so the record can take the stage's wall-clock span over its shards.
         "started_at": started_at, "ended_at": time.time(),
     })

@@ -46,6 +46,7 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
             "synthetic_parts": {"gsm8k": bool(gsm8k["synthetic"]), "heldout": bool(heldout["synthetic"])},
         },
         "noise": {"kind": "rademacher", "definition": "kernels/noise_ref.py v1"},
+        "perturbation": rec.switch_summary(config["perturbation"]["switch"], shards + [members]),
         "population": {"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
                        "size": population},
         "decode": config["decode"],
