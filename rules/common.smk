@@ -20,9 +20,22 @@ except ConfigError as err:
 
 KEYS = run_keys(config)
 REPO = workflow.basedir
-# Stage CLIs run as modules of this checkout, whatever directory the workflow runs in; a PYTHONPATH
-# set by the caller (packages installed with --target) stays behind it.
-PY = f"PYTHONPATH={shlex.quote(REPO)}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(sys.executable)} -m"
+
+
+def stage_cli_prefix(repo, python):
+    """Every job's shell command starts with this: bash strict mode (Snakemake's default prefix, which
+    a prefix replaces) and `stage_cli`, which runs a stage CLI as a module of this checkout, whatever
+    directory the workflow runs in; a PYTHONPATH set by the caller (packages installed with --target)
+    stays behind it. A shell function, not a Python variable in each rule's command: the command then
+    names only the rule's own params (snakemake --lint), and the interpreter's path stays out of the
+    params, so a copy of the repo or another venv does not rerun finished jobs."""
+    function = (f"stage_cli() {{ PYTHONPATH={shlex.quote(repo)}${{PYTHONPATH:+:$PYTHONPATH}} "
+                f"{shlex.quote(python)} -m \"$@\"; }}")
+    prefix = f"set -euo pipefail; {function}; "
+    return prefix.replace("{", "{{").replace("}", "}}")  # shell.prefix formats its argument
+
+
+shell.prefix(stage_cli_prefix(REPO, sys.executable))
 
 wildcard_constraints:
     sigma=r"[0-9][0-9.e+-]*",
@@ -146,7 +159,8 @@ def local_gpus():
 
 
 # The GPU stages' flags for claiming their GPUs among N (in the shell command, not in params: a run
-# with or without --resources gpu=N finds the same outputs up to date). Empty on the CPU, on a
+# with or without --resources gpu=N finds the same outputs up to date; so `snakemake --lint` reports
+# it as a variable from outside the rule, on purpose). Empty on the CPU, on a
 # cluster (the scheduler assigns devices) and without --resources gpu=N.
 LOCAL_GPUS = local_gpus()
 GPU_SLOTS = f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else ""
@@ -178,3 +192,14 @@ def job_resources(stage, gpu_stage=True):
     else:
         res |= {"gpu": 0, "cpus_per_task": r["cpus_per_task"]}
     return res
+
+
+def get_benchmarks():
+    """RULE=PATH for every stage's Snakemake benchmark file, so the record can sum stage times. Called
+    by rule record (rules/record.smk), after every rule it names is defined."""
+    pairs = [("freeze_gsm8k", rules.freeze_gsm8k), ("fetch_fineweb", rules.fetch_fineweb),
+             ("prepare_model", rules.prepare_model), ("rank", rules.rank),
+             ("evaluate_members", rules.evaluate_members), ("vote", rules.vote), ("score_bpb", rules.score_bpb)]
+    paths = [f"{name}={rule.benchmark}" for name, rule in pairs]
+    paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in get_shard_stems()]
+    return paths

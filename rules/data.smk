@@ -11,15 +11,15 @@ rule freeze_gsm8k:
         n_train=config["gsm8k"]["n_train"],
         n_test=config["gsm8k"]["n_test"],
         selection_seed=config["gsm8k"]["selection_seed"],
-        pins=" ".join(f"--pinned-{split}-sha256 {config['gsm8k'][split + '_sha256']}"
-                      for split in ("train", "test") if config["gsm8k"][split + "_sha256"]),
+        pins=" ".join(f"--pinned-{split}-sha256 {config['gsm8k'][f'{split}_sha256']}"
+                      for split in ("train", "test") if config["gsm8k"][f"{split}_sha256"]),
         code=code_version("data"),
     log:
         "logs/freeze_gsm8k.log",
     benchmark:
         f"{BENCH}/freeze_gsm8k/{KEYS['gsm8k']}.tsv"
     shell:
-        "{PY} scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
+        "stage_cli scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
@@ -37,5 +37,5 @@ rule fetch_fineweb:
     benchmark:
         f"{BENCH}/fetch_fineweb/{KEYS['heldout']}.tsv"
     shell:
-        "{PY} scripts.fetch_fineweb --source-json {params.source} {params.pin}"
+        "stage_cli scripts.fetch_fineweb --source-json {params.source} {params.pin}"
         " --out {output.text} --manifest {output.manifest} 2> {log}"

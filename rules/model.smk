@@ -23,6 +23,6 @@ rule prepare_model:
     benchmark:
         f"{BENCH}/prepare_model/{KEYS['model']}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} scripts.prepare_model --source {params.source} --model-id {params.model_id}"
+        "OMP_NUM_THREADS={threads} stage_cli scripts.prepare_model --source {params.source} --model-id {params.model_id}"
         " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.path} {params.revision}"
         " --dtype {params.dtype} {params.pin} --out-dir {output.model} --manifest {output.manifest} 2> {log}"

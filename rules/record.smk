@@ -1,16 +1,6 @@
 # The record: everything above in results/record.json, plus one row in RECORDS.md.
 
 
-def get_benchmarks():
-    """RULE=PATH for every stage's Snakemake benchmark file, so the record can sum stage times."""
-    pairs = [("freeze_gsm8k", rules.freeze_gsm8k), ("fetch_fineweb", rules.fetch_fineweb),
-             ("prepare_model", rules.prepare_model), ("rank", rules.rank),
-             ("evaluate_members", rules.evaluate_members), ("vote", rules.vote), ("score_bpb", rules.score_bpb)]
-    paths = [f"{name}={rule.benchmark}" for name, rule in pairs]
-    paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in get_shard_stems()]
-    return paths
-
-
 rule record:
     input:
         model=rules.prepare_model.output.manifest,
@@ -32,7 +22,7 @@ rule record:
     log:
         "logs/record.log",
     shell:
-        "{PY} scripts.record --config-json {params.config} --repo-dir {params.repo}"
+        "stage_cli scripts.record --config-json {params.config} --repo-dir {params.repo}"
         " --model-manifest {input.model} --gsm8k-manifest {input.gsm8k} --heldout-manifest {input.heldout}"
         " --topk {input.topk} --vote {input.vote} --bpb {input.bpb} --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"

@@ -1,0 +1,57 @@
+"""`snakemake --lint` on the workflow: no lint but the two justified where they stand (Snakefile:
+no conda: environment, whose channels cannot be reached here; rules/common.smk: GPU_SLOTS in the GPU
+stages' commands, kept out of params on purpose). Any other lint, or one of these on a rule without
+its justifying comment, fails."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+CONDA = "Specify a conda environment or container for each rule."
+GPU_SLOTS = "Shell command directly uses variable GPU_SLOTS from outside of the rule"
+GPU_RULES = {"evaluate_shard", "evaluate_members", "score_bpb"}
+
+
+def lints() -> dict[str, set[str]]:
+    """Where -> the lint titles reported there (where: a rule's name, or a snakefile's path)."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+                           "--directory", str(REPO), "--lint"], capture_output=True, text=True, timeout=300)
+    found: dict[str, set[str]] = {}
+    where = None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        head = re.match(r"Lints for (?:rule (\w+) \(line \d+, .*\)|snakefile (.*)):$", line)
+        if head:
+            where = head.group(1) or head.group(2)
+            continue
+        item = re.match(r"\s{4}\* (.*?):?$", line)
+        if item and where:
+            found.setdefault(where, set()).add(item.group(1).rstrip(":"))
+    assert found or proc.returncode == 0, proc.stderr[-3000:]
+    return found
+
+
+def rule_source(rule: str) -> str:
+    for path in (REPO / "rules").glob("*.smk"):
+        text = path.read_text()
+        match = re.search(rf"^rule {rule}:\n(.*?)(?=^rule |\Z)", text, re.S | re.M)
+        if match:
+            return match.group(1)
+    raise AssertionError(f"rule {rule} not found in rules/")
+
+
+def test_only_the_justified_lints_remain():
+    found = lints()
+    assert found, "snakemake --lint reported nothing: the parser no longer matches its output"
+    unjustified = {}
+    for where, titles in found.items():
+        allowed = {CONDA} | ({GPU_SLOTS} if where in GPU_RULES else set())
+        if titles - allowed:
+            unjustified[where] = sorted(titles - allowed)
+    assert not unjustified, f"lints with no justification: {unjustified}"
+    assert "lint: no rule has a conda: environment" in (REPO / "Snakefile").read_text()
+    for rule in GPU_RULES & set(found):
+        if GPU_SLOTS in found[rule]:
+            assert "# lint: GPU_SLOTS comes from outside the rule on purpose" in rule_source(rule), rule
