@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import hashlib
 import importlib.metadata
 import math
 import os
@@ -15,9 +16,31 @@ from randopt.io import canonical_json, sha256_bytes, write_text_atomic
 PACKAGES = ["torch", "transformers", "snakemake", "numpy", "pandas", "pyarrow", "triton", "vllm", "randopt"]
 
 
-def git_commit(repo: str | Path) -> dict:
+# The code a run executes: what a record's code_sha256 hashes (relative to the code dir).
+CODE_GLOBS = ("Snakefile", "rules/*.smk", "scripts/*.py", "randopt/**/*.py", "kernels/*.py", "config/*.yaml",
+              "profiles/**/*.yaml", "envs/*.txt", "pyproject.toml")
+
+
+def code_sha256(code_dir: str | Path) -> str:
+    """sha256 over the workflow's code files (path and bytes, sorted by path): the same code gives the
+    same hash in a checkout, an unpacked archive or a copy."""
+    root = Path(code_dir).resolve()
+    files = sorted({p for g in CODE_GLOBS for p in root.glob(g) if p.is_file() and "__pycache__" not in p.parts})
+    h = hashlib.sha256()
+    for path in files:
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def git_commit(code_dir: str | Path) -> dict:
+    """The project's own commit, only when code_dir is the top of its own git checkout. Code unpacked
+    or copied inside another repository must not record that repository's commit: then the commit is
+    None and the record identifies the code by code_sha256 alone."""
     def git(*args):
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+        return subprocess.run(["git", "-C", str(code_dir), *args], capture_output=True, text=True, check=False)
+    top = git("rev-parse", "--show-toplevel")
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(code_dir).resolve():
+        return {"sha": None, "dirty": None}
     head = git("rev-parse", "HEAD")
     if head.returncode != 0:
         return {"sha": None, "dirty": None}
@@ -109,7 +132,7 @@ def records_row(record: dict) -> tuple[str, str]:
            f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | "
            f"{record['accuracy']['base_train']:.3f}, {record['accuracy']['base_test']:.3f} | {ens} | "
            f"{record['bpb']['base']:.4f} | {bpb} | {record['throughput']['seeds_per_s']:.4f} | "
-           f"{(record['commit'] or 'none')[:10]} |\n")
+           f"{(record['commit'] or 'code ' + record['code_sha256'])[:15]} |\n")
     return header, row
 
 

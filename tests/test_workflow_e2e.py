@@ -5,6 +5,8 @@ import math
 import pandas as pd
 import pytest
 
+from randopt.record import code_sha256
+from tests.conftest import REPO
 from tests.workflow import jobs_run, read_record, run_workflow, tiny_config
 
 REQUIRED_KEYS = ["commit", "config_sha256", "model", "data", "population", "topk", "accuracy", "bpb",
@@ -39,6 +41,7 @@ def test_record_is_complete(finished_run):
     assert record["data"]["synthetic"] is True  # the held-out text is generated
     assert record["population"] == {"n_seeds": 4, "sigmas": [0.01, 0.02], "size": 8}
     assert record["perturbation"] == {"switch": "reconstruct", "drift": None}  # the exact default switch
+    assert record["code_sha256"] == code_sha256(REPO)  # the code that ran, whether or not it is a checkout
     assert set(record["timings_s"]) == set(STAGES)
     assert record["throughput"]["seeds_per_s"] > 0 and record["throughput"]["gen_tokens_per_s"] > 0
     assert record["versions"]["torch"] and record["hardware"]["cpu_count"] >= 1

@@ -32,7 +32,8 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
     record = {
         "run_name": config["run_name"],
         "created_utc": rec.now_utc(),
-        "commit": commit["sha"], "commit_dirty": commit["dirty"],
+        # The project's commit when the code ran from its own checkout (else None); the code's hash always.
+        "commit": commit["sha"], "commit_dirty": commit["dirty"], "code_sha256": rec.code_sha256(repo_dir),
         "config_sha256": rec.config_sha256(config),
         "config": config,
         "model": {"id": config["model"]["id"], "sha256": model["sha256"], "source": model["source"],
