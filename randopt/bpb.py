@@ -1,4 +1,4 @@
-"""Bits per byte (DESIGN.md §6): bpb = sum of token NLL in nats / (ln 2 * UTF-8 bytes).
+"""Bits per byte (docs/design.md, "Scoring"): bpb = sum of token NLL in nats / (ln 2 * UTF-8 bytes).
 
 The ensemble's probability of each realized token is the mean of its members' probabilities,
 accumulated over members in float64 (log-sum-exp, so no member's tiny probability underflows).

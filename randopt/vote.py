@@ -1,4 +1,4 @@
-"""Majority vote of the top-k members' extracted answers (DESIGN.md §6).
+"""Majority vote of the top-k members' extracted answers (docs/design.md, "Scoring").
 
 Answers are compared numerically (as normalised by gsm8k.extract_answer). The most frequent valid
 answer wins; a tie goes to the tied answer given by the best-ranked member; a problem where no member

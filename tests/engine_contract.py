@@ -1,4 +1,4 @@
-"""The engine contract (DESIGN.md §5): every engine must pass these. A test module binds `engine`
+"""The engine contract (docs/design.md, "Engines"): every engine must pass these. A test module binds `engine`
 and `model_dir` fixtures for its engine and imports the tests below."""
 from __future__ import annotations
 

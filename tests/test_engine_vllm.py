@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vllm is not installed (GPU machines only; see README 'vLLM')", allow_module_level=True)
+    pytest.skip("vllm is not installed (GPU machines only; see docs/gpu.md)", allow_module_level=True)
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device: the vLLM engine runs on GPUs only", allow_module_level=True)
 

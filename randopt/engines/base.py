@@ -1,4 +1,4 @@
-"""The engine protocol of DESIGN.md §5: what every engine must do, and nothing more."""
+"""The engine protocol of docs/design.md ("Engines"): what every engine must do, and nothing more."""
 from __future__ import annotations
 
 from dataclasses import dataclass
