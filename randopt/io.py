@@ -10,7 +10,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
