@@ -17,11 +17,12 @@
 #   record                        rules/record.smk    scripts/<stage>.py  randopt/stages/record.py
 # The engines (randopt/engines/) perturb weights through randopt/perturb.py and kernels/.
 #
-# snakemake --lint (tests/test_lint.py runs it): two lints remain, each justified where it stands.
+# snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed
 #   once (make env; docs/gpu.md for vLLM); no conda channel is reachable where this is built and tested,
 #   so a conda: directive could be neither resolved nor tested here.
 #   lint: GPU_SLOTS in the three GPU stages' commands (rules/common.smk, LOCAL_GPUS).
+#   lint: PY in every stage's command (rules/common.smk says why).
 import os
 
 from snakemake.utils import min_version

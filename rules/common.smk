@@ -22,20 +22,12 @@ KEYS = run_keys(config)
 REPO = workflow.basedir
 
 
-def stage_cli_prefix(repo, python):
-    """Every job's shell command starts with this: bash strict mode (Snakemake's default prefix, which
-    a prefix replaces) and `stage_cli`, which runs a stage CLI as a module of this checkout, whatever
-    directory the workflow runs in; a PYTHONPATH set by the caller (packages installed with --target)
-    stays behind it. A shell function, not a Python variable in each rule's command: the command then
-    names only the rule's own params (snakemake --lint), and the interpreter's path stays out of the
-    params, so a copy of the repo or another venv does not rerun finished jobs."""
-    function = (f"stage_cli() {{ PYTHONPATH={shlex.quote(repo)}${{PYTHONPATH:+:$PYTHONPATH}} "
-                f"{shlex.quote(python)} -m \"$@\"; }}")
-    prefix = f"set -euo pipefail; {function}; "
-    return prefix.replace("{", "{{").replace("}", "}}")  # shell.prefix formats its argument
-
-
-shell.prefix(stage_cli_prefix(REPO, sys.executable))
+# Stage CLIs run as modules of this checkout, whatever directory the workflow runs in; a PYTHONPATH
+# set by the caller (packages installed with --target) stays behind it. Each rule's shell command uses
+# PY from here (snakemake --lint reports it, on purpose): in params, the interpreter's path would make a
+# copy of the repo or another venv rerun finished jobs; and a shell.prefix function instead would make
+# the commands that `snakemake -p` prints no longer runnable by hand.
+PY = f"PYTHONPATH={shlex.quote(REPO)}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(sys.executable)} -m"
 
 wildcard_constraints:
     sigma=r"[0-9][0-9.e+-]*",

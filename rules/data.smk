@@ -18,8 +18,9 @@ rule freeze_gsm8k:
         "logs/freeze_gsm8k.log",
     benchmark:
         f"{BENCH}/freeze_gsm8k/{KEYS['gsm8k']}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "stage_cli scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
+        "{PY} scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
@@ -36,6 +37,7 @@ rule fetch_fineweb:
         "logs/fetch_fineweb.log",
     benchmark:
         f"{BENCH}/fetch_fineweb/{KEYS['heldout']}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "stage_cli scripts.fetch_fineweb --source-json {params.source} {params.pin}"
+        "{PY} scripts.fetch_fineweb --source-json {params.source} {params.pin}"
         " --out {output.text} --manifest {output.manifest} 2> {log}"

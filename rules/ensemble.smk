@@ -26,9 +26,10 @@ rule evaluate_members:
         "logs/evaluate_members.log",
     benchmark:
         f"{BENCH}/evaluate_members/{KEYS['eval']}/{KEYS['population']}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: GPU_SLOTS comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "stage_cli scripts.evaluate_members {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --test {input.test}"
+        "{PY} scripts.evaluate_members {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
 
@@ -44,8 +45,9 @@ rule vote:
         "logs/vote.log",
     benchmark:
         f"{BENCH}/vote/{KEYS['eval']}/{KEYS['population']}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "stage_cli scripts.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
+        "{PY} scripts.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
         " --out {output.vote} 2> {log}"
 
 
@@ -67,7 +69,8 @@ rule score_bpb:
         "logs/score_bpb.log",
     benchmark:
         f"{BENCH}/score_bpb/{KEYS['bpb']}/{KEYS['eval']}/{KEYS['population']}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: GPU_SLOTS comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "stage_cli scripts.score_bpb {params.engine}{GPU_SLOTS} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
+        "{PY} scripts.score_bpb {params.engine}{GPU_SLOTS} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
         " --cache-dir {params.cache} --out {output.bpb} 2> {log}"

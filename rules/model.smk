@@ -22,7 +22,8 @@ rule prepare_model:
         "logs/prepare_model.log",
     benchmark:
         f"{BENCH}/prepare_model/{KEYS['model']}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "OMP_NUM_THREADS={threads} stage_cli scripts.prepare_model --source {params.source} --model-id {params.model_id}"
+        "OMP_NUM_THREADS={threads} {PY} scripts.prepare_model --source {params.source} --model-id {params.model_id}"
         " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.path} {params.revision}"
         " --dtype {params.dtype} {params.pin} --out-dir {output.model} --manifest {output.manifest} 2> {log}"

@@ -21,8 +21,9 @@ rule record:
         records_md=q(config["records_md"]),
     log:
         "logs/record.log",
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "stage_cli scripts.record --config-json {params.config} --repo-dir {params.repo}"
+        "{PY} scripts.record --config-json {params.config} --repo-dir {params.repo}"
         " --model-manifest {input.model} --gsm8k-manifest {input.gsm8k} --heldout-manifest {input.heldout}"
         " --topk {input.topk} --vote {input.vote} --bpb {input.bpb} --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"

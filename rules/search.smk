@@ -21,10 +21,11 @@ rule evaluate_shard:
         f"logs/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.log",
     benchmark:
         f"{BENCH}/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: GPU_SLOTS comes from outside the rule on purpose (rules/common.smk says why: in params, a run
     # with --resources gpu=N would rerun every job a run without it had finished).
     shell:
-        "stage_cli scripts.evaluate_shard {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} scripts.evaluate_shard {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
         " --out {output.table} --timings {output.timings} 2> {log}"
 
@@ -43,6 +44,7 @@ rule rank:
         "logs/rank.log",
     benchmark:
         f"{BENCH}/rank/{KEYS['eval']}/{KEYS['population']}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "stage_cli scripts.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
+        "{PY} scripts.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
         " --fractions {params.fractions} --ranking {output.ranking} --topk {output.topk} 2> {log}"

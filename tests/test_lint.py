@@ -1,6 +1,6 @@
-"""`snakemake --lint` on the workflow: no lint but the two justified where they stand (Snakefile:
-no conda: environment, whose channels cannot be reached here; rules/common.smk: GPU_SLOTS in the GPU
-stages' commands, kept out of params on purpose). Any other lint, or one of these on a rule without
+"""`snakemake --lint` on the workflow: no lint but the three justified where they stand (Snakefile:
+no conda: environment, whose channels cannot be reached here; rules/common.smk: PY in every stage's
+command and GPU_SLOTS in the GPU stages' commands, both kept out of params on purpose). Any other lint, or one of these on a rule without
 its justifying comment, fails."""
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tests.conftest import REPO
 
 CONDA = "Specify a conda environment or container for each rule."
 GPU_SLOTS = "Shell command directly uses variable GPU_SLOTS from outside of the rule"
+PY = "Shell command directly uses variable PY from outside of the rule"
 GPU_RULES = {"evaluate_shard", "evaluate_members", "score_bpb"}
 
 
@@ -47,11 +48,14 @@ def test_only_the_justified_lints_remain():
     assert found, "snakemake --lint reported nothing: the parser no longer matches its output"
     unjustified = {}
     for where, titles in found.items():
-        allowed = {CONDA} | ({GPU_SLOTS} if where in GPU_RULES else set())
+        allowed = {CONDA, PY} | ({GPU_SLOTS} if where in GPU_RULES else set())
         if titles - allowed:
             unjustified[where] = sorted(titles - allowed)
     assert not unjustified, f"lints with no justification: {unjustified}"
     assert "lint: no rule has a conda: environment" in (REPO / "Snakefile").read_text()
+    for rule, titles in found.items():
+        if PY in titles:
+            assert "# lint: PY comes from outside the rule on purpose" in rule_source(rule), rule
     for rule in GPU_RULES & set(found):
         if GPU_SLOTS in found[rule]:
             assert "# lint: GPU_SLOTS comes from outside the rule on purpose" in rule_source(rule), rule
