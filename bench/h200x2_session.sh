@@ -24,7 +24,7 @@ mkdir -p "$OUT"
 status=0
 SMK="python3 -m snakemake --cores 32"
 
-smollm2() { ls -d results/models/*/model 2>/dev/null | head -1; }
+smollm2() { ls -d data/models/*/model 2>/dev/null | head -1; }
 
 tar_logs() {  # $OUT keeps at most 8 files a call: stage logs go back as one archive
   tar -czf "$OUT/$1-logs.tgz" logs results/shards/*/*/*.timings.json results/record.json RECORDS.md 2>/dev/null

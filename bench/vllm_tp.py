@@ -94,7 +94,7 @@ def check_weights(engine, model_dir: str, cases, device: str) -> dict:
 
 
 def prompts_for(engine, n=64) -> list[list[int]]:
-    from randopt.synth import generate_problems
+    from randopt.data.synth import generate_problems
     texts = [engine.chat_prompt(p["question"]) for p in generate_problems(n, 11, "easy")]
     return [engine.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
@@ -130,7 +130,7 @@ def bpb(engine) -> dict:
     import numpy as np
 
     from randopt.bpb import model_bpb
-    from randopt.heldout import synthetic_heldout
+    from randopt.data.heldout import synthetic_heldout
     texts = [d["text"] for d in synthetic_heldout(32, 7)]  # the default protocol's held-out text
     try:
         lp = np.concatenate([s.logprobs for s in engine.token_logprobs(texts)])

@@ -42,7 +42,6 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
         "load_s": load_s, "switch_s": float(per_seed["switch_s"].sum()),
         "generate_s": float(per_seed["generate_s"].sum()), "gen_tokens": int(table["n_tokens"].sum()),
         "seconds": time.perf_counter() - start, "compute_dtype": engine_compute_dtype(engine),
-        "seconds": time.perf_counter() - start, "compute_dtype": engine_compute_dtype(engine),
         "drift": drift,
         # Epoch seconds, so the record can take the stage's wall-clock span over its shards.
         "started_at": started_at, "ended_at": time.time(),
