@@ -23,6 +23,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -267,6 +268,8 @@ def test_going_back_to_a_config_reuses_everything(fresh, reuse):
 
 
 # --- kill -9 and resume ----------------------------------------------------------------------------
+# Each kill point waits on a fact on disk, never on a log line: a shard's rows written while the next
+# shard runs; a member's result cached while others of the same stage are not yet.
 
 def shard_states(workdir: Path) -> dict[str, str]:
     """shard stem -> 'done' (Snakemake wrote its benchmark: the job finished) or 'started' (its log
@@ -279,14 +282,30 @@ def shard_states(workdir: Path) -> dict[str, str]:
     return states
 
 
-def stage_started(workdir: Path, stage: str) -> bool:
-    """The stage's CLI is past its imports and about to evaluate (its first log line is written)."""
-    log = workdir / "logs" / f"{stage}.log"
-    marker = {"evaluate_members": "to evaluate", "score_bpb": "cached;"}[stage]
-    try:
-        return marker in log.read_text()
-    except FileNotFoundError:
+STAGE_CACHE = {"evaluate_members": ("members", ".parquet"), "score_bpb": ("bpb", ".npy")}
+
+
+def cached_members(workdir: Path, paths: Paths, stage: str) -> list[str]:
+    """The member cache files of a stage (the base model's train answers left out): each is one
+    member's whole result, written atomically when that member is done."""
+    folder = {"evaluate_members": paths.members, "score_bpb": paths.bpb}[stage]
+    suffix = STAGE_CACHE[stage][1]
+    return sorted(p.name for p in (workdir / folder / "cache").glob(f"*{suffix}")
+                  if not p.name.endswith(".train.parquet"))
+
+
+def stage_output(paths: Paths, stage: str) -> str:
+    return {"evaluate_members": paths.members_timings.replace("timings.json", "answers.parquet"),
+            "score_bpb": paths.bpb_json}[stage]
+
+
+def stage_mid_way(workdir: Path, paths: Paths, stage: str) -> bool:
+    """The stage has cached some but not all of the members it needs, and has no output yet."""
+    topk = workdir / paths.topk
+    if not topk.is_file() or (workdir / stage_output(paths, stage)).exists():
         return False
+    n_needed = len(paths.needed_members(workdir))
+    return 0 < len(cached_members(workdir, paths, stage)) < n_needed
 
 
 def unlock(workdir: Path, config: dict, notes: list[str]) -> None:
@@ -297,45 +316,59 @@ def unlock(workdir: Path, config: dict, notes: list[str]) -> None:
     run_workflow(workdir, config, "--unlock")
 
 
+def stage_logs(workdir: Path) -> dict[str, str]:
+    return {stage: (workdir / "logs" / f"{stage}.log").read_text() if (workdir / "logs" / f"{stage}.log").exists()
+            else "" for stage in STAGE_CACHE}
+
+
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory, base_config):
     workdir = tmp_path_factory.mktemp("killed")
     paths = Paths(base_config)
     notes: list[str] = []
-    runs = {}
+    runs, logs = {}, {}
 
-    def shard_running():
-        states = shard_states(workdir)
-        return "done" in states.values() and "started" in states.values()
+    def shard_mid_way():
+        """A shard's rows are written and a later shard is running (its log exists, no rows yet)."""
+        written = {p.relative_to(workdir / paths.shards).with_suffix("").as_posix()
+                   for p in (workdir / paths.shards).glob("sigma=*/*.parquet")}
+        running = {s.split("/", 1)[1] for s, state in shard_states(workdir).items() if state == "started"}
+        return bool(written) and bool(running - written)
 
-    runs["shards"] = run_and_kill(workdir, base_config, shard_running)
-    after_kill = {"states": shard_states(workdir), "files": file_states(workdir)}
+    runs["shards"] = run_and_kill(workdir, base_config, shard_mid_way)
+    after_kill = {"states": shard_states(workdir), "files": file_states(workdir),
+                  "tables": {p.relative_to(workdir).as_posix(): pd.read_parquet(p)  # as the kill left them
+                             for p in (workdir / paths.shards).glob("sigma=*/*.parquet")}}
     unlock(workdir, base_config, notes)
 
-    # The plain command again, killed as soon as the first of evaluate_members / score_bpb evaluates
-    # (they run one at a time: each takes every core), then again when the other one does.
+    # The plain command again, killed as soon as the first of evaluate_members / score_bpb has cached
+    # a member and not all (they run one at a time: each takes every core), then again when the other
+    # one is mid-way.
     first = {}
 
-    def ensemble_stage_running():
-        for stage in ("evaluate_members", "score_bpb"):
-            if stage_started(workdir, stage):
+    def ensemble_stage_mid_way():
+        for stage in STAGE_CACHE:
+            if stage_mid_way(workdir, paths, stage):
                 first["stage"] = stage
                 return True
         return False
 
-    runs["ensemble_1"] = run_and_kill(workdir, base_config, ensemble_stage_running)
+    runs["ensemble_1"] = run_and_kill(workdir, base_config, ensemble_stage_mid_way)
     after_second = file_states(workdir)
+    logs["ensemble_1"] = stage_logs(workdir)
     other = ({"evaluate_members", "score_bpb"} - {first["stage"]}).pop()
     unlock(workdir, base_config, notes)
-    runs["ensemble_2"] = run_and_kill(workdir, base_config, lambda: stage_started(workdir, other))
+    runs["ensemble_2"] = run_and_kill(workdir, base_config, lambda: stage_mid_way(workdir, paths, other))
     after_third = file_states(workdir)
+    logs["ensemble_2"] = stage_logs(workdir)
     # The plain command after a SIGKILL: Snakemake refuses, naming --unlock; after that it completes.
     runs["locked"] = run_workflow(workdir, base_config, check=False)
     run_workflow(workdir, base_config, "--unlock")
     final = run_step(workdir, base_config)
+    logs["final"] = stage_logs(workdir)
     return {"workdir": workdir, "paths": paths, "runs": runs, "after_kill": after_kill, "notes": notes,
             "first": first["stage"], "other": other, "after_second": after_second, "after_third": after_third,
-            "final": final, "record": read_record(workdir)}
+            "final": final, "logs": logs, "record": read_record(workdir)}
 
 
 def test_a_killed_run_leaves_a_lock_that_names_unlock(killed):
@@ -348,56 +381,74 @@ def test_a_killed_run_leaves_a_lock_that_names_unlock(killed):
 def test_kill_during_a_shard_leaves_no_partial_output_and_finished_shards_are_kept(killed):
     workdir, paths = killed["workdir"], killed["paths"]
     states, files = killed["after_kill"]["states"], killed["after_kill"]["files"]
-    done = sorted(s for s, state in states.items() if state == "done")
-    started = sorted(s for s, state in states.items() if state == "started")
-    assert done and started
-    for stem in started:  # killed mid-way: no partial output (a job killed between its last rename
-        # and Snakemake's bookkeeping may have whole outputs, which the rerun recomputes as incomplete)
-        key, rest = stem.split("/", 1)
-        parquet, timings = (workdir / paths.shards / f"{rest}{suffix}" for suffix in (".parquet", ".timings.json"))
-        if parquet.exists():
-            assert len(pd.read_parquet(parquet)) == 2 * 4
-        if timings.exists():
-            json.loads(timings.read_text())
-    for stem in done:
-        key, rest = stem.split("/", 1)
-        assert len(pd.read_parquet(workdir / paths.shards / f"{rest}.parquet")) == 2 * 4  # 2 seeds x 4 problems
-    # The resumed run (killed later, in the ensemble stages) ran only the shards not finished before.
-    resumed_jobs = jobs_run(killed["runs"]["ensemble_1"])
-    assert resumed_jobs["evaluate_shard"] == 4 - len(done)
+    written = sorted(p for p in files if p.startswith(paths.shards + "/") and p.endswith(".parquet"))
+    running = sorted(f"{paths.shards}/{s.split('/', 1)[1]}.parquet" for s, state in states.items()
+                     if state == "started")
+    # The kill landed mid-way: some shard's rows were written, and a shard that had started had none.
+    assert written, "no shard had written its rows at the kill"
+    assert set(running) - set(written), "no shard was running at the kill"
+    assert set(written) | set(running) < set(paths.shard_files())  # and some had not started
+    for path in written:  # whole tables only: 2 seeds x 4 problems, each seed of the shard's range
+        table = killed["after_kill"]["tables"][path]
+        first, last = map(int, re.search(r"seeds_(\d+)-(\d+)", path).groups())
+        assert len(table) == 2 * 4 and sorted(set(table["seed"])) == list(range(first, last + 1)), path
+        assert table.groupby("seed").size().tolist() == [4, 4], path
+    for path in set(running) - set(written):  # killed before its rename: not a byte at the output path
+        assert path not in files and path.replace(".parquet", ".timings.json") not in files, path
+    # The next run (killed later, in the ensemble stages) ran exactly the shards Snakemake had not
+    # finished: a shard killed between its last rename and Snakemake's bookkeeping is rerun as incomplete.
+    done = [s for s, state in states.items() if state == "done"]
+    assert jobs_run(killed["runs"]["ensemble_1"])["evaluate_shard"] == 4 - len(done)
     final = killed["final"].after
-    for stem in done:
+    for stem in done:  # finished shards were kept: same bytes, same mtime
         path = f"{paths.shards}/{stem.split('/', 1)[1]}.parquet"
         assert final[path] == files[path], f"{path} was recomputed"
 
 
+def member_lines(log: str) -> list[str]:
+    """The members an evaluate_members run evaluated, from its one log line per member."""
+    return re.findall(r"member seed (-?\d+) sigma (\S+): test accuracy", log)
+
+
 def test_kill_during_evaluate_members_and_score_bpb_resumes(killed):
     workdir, paths = killed["workdir"], killed["paths"]
-    outputs = {"evaluate_members": paths.members_timings.replace("timings.json", "answers.parquet"),
-               "score_bpb": paths.bpb_json}
-    # Killed while running: no output of the killed stage, and only whole per-member cache files.
-    assert outputs[killed["first"]] not in killed["after_second"]
-    assert outputs[killed["other"]] not in killed["after_third"]
-    for states in (killed["after_second"], killed["after_third"]):
-        for path in states:
-            if path.endswith(".parquet") and "/cache/" in path:  # one row per problem: 4 train (the base
-                # model's train answers), else 6 test
-                assert len(pd.read_parquet(workdir / path)) == (4 if path.endswith(".train.parquet") else 6)
+    from randopt.member_cache import member_label
+    needed = paths.needed_members(workdir)
+    at_kill = {killed["first"]: killed["after_second"], killed["other"]: killed["after_third"]}
+    final = killed["final"]
+    for stage, states in at_kill.items():
+        suffix = STAGE_CACHE[stage][1]
+        files = {m: paths.member_cache_file(m, stage) for m in needed}
+        cached = {m for m, f in files.items() if f in states}
+        # Killed mid-way: no output of the stage, and some (not all) members cached, each file whole
+        # (one row per test problem; one log-probability per held-out token).
+        assert stage_output(paths, stage) not in states, stage
+        assert 0 < len(cached) < len(needed), (stage, cached)
+        cache_dir = Path(files[needed[0]]).parent.as_posix()
+        assert {p for p in states if p.startswith(cache_dir + "/") and p.endswith(suffix)
+                and not p.endswith(".train.parquet")} == {files[m] for m in cached}  # no stray member
+        for m in cached:
+            if stage == "evaluate_members":
+                assert len(pd.read_parquet(workdir / files[m])) == 6
+            else:
+                assert np.load(workdir / files[m]).size == json.loads((workdir / paths.bpb_json).read_text())["n_tokens"]
+        # The resume evaluated exactly the members not cached at the kill, and left the cached files as
+        # they were (same bytes, same mtime).
+        for m in cached:
+            assert final.after[files[m]] == states[files[m]], f"{files[m]} was rewritten"
+        result = paths.members_timings if stage == "evaluate_members" else paths.bpb_json
+        assert json.loads((workdir / result).read_text())["evaluated"] == len(needed) - len(cached), stage
+        if stage == "evaluate_members":
+            evaluated = member_lines(killed["logs"]["final"]["evaluate_members"])
+            assert sorted(member_label(int(s), float(g)) for s, g in evaluated) == \
+                sorted(member_label(*m) for m in needed if m not in cached)
     for run in ("ensemble_1", "ensemble_2"):
         assert jobs_run(killed["runs"][run]).keys() >= {"evaluate_members", "score_bpb"}
-    final = killed["final"]
     assert "evaluate_shard" not in jobs_run(killed["runs"]["ensemble_2"]) and "evaluate_shard" not in final.jobs
     assert "rank" not in final.jobs
-    needed = paths.needed_members(workdir)
-    for stage in ("evaluate_members", "score_bpb"):
-        # The last run ran a stage only if it had no output yet, and then evaluated only the members
-        # that the killed runs had not cached.
-        assert final.jobs.get(stage, 0) == (outputs[stage] not in final.before), stage
-        if stage in final.jobs:
-            missing = [m for m in needed if paths.member_cache_file(m, stage) not in final.before]
-            result = paths.members_timings if stage == "evaluate_members" else paths.bpb_json
-            assert json.loads((workdir / result).read_text())["evaluated"] == len(missing), stage
-    assert killed["other"] in final.jobs
+    for stage in STAGE_CACHE:  # the last run ran a stage only if it had no output yet
+        assert final.jobs.get(stage, 0) == (stage_output(paths, stage) not in final.before), stage
+    assert final.jobs.get(killed["other"]) == 1
 
 
 def test_a_resumed_run_records_what_an_uninterrupted_run_records(fresh, killed):
