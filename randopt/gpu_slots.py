@@ -174,6 +174,8 @@ def main(argv=None) -> int:
     """python -m randopt.gpu_slots SIZE TOTAL [LOCK_DIR]: claim, print the ids, hold until stdin closes
     (for tests and for a look at the claims by hand)."""
     import sys
+    # The "waiting" line on stderr tells a watcher (tests/test_gpu_slots.py) that the claim is queued.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     args = sys.argv[1:] if argv is None else argv
     size, total = int(args[0]), int(args[1])
     lock_dir = args[2] if len(args) > 2 else DEFAULT_LOCK_DIR

@@ -3,10 +3,10 @@ and `model_dir` fixtures for its engine and imports the tests below."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from kernels.noise_ref import reconstruct_reference_
+from tests.conftest import skip_unless_ci
 
 PROMPT_TEXTS = ["How many apples does Tom have?", "The shop sold 12 cakes.", "Each box holds 6 eggs.",
                 "Water boils at 100 degrees."]
@@ -67,8 +67,8 @@ def test_stop_strings_cut_the_text(engine):
     prompts = _prompts(engine)
     free = engine.generate(prompts, max_tokens=24, stop=[])
     text = next((c.text for c in free if len(c.text.strip()) >= 4), None)
-    if text is None:
-        pytest.skip("the model produced no text long enough to pick a stop string from")
+    if text is None:  # an engine that generates nothing is what this test must catch, not skip
+        skip_unless_ci("the model produced no text long enough to pick a stop string from")
     stop = text.strip()[2:4]
     stopped = engine.generate(prompts, max_tokens=24, stop=[stop])
     for f, s in zip(free, stopped):

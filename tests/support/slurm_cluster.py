@@ -24,8 +24,9 @@ N_GPUS = 2
 
 
 class SlurmUnavailable(RuntimeError):
-    """SLURM is not installed and cannot be installed here (no root, no apt-get); the test skips with
-    the reason. A cluster that is installed but does not come up is a failure, not a skip."""
+    """SLURM is not installed and cannot be installed here (no root, no apt-get, apt-get failed): the
+    test skips with the reason on a developer machine and fails under CI=true, where SLURM is meant to
+    run. A cluster that is installed but does not come up is a failure everywhere."""
 
 
 def ensure_installed() -> None:
