@@ -69,6 +69,103 @@ def test_golden_through_reconstruct():
     assert (live.flatten() / 0.25).tolist() == [1.0 if c == "+" else -1.0 for c in e["first64"]]
 
 
+HIGH = GOLDEN["high_index"]
+BF16 = GOLDEN["perturbed_bf16"]
+
+
+def _packed_sha256(negative: np.ndarray) -> str:
+    return hashlib.sha256(np.packbits(negative, bitorder="little").tobytes()).hexdigest()
+
+
+@pytest.mark.parametrize("e", HIGH["entries"], ids=lambda e: f"{e['seed']}-{e['name']}")
+def test_golden_signs_above_2_31(e):
+    """Indices from 2^31 - 2 to 2^32 - 1, where a signed 32-bit or a float index would go wrong."""
+    want = [1 if c == "+" else -1 for c in e["signs"]]
+    idx = HIGH["indices"]
+    assert [_sign_py(e["seed"], e["name"], i) for i in idx] == want  # the written definition
+    ka, kb = tensor_keys(e["seed"], e["name"])
+    assert np.where(negative_mask_index(np.array(idx, dtype=np.uint64), ka, kb), -1, 1).tolist() == want
+    assert (1 - 2 * (hash_bits(torch.tensor(idx), ka, kb) >> 31)).tolist() == want  # int64 torch path
+    for key, digest in e.items():
+        if key.startswith("sha256_2^16_bits_from_"):
+            start = int(key.rsplit("_", 1)[1])
+            assert _packed_sha256(_signs(e["seed"], e["name"], 1 << 16, start=start) < 0) == digest, key
+
+
+def test_golden_high_signs_through_a_local_layout():
+    """The engines' sharded path (kernels/layout.py) at indices across 2^31: a local slice of a 1-D
+    logical tensor of 2^32 - 1 elements (never allocated), base 0 in fp32, gives the pinned signs."""
+    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
+    for e in HIGH["entries"]:
+        key = next(k for k in e if k.startswith("sha256_2^16_bits_from_"))
+        start = int(key.rsplit("_", 1)[1])
+        assert start < 2**31 < start + (1 << 16)
+        layout = LocalLayout((1 << 16,), (Block(e["name"], (2**32 - 1,), 0, start, 1 << 16),))
+        live, base = torch.empty(1 << 16), torch.zeros(1 << 16)
+        reconstruct_local_reference_(live, base, e["seed"], 0.25, layout)
+        assert _packed_sha256((live < 0).numpy()) == e[key], e["name"]
+
+
+def _from_hex(values: list[str]) -> torch.Tensor:
+    return torch.tensor([int(v, 16) for v in values], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+
+
+def _hex(t: torch.Tensor) -> list[str]:
+    return [f"{int(v) & 0xFFFF:04x}" for v in t.contiguous().view(torch.int16).tolist()]
+
+
+def _rne_bf16_py(x: np.float32) -> int:
+    """Round one fp32 to bf16 bits, nearest even, written from the rule (not from the kernels)."""
+    bits = int(np.array(x, dtype=np.float32).view(np.uint32))
+    upper, rest = bits >> 16, bits & 0xFFFF
+    return (upper + (rest > 0x8000 or (rest == 0x8000 and upper & 1))) & 0xFFFF
+
+
+@pytest.mark.parametrize("case", BF16["cases"], ids=lambda c: f"{c['seed']}-{c['sigma']}")
+def test_golden_bf16_round_to_nearest_even_on_a_nonzero_base(case):
+    """W = rne_bf16(fp32(W0) + fp32(sigma) * R) on a nonzero bf16 base, bit for bit, through the
+    reference, the engines' CPU kernel (perturb.reconstruct_), the one-hop delta switch, and the rule
+    written out in the test; and at logical indices past 2^31 through the local-layout path."""
+    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
+    base = _from_hex(BF16["base_bf16"])
+    seed, name, sigma, want = case["seed"], case["name"], case["sigma"], case["bf16_at_0"]
+    live = torch.empty_like(base)
+    reconstruct_reference_(live, base, seed, sigma, name)
+    assert _hex(live) == want
+    cpu = {name: torch.empty_like(base)}
+    perturb.reconstruct_(cpu, {name: base}, seed, sigma)
+    assert _hex(cpu[name]) == want
+    hop = {name: base.clone()}
+    perturb.delta_switch_(hop, None, 0.0, seed, sigma)
+    assert _hex(hop[name]) == want
+    sig32 = np.float32(sigma)
+    by_rule = [_rne_bf16_py(np.float32(w0) + sig32 * np.float32(_sign_py(seed, name, i)))
+               for i, w0 in enumerate(base.float().tolist())]
+    assert [f"{b:04x}" for b in by_rule] == want
+    assert sum(a != b for a, b in zip(want, BF16["base_bf16"])) >= 32  # the noise moved most weights
+
+    huge = BF16["huge_tensor"]
+    row = base.view(1, -1)
+    high = torch.empty_like(row)
+    layout = LocalLayout(row.shape, (Block(huge["name"], tuple(huge["shape"]), 0, huge["row"], 1, 0, 0, row.shape[1]),))
+    assert huge["row"] * huge["shape"][1] > 2**31
+    reconstruct_local_reference_(high, row, seed, sigma, layout)
+    assert _hex(high.view(-1)) == case[f"bf16_at_{huge['name']}_row_{huge['row']}"]
+
+
+def test_golden_bf16_ties_go_to_the_even_neighbour():
+    """sigma = 2^-8 is half a bf16 ulp in [1, 2): there every result is a tie, pinned to the even one."""
+    case = next(c for c in BF16["cases"] if c["sigma"] == 2.0**-8)
+    base = _from_hex(BF16["base_bf16"]).float()
+    got = _from_hex(case["bf16_at_0"])
+    exact = base + case["sigma"] * torch.tensor([_sign_py(case["seed"], case["name"], i) for i in range(64)],
+                                                dtype=torch.float32)
+    in_range = (base.abs() >= 1) & (base.abs() < 2) & (exact.abs() > 1)  # base and result in [1, 2]
+    assert int(in_range.sum()) >= 8
+    assert torch.all((got.float() - exact)[in_range].abs() == case["sigma"])  # each one was a tie ...
+    assert torch.all(got.view(torch.int16)[in_range] & 1 == 0)  # ... resolved to the even mantissa
+
+
 # ----------------------------------------------------------------------------------------- statistics
 
 N_STAT = 1 << 18

@@ -107,18 +107,29 @@ def test_delta_switch_bit_exact(tk, dtype):
         assert _equal(got, want), (dtype, step)
 
 
-def test_bf16_rounds_to_nearest_even_on_ties(tk):
-    """Values exactly halfway between two bf16 numbers: ties go to the even mantissa."""
+def _ties():
+    """bf16 values in [1, 2) and sigma = half a bf16 ulp there: every perturbed value is a tie."""
     base = torch.tensor([1.0078125, 1.015625, 1.0234375, 1.03125] * 4, dtype=torch.bfloat16)
     base[8:] = -base[8:]
-    sigma = 2.0**-8  # half a bf16 ulp in [1, 2)
+    return base, 2.0**-8
+
+
+def test_bf16_reference_rounds_to_nearest_even_on_ties():
+    """The reference alone (no Triton needed): ties go to the even mantissa."""
+    base, sigma = _ties()
+    want = torch.empty_like(base)
+    reconstruct_reference_(want, base, 5, sigma, "tie")
+    exact = base.float() + sigma * rademacher(5, "tie", torch.arange(base.numel()))
+    assert torch.all((want.float() - exact).abs() == sigma)  # every element was a tie
+    assert torch.all(want.view(torch.int16) & 1 == 0)  # ... resolved to the even neighbour
+
+
+def test_bf16_triton_rounds_ties_as_the_reference(tk):
+    base, sigma = _ties()
     got, want = torch.empty_like(base), torch.empty_like(base)
     tk.reconstruct_triton_(got, base, 5, sigma, "tie")
     reconstruct_reference_(want, base, 5, sigma, "tie")
     assert _equal(got, want)
-    exact = base.float() + sigma * rademacher(5, "tie", torch.arange(base.numel()))
-    assert torch.all((want.float() - exact).abs() == sigma)  # every element was a tie
-    assert torch.all(want.view(torch.int16) & 1 == 0)  # ... resolved to the even neighbour
 
 
 def test_rejects_mismatch(tk):
@@ -250,10 +261,12 @@ def _perturbed_shards(impl, dtype, tp, seed, sigma):
 
 @pytest.mark.parametrize("impl_name", ["reference", "triton"])
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
-def test_tp_shards_reassemble_to_unsharded(tk, impl_name, tp):
-    """A seed means the same weights at every TP degree and fusion; padding rows stay base."""
+def test_tp_shards_reassemble_to_unsharded(request, impl_name, tp):
+    """A seed means the same weights at every TP degree and fusion; padding rows stay base. The
+    reference runs without Triton; only the Triton variant needs it."""
     dtype, seed, sigma = torch.bfloat16, 77, 1e-2
-    impl = L.reconstruct_local_reference_ if impl_name == "reference" else tk.reconstruct_local_triton_
+    impl = (L.reconstruct_local_reference_ if impl_name == "reference"
+            else request.getfixturevalue("tk").reconstruct_local_triton_)
     full, shards = _perturbed_shards(impl, dtype, tp, seed, sigma)
     back, pad = _reassemble(shards, tp)
     for name, base in full.items():
@@ -389,6 +402,10 @@ def test_perturber_cpu_falls_back_to_reference():
     want = {k: torch.empty_like(v) for k, v in base.items()}
     perturb.reconstruct_local_(want, base, 6, 1e-2, layouts)
     assert all(_equal(live[k], want[k]) for k in live)
-    p.delta_switch_(6, 1e-2, None, 0.0)
+    perturbed = {k: v.clone() for k, v in live.items()}
+    p.delta_switch_(6, 1e-2, None, 0.0)  # seed 6 -> base, in place: the reference's bits (bf16 drift and all)
+    perturb.delta_switch_(want, 6, 1e-2, None, 0.0, layouts)
+    assert all(_equal(live[k], want[k]) for k in live)  # asserted before restore_ overwrites it
+    assert all(not _equal(live[k], perturbed[k]) for k in live)  # the switch moved every tensor
     p.restore_()
     assert all(_equal(live[k], base[k]) for k in live)
