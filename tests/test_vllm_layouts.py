@@ -2,7 +2,6 @@
 import pytest
 import torch
 
-from kernels.layout import as_2d
 from kernels.noise_ref import reconstruct_reference_
 from randopt import perturb
 from randopt.engines.vllm_layouts import layout_for, model_layouts
@@ -40,36 +39,103 @@ def vllm_shapes(tp: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-@pytest.mark.parametrize("tp", [1, 2, 4])
-def test_every_rank_perturbs_exactly_the_reference_elements(tp):
+# --- vLLM's weight loaders, written here from their semantics (not from kernels/layout.py) -----------
+# What each vLLM layer's weight_loader copies from a checkpoint tensor into its rank's parameter:
+#   QKVParallelLinear          param = [q rows of this rank; k rows; v rows]: q takes head block `rank`;
+#                              k and v take head block rank // replicas, where with tp >= kv heads each
+#                              rank holds one kv head (replicas = tp / kv heads), else kv heads / tp.
+#   MergedColumnParallelLinear param = [gate rows of this rank; up rows of this rank], each the rank's
+#                              1/tp of that tensor's rows.
+#   RowParallelLinear          the rank's 1/tp of the input columns; a 1-D bias is loaded whole.
+#   VocabParallelEmbedding /   the vocab padded up to a multiple of 64 and cut into tp equal row ranges;
+#   ParallelLMHead             rank r loads checkpoint rows [r*per, min((r+1)*per, vocab)) and fills
+#                              the rest of its rows (padding) with 0.
+#   everything else            loaded whole (replicated).
+
+
+def rows(t: torch.Tensor, start: int, n: int) -> torch.Tensor:
+    return t.narrow(0, start, n)
+
+
+def load_qkv(ckpt: dict, prefix: str, suffix: str, tp: int, rank: int) -> torch.Tensor:
+    head_dim = ckpt[f"{prefix}q_proj.{suffix}"].shape[0] // HEADS
+    q_heads = HEADS // tp
+    kv_heads, replicas = (1, tp // KV) if tp >= KV else (KV // tp, 1)
+    q = rows(ckpt[f"{prefix}q_proj.{suffix}"], rank * q_heads * head_dim, q_heads * head_dim)
+    kv_block = rank // replicas
+    k = rows(ckpt[f"{prefix}k_proj.{suffix}"], kv_block * kv_heads * head_dim, kv_heads * head_dim)
+    v = rows(ckpt[f"{prefix}v_proj.{suffix}"], kv_block * kv_heads * head_dim, kv_heads * head_dim)
+    return torch.cat([q, k, v])
+
+
+def load_gate_up(ckpt: dict, prefix: str, tp: int, rank: int) -> torch.Tensor:
+    parts = [ckpt[f"{prefix}{p}_proj.weight"] for p in ("gate", "up")]
+    return torch.cat([rows(t, rank * (t.shape[0] // tp), t.shape[0] // tp) for t in parts])
+
+
+def load_row_parallel(t: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
+    if t.dim() == 1:
+        return t.clone()
+    per = t.shape[1] // tp
+    return t.narrow(1, rank * per, per).clone()
+
+
+def load_vocab(t: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
+    padded = -(-t.shape[0] // 64) * 64
+    per = padded // tp
+    start, end = min(rank * per, t.shape[0]), min((rank + 1) * per, t.shape[0])
+    param = torch.empty((per,) + tuple(t.shape[1:]), dtype=t.dtype)
+    param[:end - start] = t[start:end]
+    param[end - start:] = 0
+    return param
+
+
+def vllm_load(ckpt: dict, tp: int, rank: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s vLLM parameters (vLLM's names) loaded from checkpoint tensors `ckpt`."""
+    params = {}
+    for name in vllm_shapes(tp):
+        if ".qkv_proj." in name:
+            prefix, suffix = name.split("qkv_proj.")
+            params[name] = load_qkv(ckpt, prefix, suffix, tp, rank)
+        elif ".gate_up_proj." in name:
+            params[name] = load_gate_up(ckpt, name.split("gate_up_proj.")[0], tp, rank)
+        elif ".o_proj." in name or ".down_proj." in name:
+            params[name] = load_row_parallel(ckpt[name], tp, rank)
+        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+            params[name] = load_vocab(ckpt[name], tp, rank)
+        else:
+            params[name] = ckpt[name].clone()
+    return params
+
+
+def test_the_test_loaders_give_vllms_local_shapes():
+    ckpt = {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in checkpoint().items()}
+    for tp in (1, 2, 4, 8):
+        for rank in range(tp):
+            assert {n: tuple(t.shape) for n, t in vllm_load(ckpt, tp, rank).items()} == vllm_shapes(tp), (tp, rank)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])  # 8 > kv heads: each kv head replicated over 4 ranks
+def test_every_rank_perturbs_exactly_what_vllm_loaded_there(tp):
+    """Perturbing a rank's parameters through randopt's layouts gives, bit for bit, what vLLM's loaders
+    would put on that rank from the perturbed checkpoint: every element gets the noise of the checkpoint
+    element vLLM placed there, and padding rows stay as loaded (0)."""
     shapes = checkpoint()
     torch.manual_seed(0)
     full_base = {n: torch.randn(s).to(torch.bfloat16) for n, s in shapes.items()}
-    expected = {}
+    full_perturbed = {}
     for n, t in full_base.items():
-        expected[n] = torch.empty_like(t)
-        reconstruct_reference_(expected[n], t, 5, 0.01, n)
-    assembled = {n: torch.zeros_like(t) for n, t in full_base.items()}
+        full_perturbed[n] = torch.empty_like(t)
+        reconstruct_reference_(full_perturbed[n], t, 5, 0.01, n)
     for rank in range(tp):
-        layouts = model_layouts(vllm_shapes(tp), shapes, (HEADS, KV), tp, rank)
-        live, base = {}, {}
-        for key, lay in layouts.items():  # build this rank's local base from the full checkpoint
-            local = torch.zeros(lay.shape, dtype=torch.bfloat16)
-            for b in lay.blocks:
-                ncols = b.ncols if b.ncols is not None else as_2d(lay.shape)[1]
-                local.view(*as_2d(lay.shape))[b.local_row:b.local_row + b.nrows, b.local_col:b.local_col + ncols] = \
-                    full_base[b.name].view(*as_2d(b.logical_shape))[b.logical_row:b.logical_row + b.nrows,
-                                                                    b.logical_col:b.logical_col + ncols]
-            base[key], live[key] = local, local.clone()
+        base = vllm_load(full_base, tp, rank)
+        layouts = model_layouts({n: tuple(t.shape) for n, t in base.items()}, shapes, (HEADS, KV), tp, rank)
+        live = {n: t.clone() for n, t in base.items()}
         perturb.reconstruct_local_(live, base, 5, 0.01, layouts)
-        for key, lay in layouts.items():
-            for b in lay.blocks:
-                ncols = b.ncols if b.ncols is not None else as_2d(lay.shape)[1]
-                assembled[b.name].view(*as_2d(b.logical_shape))[b.logical_row:b.logical_row + b.nrows,
-                                                               b.logical_col:b.logical_col + ncols] = \
-                    live[key].view(*as_2d(lay.shape))[b.local_row:b.local_row + b.nrows, b.local_col:b.local_col + ncols]
-    for name in shapes:
-        assert torch.equal(assembled[name], expected[name]), name
+        want = vllm_load(full_perturbed, tp, rank)
+        for name in base:
+            assert torch.equal(live[name], want[name]), (tp, rank, name)
+            assert not torch.equal(live[name], base[name]), (tp, rank, name)  # the rank's share was perturbed
 
 
 def test_a_shape_vllm_does_not_have_is_a_clear_error():
