@@ -65,3 +65,55 @@ def test_rank_refuses_an_incomplete_population():
     rows = _rows({(0, 0.1): [True]})
     with pytest.raises(InputError, match="no shard rows"):
         rank_population(rows, n_seeds=2, sigmas=[0.1])
+
+
+def test_rank_breaks_reward_ties_by_fewer_tokens_then_sigma_then_seed():
+    """Equal train reward: the member that generated fewer tokens ranks first (a terser model that is as
+    right); equal reward and tokens: smaller sigma, then smaller seed."""
+    rows = pd.DataFrame([
+        {"seed": 0, "sigma": 0.1, "correct": True, "n_tokens": 30},
+        {"seed": 1, "sigma": 0.1, "correct": True, "n_tokens": 12},   # same reward as seed 0, fewer tokens
+        {"seed": 0, "sigma": 0.2, "correct": True, "n_tokens": 12},   # ties seed 1 / 0.1 on tokens: sigma decides
+        {"seed": 1, "sigma": 0.2, "correct": False, "n_tokens": 1},   # fewest tokens, lower reward: last
+    ])
+    ranked = rank_population(rows, n_seeds=2, sigmas=[0.1, 0.2])
+    assert list(zip(ranked.seed, ranked.sigma)) == [(1, 0.1), (0, 0.2), (0, 0.1), (1, 0.2)]
+    assert list(ranked["rank"]) == [1, 2, 3, 4]
+    assert list(ranked.gen_tokens) == [12, 12, 30, 1]
+    same = pd.DataFrame([{"seed": s, "sigma": 0.1, "correct": True, "n_tokens": 5} for s in (1, 0)])
+    assert list(rank_population(same, n_seeds=2, sigmas=[0.1]).seed) == [0, 1]  # then seed ascending
+
+
+def test_vote_stage_gives_members_to_the_vote_in_rank_order(tmp_path):
+    """The vote CLI on hand-made tables: two members tie 1-1 on every problem, so the tie-break (the
+    best-ranked member's answer) decides. The best-ranked member has the larger seed and its rows come
+    last in the answers table, so any order but rank order (seed order, table order) votes wrong."""
+    import json
+    import subprocess
+    import sys
+
+    from randopt.io import atomic_path, write_json_atomic
+    from tests.conftest import REPO
+
+    test = tmp_path / "test.jsonl"
+    problems = [{"id": f"test-{i}", "question": f"q{i}", "answer": f"so {i + 10}\n#### {i + 10}"} for i in range(3)]
+    test.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    best, second = (7, 0.01), (2, 0.01)  # rank 1 is seed 7
+    rows = [{"seed": -1, "sigma": 0.0, "problem_id": p["id"], "answer": "0", "correct": False} for p in problems]
+    rows += [{"seed": second[0], "sigma": second[1], "problem_id": p["id"], "answer": "99", "correct": False}
+             for p in problems]
+    rows += [{"seed": best[0], "sigma": best[1], "problem_id": p["id"], "answer": str(i + 10), "correct": True}
+             for i, p in enumerate(problems)]
+    with atomic_path(tmp_path / "answers.parquet") as tmp:
+        pd.DataFrame(rows).to_parquet(tmp, index=False)
+    members = [{"seed": best[0], "sigma": best[1], "train_reward": 0.5, "rank": 1},
+               {"seed": second[0], "sigma": second[1], "train_reward": 0.5, "rank": 2}]
+    write_json_atomic(tmp_path / "topk.json", {"topk": [{"fraction": 0.5, "k": 2, "members": members}]})
+    proc = subprocess.run([sys.executable, "-m", "scripts.vote", "--answers", str(tmp_path / "answers.parquet"),
+                           "--topk", str(tmp_path / "topk.json"), "--test", str(test), "--out", str(tmp_path / "v.json")],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    vote = json.loads((tmp_path / "v.json").read_text())
+    assert vote["ensemble_test"] == {"0.5": 1.0}  # every tie went to rank 1's (right) answer
+    assert vote["member_mean_test"] == {"0.5": 0.5} and vote["base_test"] == 0.0
+
