@@ -26,11 +26,14 @@ REPO = Path(__file__).resolve().parents[2]
 EXTENSION = "randopt.engines.vllm_worker.RandoptWorkerExtension"
 
 
-def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90) -> float:
-    import torch
-
+def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90, card_bytes: int | None = None) -> float:
+    """headroom - weight bytes per GPU / card bytes; card_bytes defaults to GPU 0's memory (given in
+    tests, which have no GPU)."""
     weight_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
-    card = torch.cuda.get_device_properties(0).total_memory
+    card = card_bytes
+    if card is None:
+        import torch
+        card = torch.cuda.get_device_properties(0).total_memory
     value = headroom - weight_bytes / tp / card
     if value < 0.2:
         raise ValueError(f"{model_dir}: weights of {weight_bytes / 2**30:.1f} GiB over tp={tp} leave too little of "
@@ -38,26 +41,43 @@ def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90) -> 
     return round(value, 3)
 
 
+def set_vllm_environment(tensor_parallel_size: int, env=None) -> None:
+    """The environment vLLM and its processes start with (os.environ by default); values already set
+    win (setdefault), so an exported value is kept."""
+    env = os.environ if env is None else env
+    # vLLM's own processes (the TP workers; the engine core when it is separate), forked after CUDA
+    # is initialized here (a test, or auto_memory_utilization's query of the card), fail: spawn them.
+    env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    if tensor_parallel_size == 1:
+        # On one GPU the engine core runs in this process: a spawned core imports vLLM again, and
+        # on the H200 that was 19-22 s of every stage's ~65 s start. With several GPUs the core
+        # stays a process of its own (vLLM's default, the only mode run with TP > 1 so far).
+        # vLLM caches its environment once an engine is built, so the first engine of a process
+        # decides for any later one (a stage builds one).
+        env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # NVLink multicast stays off (randopt/gpu_slots.py says why), here and in vLLM's processes.
+    for name, value in MULTICAST_OFF.items():
+        env.setdefault(name, value)
+    # Workers are separate processes: they import the extension from this checkout.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+
+
+def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utilization: float, enforce_eager: bool,
+                trust_remote_code: bool, max_model_len: int, batch_size: int) -> dict:
+    """The arguments of vllm.LLM. Prefix caching is off: the weights change under the same prompts."""
+    return dict(model=model_dir, tokenizer=model_dir, dtype="auto", seed=0,
+                tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+                enforce_eager=enforce_eager, enable_prefix_caching=False,
+                trust_remote_code=trust_remote_code, worker_extension_cls=EXTENSION,
+                max_model_len=max_model_len, max_num_seqs=batch_size)
+
+
 class VllmEngine:
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 256,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
                  enforce_eager: bool = False, threads: int | None = None):
-        # vLLM's own processes (the TP workers; the engine core when it is separate), forked after CUDA
-        # is initialized here (a test, or auto_memory_utilization's query of the card), fail: spawn them.
-        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-        if tensor_parallel_size == 1:
-            # On one GPU the engine core runs in this process: a spawned core imports vLLM again, and
-            # on the H200 that was 19-22 s of every stage's ~65 s start. With several GPUs the core
-            # stays a process of its own (vLLM's default, the only mode run with TP > 1 so far).
-            # vLLM caches its environment once an engine is built, so the first engine of a process
-            # decides for any later one (a stage builds one).
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        # NVLink multicast stays off (randopt/gpu_slots.py says why), here and in vLLM's processes.
-        for name, value in MULTICAST_OFF.items():
-            os.environ.setdefault(name, value)
-        # Workers are separate processes: they import the extension from this checkout.
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        set_vllm_environment(tensor_parallel_size)
         if gpu_memory_utilization == "auto":
             gpu_memory_utilization = auto_memory_utilization(model_dir, tensor_parallel_size)
         self.model_dir = str(model_dir)
@@ -68,11 +88,10 @@ class VllmEngine:
         self.max_context = min(self.max_context, max_model_len - 1)
         from vllm import LLM  # after the environment above: vLLM reads it when the engine is built
 
-        self.llm = LLM(model=self.model_dir, tokenizer=self.model_dir, dtype="auto", seed=0,
-                       tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-                       enforce_eager=enforce_eager, enable_prefix_caching=False,
-                       trust_remote_code=trust_remote_code, worker_extension_cls=EXTENSION,
-                       max_model_len=max_model_len, max_num_seqs=batch_size)
+        self.llm = LLM(**llm_options(self.model_dir, tensor_parallel_size=tensor_parallel_size,
+                                     gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+                                     trust_remote_code=trust_remote_code, max_model_len=max_model_len,
+                                     batch_size=batch_size))
         self.setup = self.llm.collective_rpc("randopt_setup", args=(self.model_dir,))
         self.tokenizer = self.llm.get_tokenizer()
         self._start_id = start_token_id(self.tokenizer)

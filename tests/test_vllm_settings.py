@@ -1,0 +1,63 @@
+"""What the vLLM engine sets up before vLLM starts, tested without vLLM or a GPU: the memory share
+(`gpu_memory_utilization: auto`), the environment its processes inherit (NVLink multicast off) and
+the LLM arguments (prefix caching off), as README "On a GPU with vLLM" documents them."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from randopt.engines.vllm_engine import EXTENSION, auto_memory_utilization, llm_options, set_vllm_environment
+from randopt.gpu_slots import MULTICAST_OFF
+from tests.conftest import REPO
+
+GB = 10**9
+
+
+def weights(tmp_path, *sizes: int):
+    """A model dir whose *.safetensors files have these sizes (sparse files: nothing is written)."""
+    for i, size in enumerate(sizes):
+        with open(tmp_path / f"model-{i:05d}.safetensors", "wb") as fh:
+            fh.truncate(size)
+    (tmp_path / "config.json").write_text("{}")  # not a weight file: not counted
+    return str(tmp_path)
+
+
+def test_auto_memory_utilization_is_headroom_minus_weights_per_gpu(tmp_path):
+    # README: Qwen2.5-72B bf16 (145.6 GB) at TP 8 on 80 GB cards: 0.90 - 18.2/80 = 0.67.
+    model = weights(tmp_path, 72_800_000_000, 72_800_000_000)
+    assert auto_memory_utilization(model, 8, card_bytes=80 * GB) == 0.672
+    assert auto_memory_utilization(model, 4, card_bytes=141 * GB) == round(0.90 - 36.4 / 141, 3)
+    assert auto_memory_utilization(model, 8, headroom=0.8, card_bytes=80 * GB) == 0.573
+
+
+def test_auto_memory_utilization_refuses_too_little_room(tmp_path):
+    model = weights(tmp_path, 60 * GB)
+    with pytest.raises(ValueError, match="raise tensor_parallel_size"):
+        auto_memory_utilization(model, 1, card_bytes=80 * GB)  # 0.90 - 0.75 < 0.2
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_the_environment_keeps_multicast_off_and_keeps_exported_values(tp):
+    env = {"NCCL_NVLS_ENABLE": "1", "PYTHONPATH": "/elsewhere"}  # one exported by the user: it wins
+    set_vllm_environment(tp, env)
+    assert MULTICAST_OFF == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                             "NVSHMEM_DISABLE_NVLS": "1"}  # the three README names
+    assert env["NCCL_NVLS_ENABLE"] == "1"
+    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
+    fresh: dict = {}
+    set_vllm_environment(tp, fresh)
+    assert {k: fresh[k] for k in MULTICAST_OFF} == MULTICAST_OFF
+    assert fresh["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    # On one GPU the engine core runs in this process; with several it is vLLM's own process.
+    assert fresh.get("VLLM_ENABLE_V1_MULTIPROCESSING") == ("0" if tp == 1 else None)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]  # workers import this checkout
+
+
+def test_llm_arguments_turn_prefix_caching_off():
+    options = llm_options("/m", tensor_parallel_size=2, gpu_memory_utilization=0.67, enforce_eager=False,
+                          trust_remote_code=False, max_model_len=2048, batch_size=256)
+    assert options["enable_prefix_caching"] is False
+    assert options["enforce_eager"] is False  # CUDA graphs stay on: the weights change in place
+    assert options["worker_extension_cls"] == EXTENSION
+    assert (options["tensor_parallel_size"], options["gpu_memory_utilization"], options["max_num_seqs"]) == (2, 0.67, 256)
