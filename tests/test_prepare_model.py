@@ -82,4 +82,13 @@ def test_the_embedded_default_model_converts_and_answers(tmp_path):
     prompts = [engine.chat_prompt(q) for q in ("What is 2 + 3? Answer with the number after ####.",
                                                "What is 10 - 4? Answer with the number after ####.")]
     outs = engine.generate(prompts, max_tokens=24, stop=["\n\n"])
-    assert all(extract_answer(o.text) is not None for o in outs), [o.text for o in outs]
+    texts = [o.text for o in outs]
+    # The converted weights are SmolLM2-135M-Instruct's: its architecture, and its greedy answers (the
+    # same on every run): it restates each sum and gets 2 + 3 right; a broken dequantization or a
+    # wrong tensor mapping gives other text (a random model: no number at all).
+    assert (config["model_type"], config["num_hidden_layers"], config["hidden_size"], config["vocab_size"]) == \
+        ("llama", 30, 576, 49152)
+    assert config["tie_word_embeddings"] is True and "lm_head.weight" not in engine.perturbable_names()
+    assert texts[0].startswith("2 + 3 = ") and extract_answer(texts[0]) == "5", texts
+    assert texts[1].startswith("10 - 4 = ") and extract_answer(texts[1]) is not None, texts
+    assert all(o.finish == "stop" for o in outs), [(o.text, o.finish) for o in outs]  # it ended its answer

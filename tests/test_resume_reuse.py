@@ -17,6 +17,7 @@ or run-dependent (TIME_DEPENDENT below).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -110,6 +111,10 @@ class Paths:
     @property
     def gsm8k(self) -> str:
         return f"data/gsm8k/{self.keys['gsm8k']}"
+
+    @property
+    def heldout(self) -> str:
+        return f"results/data/heldout/{self.keys['heldout']}"
 
     def shard_files(self) -> list[str]:
         """Every shard parquet of the config (the rule's fixed seed ranges)."""
@@ -265,6 +270,43 @@ def test_going_back_to_a_config_reuses_everything(fresh, reuse):
     # Every stage output is the fresh run's, so even the timings agree; only the record's own time differs.
     drop = ("created_utc", "commit_dirty")
     assert {k: v for k, v in reverted.items() if k not in drop} == {k: v for k, v in record.items() if k not in drop}
+
+
+# What each config change reruns, as Snakemake's dry run lists the jobs (cheap: nothing runs). The
+# README's claim: a change reruns what depends on it and nothing else. Data and model stages stay
+# untouched by anything but their own keys; the held-out text and max_context reach only score_bpb;
+# the engine's batch size (numerics) reaches every engine stage and what reads them.
+AFTER_A_NEW_SPLIT = {"freeze_gsm8k": 1, "evaluate_shard": 4, "rank": 1, "evaluate_members": 1, "vote": 1,
+                     "score_bpb": 1, "record": 1}  # score_bpb: the top-k it reads is new (its member cache is not)
+AFTER_A_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, "record": 1}
+CONFIG_CHANGES = {
+    "n_train": ({"gsm8k": {"n_train": 5}}, AFTER_A_NEW_SPLIT),
+    "n_test": ({"gsm8k": {"n_test": 5}}, AFTER_A_NEW_SPLIT),
+    "selection_seed": ({"gsm8k": {"selection_seed": 1}}, AFTER_A_NEW_SPLIT),
+    "heldout source": ({"heldout": {"synthetic": {"n_docs": 4, "seed": 2}}}, AFTER_A_NEW_HELDOUT),
+    "n_docs": ({"heldout": {"synthetic": {"n_docs": 5, "seed": 1}}}, AFTER_A_NEW_HELDOUT),
+    "max_context": ({"heldout": {"max_context": 32}}, {"score_bpb": 1, "record": 1}),
+    "batch_size": ({"engine": {"batch_size": 4}}, {"evaluate_shard": 4, "rank": 1, "evaluate_members": 1, "vote": 1,
+                                                   "score_bpb": 1, "record": 1}),
+}
+
+
+@pytest.fixture(scope="module")
+def config_changes(reuse, base_config):
+    """Dry runs of each change on the reuse dir, with every output of the base config in place."""
+    workdir, _ = reuse
+    steps = {name: run_step(workdir, with_changes(base_config, **change), "-n")
+             for name, (change, _) in CONFIG_CHANGES.items()}
+    steps["unchanged"] = run_step(workdir, base_config, "-n")
+    return steps
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_CHANGES))
+def test_a_config_change_reruns_only_what_it_touches(config_changes, name):
+    step = config_changes[name]
+    assert step.jobs == CONFIG_CHANGES[name][1]
+    assert step.changed() == set() and step.new() == set()  # a dry run writes nothing
+    assert "Nothing to be done" in output(config_changes["unchanged"].proc)  # the base config: all up to date
 
 
 # --- kill -9 and resume ----------------------------------------------------------------------------
@@ -527,19 +569,31 @@ def test_a_wrong_pin_is_a_clear_error_and_overwrites_nothing(fresh, wrong_pins, 
 
 
 @pytest.fixture(scope="module")
-def edited_split(reuse, base_config, wrong_pins, code_edits):
+def edited_split(reuse, base_config, wrong_pins, code_edits, config_changes):
     """Last on the reuse dir (it leaves a changed frozen split there): one byte of the train split
     changed by hand. The JSON stays valid, so only its sha256 tells."""
     workdir, _ = reuse
     paths = Paths(base_config)
     train = workdir / paths.gsm8k / "train.jsonl"
-    original = train.read_bytes()
+    original, before_edit = train.read_bytes(), train.stat()
     at = re.search(rb"\d", original).start()
     edited = original[:at] + bytes([ord("0") + (original[at] - ord("0") + 1) % 10]) + original[at + 1:]
     train.write_bytes(edited)
     step = run_step(workdir, base_config, check=False)
-    return {"step": step, "train": train, "edited": edited, "paths": paths,
-            "manifest_sha256": json.loads((train.parent / "manifest.json").read_text())["train"]["sha256"]}
+    result = {"step": step, "train": train, "edited": edited, "paths": paths,
+              "manifest_sha256": json.loads((train.parent / "manifest.json").read_text())["train"]["sha256"]}
+    # Then the held-out slice: the train split back as it was (bytes and mtime), one letter of the slice
+    # changed by hand.
+    train.write_bytes(original)
+    os.utime(train, ns=(before_edit.st_atime_ns, before_edit.st_mtime_ns))
+    heldout = workdir / paths.heldout / "heldout.jsonl"
+    text = heldout.read_bytes()
+    at = re.search(rb"[a-y]", text).start()
+    heldout.write_bytes(text[:at] + bytes([text[at] + 1]) + text[at + 1:])
+    result["heldout"] = {"step": run_step(workdir, base_config, check=False), "path": heldout,
+                         "edited": heldout.read_bytes(),
+                         "manifest_sha256": json.loads((heldout.parent / "manifest.json").read_text())["sha256"]}
+    return result
 
 
 def test_a_hand_edited_frozen_split_is_a_clear_error(edited_split):
@@ -557,6 +611,19 @@ def test_a_hand_edited_frozen_split_is_a_clear_error(edited_split):
     # remove the outputs of shards whose input is now newer than they are), so no job ran at all.
     assert set(step.after) == set(step.before)
     assert jobs_run(step.proc) == {}
+
+
+def test_a_hand_edited_heldout_slice_is_a_clear_error(edited_split):
+    import hashlib
+    held = edited_split["heldout"]
+    step, path = held["step"], held["path"]
+    assert step.proc.returncode != 0
+    actual = hashlib.sha256(held["edited"]).hexdigest()
+    name = f"{edited_split['paths'].heldout}/heldout.jsonl"
+    assert any(name in line and actual in line and held["manifest_sha256"] in line
+               for line in output(step.proc).splitlines()), output(step.proc)[-4000:]
+    assert path.read_bytes() == held["edited"]  # not overwritten
+    assert step.after == step.before and jobs_run(step.proc) == {}  # nothing written, rewritten or deleted
 
 
 # --- code edits, on a copy of the repo -------------------------------------------------------------
