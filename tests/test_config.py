@@ -149,3 +149,79 @@ def test_delta_switch_is_torch_only_and_changes_only_the_engine_keys():
     delta = run_keys(validate({"perturbation": {"switch": "delta"}}))
     changed = {k for k in default if default[k] != delta[k]}
     assert changed == {"eval", "bpb"}  # the drift changes what a seed's weights are; data and model stay
+
+# --- every shipped config, and the default through Snakemake ---------------------------------------
+
+CONFIG_DIR = REPO / "config"
+OVERLAYS = sorted(p.name for p in CONFIG_DIR.glob("*.yaml") if p.name not in ("config.yaml", "schema.yaml"))
+
+
+def test_the_shipped_overlays_are_all_checked():
+    assert {"default_vllm.yaml", "one_gpu_qwen7b.yaml", "standard_8xh100_qwen72b.yaml"} <= set(OVERLAYS)
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_every_overlay_validates_merged_over_the_default(name):
+    """Each config/*.yaml is an overlay: merged over config/config.yaml as --configfile merges it, it
+    must validate (a key the schema does not know, a bad value, a hub source without a commit fail)."""
+    from snakemake.utils import update_config
+    config = load_yaml(CONFIG_DIR / "config.yaml")
+    overlay = load_yaml(CONFIG_DIR / name)
+    update_config(config, overlay)
+    merged = validate(config)
+    assert merged["run_name"] == overlay["run_name"] != validate(load_yaml(CONFIG_DIR / "config.yaml"))["run_name"]
+
+
+def dry_run(workdir, *configfiles) -> str:
+    """`snakemake -n -p results/record.json` of the embedded default (plus overlays) in an empty dir,
+    offline; returns its output. Building the DAG reads no data, model or hub."""
+    import os
+    import subprocess
+
+    from tests.workflow import SNAKEMAKE
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(workdir / "hf")}
+    extra = [arg for path in configfiles for arg in ("--configfile", str(path))]
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir / "run"),
+                           *extra, "-n", "-p", "results/record.json"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (workdir / "run" / "results").exists() and not (workdir / "hf").exists()
+    return proc.stdout + proc.stderr
+
+
+def commands_of(out: str, rule: str) -> list[str]:
+    return [block.split("Shell command:", 1)[1].split("\n", 1)[0] if "Shell command:" in block else block
+            for block in out.split(f"rule {rule}:")[1:]]
+
+
+def test_the_embedded_default_dry_runs_through_snakemake(tmp_path):
+    """`make record`'s config (no --configfile): its DAG, with the generated GSM8K-style data and the
+    synthetic held-out text it reads, whatever real data the machine has."""
+    from tests.workflow import jobs_run
+    out = dry_run(tmp_path)
+    default = validate(load_yaml(CONFIG_DIR / "config.yaml"))
+    pop = default["population"]
+    shards = len(pop["sigmas"]) * -(-pop["n_seeds"] // pop["shard_size"])
+    assert jobs_run(subprocess_like(out)) == {"freeze_gsm8k": 1, "fetch_fineweb": 1, "prepare_model": 1,
+                                              "evaluate_shard": shards, "rank": 1, "evaluate_members": 1, "vote": 1,
+                                              "score_bpb": 1, "record": 1}
+    (freeze,) = commands_of(out, "freeze_gsm8k")
+    assert '"kind": "generated"' in freeze and f"--n-train {default['gsm8k']['n_train']}" in freeze
+    (fetch,) = commands_of(out, "fetch_fineweb")
+    assert '"kind": "synthetic"' in fetch
+    assert all("--engine torch" in c for c in commands_of(out, "evaluate_shard"))
+
+
+def test_the_default_on_vllm_dry_runs_through_snakemake(tmp_path):
+    from tests.workflow import jobs_run
+    out = dry_run(tmp_path, CONFIG_DIR / "default_vllm.yaml")
+    jobs = jobs_run(subprocess_like(out))
+    assert jobs["evaluate_shard"] == 2  # 32 seeds x 2 sigmas in shards of 32
+    assert all("--engine vllm" in c for c in commands_of(out, "evaluate_shard"))
+    (freeze,) = commands_of(out, "freeze_gsm8k")
+    assert '"kind": "generated"' in freeze  # the same data as the CPU default
+
+
+def subprocess_like(out: str):
+    """jobs_run reads a CompletedProcess's stdout and stderr."""
+    import subprocess
+    return subprocess.CompletedProcess([], 0, out, "")
