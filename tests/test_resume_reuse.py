@@ -551,6 +551,16 @@ def wrong_pins(reuse, base_config):
     return failed, back
 
 
+@pytest.fixture(scope="module")
+def wrong_test_pin(fresh, wrong_pins, base_config):
+    """The train split pinned right and the test split wrong: the test pin is checked too (a wrong
+    train pin alone would fail first and hide it)."""
+    workdir, _, record = fresh
+    config = with_changes(base_config, gsm8k={"train_sha256": record["data"]["gsm8k_train_sha256"],
+                                              "test_sha256": "d" * 64})
+    return run_step(workdir, config, check=False), record
+
+
 def test_a_wrong_pin_is_a_clear_error_and_overwrites_nothing(fresh, wrong_pins, tiny_model_dir):
     _, _, record = fresh
     failed, back = wrong_pins
@@ -568,8 +578,17 @@ def test_a_wrong_pin_is_a_clear_error_and_overwrites_nothing(fresh, wrong_pins, 
     assert back.after == failed.before
 
 
+def test_a_wrong_test_split_pin_is_a_clear_error_and_writes_nothing(wrong_test_pin):
+    step, record = wrong_test_pin
+    assert step.proc.returncode != 0
+    assert any("test.jsonl" in line and record["data"]["gsm8k_test_sha256"] in line and "d" * 64 in line
+               for line in output(step.proc).splitlines()), output(step.proc)[-4000:]
+    assert step.after == step.before  # neither split nor manifest written at the pinned key
+    assert step.jobs.get("freeze_gsm8k") == 1  # it ran (and failed) at the new key
+
+
 @pytest.fixture(scope="module")
-def edited_split(reuse, base_config, wrong_pins, code_edits, config_changes):
+def edited_split(reuse, base_config, wrong_pins, wrong_test_pin, code_edits, config_changes):
     """Last on the reuse dir (it leaves a changed frozen split there): one byte of the train split
     changed by hand. The JSON stays valid, so only its sha256 tells."""
     workdir, _ = reuse

@@ -13,7 +13,7 @@ import pytest
 from snakemake.utils import update_config
 
 from randopt.config import load_yaml, population_size, topk_size, validate
-from tests.conftest import REPO
+from tests.conftest import REPO, SHARED_GSM8K, skip_unless_ci
 from tests.workflow import SNAKEMAKE, jobs_run
 
 STANDARD = REPO / "config" / "standard_8xh100_qwen72b.yaml"
@@ -121,3 +121,22 @@ def test_standard_asks_for_eight_h100s(tmp_path):
     proc = dry_run(tmp_path, STANDARD)
     res = resources_of(proc, "evaluate_shard")[0]
     assert (res["gpu"], res["gpu_model"], res["nodes"]) == ("8", "h100", "1")
+
+
+def test_the_gsm8k_cross_check_sha256s_hold_on_the_jsonl_copy():
+    """The standard config's comment gives the sha256s of its 200/200 selection (seed 0) from the JSONL
+    copy of GSM8K; they must hold for that copy (../shared/data/gsm8k on CI)."""
+    from randopt.gsm8k import freeze_splits, rows_to_jsonl
+    from randopt.io import sha256_bytes
+    if not (SHARED_GSM8K / "train.jsonl").is_file():
+        skip_unless_ci(f"no GSM8K JSONL copy at {SHARED_GSM8K} (set RANDOPT_GSM8K_DIR)")
+    text = STANDARD.read_text()
+    claimed = dict(re.findall(r"^\s*#\s+(train|test)\s+([0-9a-f]{64})\s*$", text, flags=re.M))
+    assert set(claimed) == {"train", "test"}, "the config's cross-check comment lost its sha256 lines"
+    c = merged(STANDARD)
+    g = c["gsm8k"]
+    train, test, info = freeze_splits({"kind": "jsonl", "path": str(SHARED_GSM8K)}, g["n_train"], g["n_test"],
+                                      g["selection_seed"])
+    assert info["pool_sizes"] == {"train": 7473, "test": 1319}  # the sizes the comment names
+    assert sha256_bytes(rows_to_jsonl(train)) == claimed["train"]
+    assert sha256_bytes(rows_to_jsonl(test)) == claimed["test"]
