@@ -14,7 +14,7 @@ from tests.conftest import REPO
 
 def run_cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "scripts.prepare_model", *args], cwd=REPO, capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=600)
+                          text=True, env={**os.environ, **(env or {})})
 
 
 def test_local_dir_is_linked_and_hashed(tiny_model_dir, tmp_path):

@@ -81,29 +81,29 @@ def failure_report(workdir: Path, proc: subprocess.CompletedProcess) -> str:
 def run_workflow(workdir: Path, config: dict, *extra: str, check: bool = True,
                  repo: Path = REPO) -> subprocess.CompletedProcess:
     cmd = workflow_command(workdir, config, *extra, repo=repo)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    # No wall-clock limit: on cores shared with other work a run takes what it takes; it ends when
+    # Snakemake does (a hung run is the CI job's timeout to catch, not a threshold of this test).
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(failure_report(workdir, proc))
     return proc
 
 
 def run_and_kill(workdir: Path, config: dict, kill_now: Callable[[], bool], *extra: str,
-                 timeout: float = 600, poll_s: float = 0.02) -> subprocess.CompletedProcess:
-    """Start the workflow in its own process group; as soon as kill_now() is true, SIGKILL the whole
-    group (Snakemake and every job it started: local jobs share its group) and wait until none of
-    them is left. Fails if the run ends before kill_now() was ever true (the kill point was missed)."""
+                 poll_s: float = 0.02) -> subprocess.CompletedProcess:
+    """Start the workflow in its own process group; as soon as kill_now() (a fact on disk) is true,
+    SIGKILL the whole group (Snakemake and every job it started: local jobs share its group) and wait
+    until none of them is left. Fails if the run ends before kill_now() was ever true (the kill point
+    was missed). Event-based: no wall-clock limit."""
     cmd = workflow_command(workdir, config, *extra)
     out, err = workdir / "killed.stdout", workdir / "killed.stderr"
     with out.open("w") as fout, err.open("w") as ferr:
         proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, start_new_session=True)
-        deadline = time.monotonic() + timeout
         try:
             while not kill_now():
                 if proc.poll() is not None:
                     raise AssertionError(f"the run ended (rc {proc.returncode}) before the kill point:\n"
                                          f"{err.read_text()[-4000:]}")
-                if time.monotonic() > deadline:
-                    raise AssertionError("the kill point was not reached in time")
                 time.sleep(poll_s)
         finally:
             with_group_killed(proc)
