@@ -193,6 +193,7 @@ def commands_of(out: str, rule: str) -> list[str]:
             for block in out.split(f"rule {rule}:")[1:]]
 
 
+@pytest.mark.slow
 def test_the_embedded_default_dry_runs_through_snakemake(tmp_path):
     """`make record`'s config (no --configfile): its DAG, with the generated GSM8K-style data and the
     synthetic held-out text it reads, whatever real data the machine has."""
@@ -211,6 +212,7 @@ def test_the_embedded_default_dry_runs_through_snakemake(tmp_path):
     assert all("--engine torch" in c for c in commands_of(out, "evaluate_shard"))
 
 
+@pytest.mark.slow
 def test_the_default_on_vllm_dry_runs_through_snakemake(tmp_path):
     from tests.workflow import jobs_run
     out = dry_run(tmp_path, CONFIG_DIR / "default_vllm.yaml")

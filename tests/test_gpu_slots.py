@@ -210,6 +210,7 @@ def dry_run(tmp_path: Path, config: dict, *extra: str) -> dict[str, list[tuple[s
 GPU_RULES = ("evaluate_shard", "evaluate_members", "score_bpb")
 
 
+@pytest.mark.slow
 def test_dry_run_local_gpu_slots(tiny_model_dir, tmp_path):
     vllm = tiny_config(tiny_model_dir, engine={"kind": "vllm", "device": "cuda", "tensor_parallel_size": 1})
     jobs = dry_run(tmp_path, vllm, "--resources", "gpu=2")
@@ -241,6 +242,7 @@ def test_dry_run_local_gpu_slots(tiny_model_dir, tmp_path):
     assert proc.returncode != 0 and "--resources gpu=3: each GPU job uses 2 GPUs" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_cpu_default_is_unchanged_by_gpu_resources(tiny_model_dir, tmp_path):
     cpu = tiny_config(tiny_model_dir)
     plain, with_gpus = dry_run(tmp_path, cpu), dry_run(tmp_path, cpu, "--resources", "gpu=2")

@@ -20,6 +20,7 @@ def test_stage_cli_help(stage):
     assert "usage: python -m scripts." in proc.stdout
 
 
+@pytest.mark.slow  # each runs Snakemake
 @pytest.mark.parametrize("target", [
     "results/shards/x/sigma=../../etc/seeds_0000-0001.parquet",
     "results/shards/x/sigma=0.1/seeds_../0000-0001.parquet",
@@ -33,6 +34,7 @@ def test_wildcards_cannot_escape_results(target, tmp_path):
     assert "No rule to produce" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_invalid_config_fails_before_any_job(tmp_path):
     (tmp_path / "bad.yaml").write_text("population: {sigmas: []}\n")
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),

@@ -90,6 +90,7 @@ def resources_of(proc: subprocess.CompletedProcess, rule: str) -> list[dict]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_dry_run_builds_the_dag_offline(name, tmp_path):
     path, _, tp = CONFIGS[name]
@@ -116,6 +117,7 @@ def test_dry_run_builds_the_dag_offline(name, tmp_path):
     assert prep["gpu"] == "0" and prep["cpus_per_task"] == str(r["cpus_per_task"])
 
 
+@pytest.mark.slow
 def test_standard_asks_for_eight_h100s(tmp_path):
     """The numbers themselves, for the standard: 8 H100s a GPU job, one node."""
     proc = dry_run(tmp_path, STANDARD)
