@@ -599,7 +599,7 @@ def edited_split(reuse, base_config, wrong_pins, wrong_test_pin, code_edits, con
     edited = original[:at] + bytes([ord("0") + (original[at] - ord("0") + 1) % 10]) + original[at + 1:]
     train.write_bytes(edited)
     step = run_step(workdir, base_config, check=False)
-    result = {"step": step, "train": train, "edited": edited, "paths": paths,
+    result = {"step": step, "train": train, "edited": edited, "paths": paths, "train_after": train.read_bytes(),
               "manifest_sha256": json.loads((train.parent / "manifest.json").read_text())["train"]["sha256"]}
     # Then the held-out slice: the train split back as it was (bytes and mtime), one letter of the slice
     # changed by hand.
@@ -623,7 +623,7 @@ def test_a_hand_edited_frozen_split_is_a_clear_error(edited_split):
     actual = hashlib.sha256(edited_split["edited"]).hexdigest()
     assert any(f"{paths.gsm8k}/train.jsonl" in line and actual in line and edited_split["manifest_sha256"] in line
                for line in text.splitlines()), text[-4000:]
-    assert train.read_bytes() == edited_split["edited"]  # not overwritten
+    assert edited_split["train_after"] == edited_split["edited"]  # not overwritten by the refused run
     for path, state in step.after.items():  # nothing rewritten ...
         assert step.before.get(path) == state, path
     # ... and nothing deleted: the check runs before any job is scheduled (otherwise Snakemake would
