@@ -15,6 +15,7 @@
 #   evaluate_members, vote,       rules/ensemble.smk  scripts/<stage>.py  randopt/stages/<stage>.py
 #   score_bpb
 #   record                        rules/record.smk    scripts/<stage>.py  randopt/stages/record.py
+#   export (a member as a model)  rules/export.smk    scripts/export_member.py  randopt/export.py
 # The engines (randopt/engines/) perturb weights through randopt/perturb.py and kernels/.
 #
 # snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
@@ -48,3 +49,4 @@ include: "rules/model.smk"
 include: "rules/search.smk"
 include: "rules/ensemble.smk"
 include: "rules/record.smk"
+include: "rules/export.smk"

@@ -105,6 +105,10 @@ def validate(config: dict) -> dict:
 
     _validate(config, load_schema(), label)
     population = population_size(config)
+    too_far = [r for r in config["export"]["ranks"] if r > population]
+    if too_far:
+        raise ConfigError(f"config key 'export.ranks': ranks {too_far} exceed the population of {population} "
+                          "(population.n_seeds x len(population.sigmas)); export ranks 1 to that")
     for fraction in config["topk"]["fractions"]:
         if topk_size(fraction, population) < 1:
             raise ConfigError(

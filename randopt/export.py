@@ -112,3 +112,19 @@ def export_member(model_dir: str | Path, seed: int, sigma: float, out_dir: str |
         }
         (tmp / MEMBER_FILE).write_text(json.dumps(member, indent=2, sort_keys=True) + "\n")
     return member
+
+
+def member_at_rank(ranking: str | Path, rank: int) -> tuple[int, float]:
+    """(seed, sigma) of the member at `rank` (1 = best) in rank's ranking table."""
+    import pandas as pd
+    table = pd.read_parquet(ranking)
+    row = table[table["rank"] == rank]
+    if isinstance(rank, bool) or not isinstance(rank, int) or row.empty:
+        raise InputError(f"rank {rank!r}: the ranking ({ranking}) has ranks 1..{len(table)}")
+    return int(row["seed"].iloc[0]), float(row["sigma"].iloc[0])
+
+
+def export_rank(model_dir: str | Path, ranking: str | Path, rank: int, out_dir: str | Path) -> dict:
+    """export_member for the member at `rank` of a finished search (the workflow's export rule)."""
+    seed, sigma = member_at_rank(ranking, rank)
+    return export_member(model_dir, seed, sigma, out_dir) | {"rank": rank}

@@ -9,6 +9,7 @@ sys.path.insert(0, workflow.basedir)
 from randopt.config import ConfigError, check_model_files, gsm8k_source, heldout_source, sigma_label, validate
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.keys import code_version, run_keys
+from randopt.paths import layout
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
 # model dir exists; the tensor-parallel size divides its attention heads).
@@ -36,14 +37,17 @@ wildcard_constraints:
 
 # data/ holds the pipeline's inputs (frozen splits, the held-out slice, prepared models); results/ holds
 # what the search computes from them. Both are keyed by content, so either can be kept or deleted alone.
-DATA_GSM8K = f"data/gsm8k/{KEYS['gsm8k']}"
-DATA_HELDOUT = f"data/heldout/{KEYS['heldout']}"
-MODEL = f"data/models/{KEYS['model']}"
-SHARDS = f"results/shards/{KEYS['eval']}"
-RANK = f"results/rank/{KEYS['eval']}/{KEYS['population']}"
-MEMBERS = f"results/members/{KEYS['eval']}"
-BPB = f"results/bpb/{KEYS['bpb']}"
-BENCH = "results/benchmarks"
+# The layout is defined once, in randopt/paths.py (tools that read a finished run use it too).
+PATHS = layout(KEYS)
+DATA_GSM8K = PATHS["gsm8k"]
+DATA_HELDOUT = PATHS["heldout"]
+MODEL = PATHS["model"]
+SHARDS = PATHS["shards"]
+RANK = PATHS["rank"]
+MEMBERS = PATHS["members"]
+BPB = PATHS["bpb"]
+EXPORT = PATHS["export"]
+BENCH = PATHS["benchmarks"]
 
 
 def verify_frozen_files():

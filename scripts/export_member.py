@@ -6,22 +6,28 @@ import argparse
 import json
 
 from randopt.cli import run_stage
-from randopt.export import export_member
+from randopt.export import export_member, export_rank
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m scripts.export_member", description=__doc__)
     p.add_argument("--model-dir", required=True, help="the prepared base model dir (prepare_model's output)")
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--sigma", type=float, required=True)
+    p.add_argument("--seed", type=int, help="the member's seed (with --sigma)")
+    p.add_argument("--sigma", type=float, help="the member's sigma (with --seed)")
+    p.add_argument("--ranking", help="rank's ranking.parquet (with --rank, instead of --seed/--sigma)")
+    p.add_argument("--rank", type=int, help="the member's rank in --ranking (1 = best)")
     p.add_argument("--out", required=True, help="the new model dir (written atomically)")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if (args.ranking is None) == (args.seed is None) or (args.seed is None) != (args.sigma is None) \
+            or (args.ranking is None) != (args.rank is None):
+        raise SystemExit("give either --seed and --sigma, or --ranking and --rank")
     return run_stage("export_member", lambda: print(json.dumps(
-        export_member(args.model_dir, args.seed, args.sigma, args.out), indent=2)))
+        export_rank(args.model_dir, args.ranking, args.rank, args.out) if args.ranking
+        else export_member(args.model_dir, args.seed, args.sigma, args.out), indent=2)))
 
 
 if __name__ == "__main__":

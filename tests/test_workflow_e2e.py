@@ -110,7 +110,8 @@ def voted(answers: list) -> Fraction | None:
 
 
 def one(workdir, pattern: str):
-    (path,) = sorted((workdir / "results").rglob(pattern))
+    """The one file matching pattern among the run's inputs (data/) and results (results/)."""
+    (path,) = sorted(p for top in ("data", "results") for p in (workdir / top).rglob(pattern))
     return path
 
 
@@ -205,3 +206,39 @@ def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
     assert (next((workdir / "data").glob("models/*")) / "model" / "config.json").is_file()
     assert sorted(p.name for p in (workdir / "results").iterdir()) == [
         "benchmarks", "bpb", "members", "rank", "record.json", "shards", "vote"]
+
+
+def test_the_export_target_writes_the_best_member(finished_run, tiny_model_dir):
+    """`snakemake export` writes the ranking's best member as a model dir (randopt/export.py)."""
+    workdir, _ = finished_run
+    proc = run_workflow(workdir, tiny_config(tiny_model_dir, gsm8k=GENERATED), "export")
+    assert jobs_run(proc) == {"export_member": 1, "export": 1}   # export gathers, export_member writes
+    best = read_record(workdir)["topk"][0]["members"][0]
+    (member_file,) = (workdir / "results" / "export").rglob("rank1/randopt_member.json")
+    member = json.loads(member_file.read_text())
+    assert (member["seed"], member["sigma"]) == (best["seed"], best["sigma"])
+    assert member["base_sha256"] == read_record(workdir)["model"]["sha256"]
+
+
+def test_ask_gives_the_vote_stages_answers_for_the_test_problems(finished_run):
+    """python -m scripts.ask on the run's own test questions: every member's completion is the one
+    evaluate_members wrote, and the majority is the vote's."""
+    from randopt.ask import ask, default_model_dir
+    from randopt.vote import majority_vote
+    workdir, _ = finished_run
+    record_path = workdir / "results" / "record.json"
+    record = json.loads(record_path.read_text())
+    (test_path,) = sorted((workdir / "data").rglob("test.jsonl"))
+    problems = [json.loads(line) for line in test_path.read_text().splitlines()]
+    entry = record["topk"][-1]
+    results = ask(record_path, entry["fraction"], [p["question"] for p in problems], default_model_dir(record_path))
+    table = pd.read_parquet(one(workdir, "answers.parquet"))
+    table["answer"] = table["answer"].astype(object).where(table["answer"].notna(), None)
+    rows = {(r.seed, r.sigma, r.problem_id): r for r in table.itertuples()}
+    members = [(m["seed"], m["sigma"]) for m in entry["members"]]
+    for problem, result in zip(problems, results):
+        assert [(m["seed"], m["sigma"]) for m in result["members"]] == members
+        expected = [rows[(*m, problem["id"])] for m in members]
+        assert [m["completion"] for m in result["members"]] == [r.completion for r in expected]
+        assert [m["answer"] for m in result["members"]] == [r.answer for r in expected]
+        assert result["answer"] == majority_vote([r.answer for r in expected])

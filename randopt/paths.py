@@ -1,0 +1,22 @@
+"""Where the workflow puts each stage's output, from the run's content keys (randopt/keys.py).
+
+The one definition of the layout: rules/common.smk builds its paths from here, and so do tools that
+find a finished run's files afterwards (python -m scripts.ask). data/ holds the pipeline's inputs
+(frozen splits, the held-out slice, prepared models); results/ what the search computes from them.
+"""
+from __future__ import annotations
+
+
+def layout(keys: dict[str, str]) -> dict[str, str]:
+    """Folder of each stage's outputs, relative to the directory the workflow runs in."""
+    return {
+        "gsm8k": f"data/gsm8k/{keys['gsm8k']}",
+        "heldout": f"data/heldout/{keys['heldout']}",
+        "model": f"data/models/{keys['model']}",
+        "shards": f"results/shards/{keys['eval']}",
+        "rank": f"results/rank/{keys['eval']}/{keys['population']}",
+        "members": f"results/members/{keys['eval']}",
+        "bpb": f"results/bpb/{keys['bpb']}",
+        "export": f"results/export/{keys['eval']}/{keys['population']}",
+        "benchmarks": "results/benchmarks",
+    }

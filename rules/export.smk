@@ -1,0 +1,24 @@
+# Using the result: a member of the ranking as a Hugging Face model dir (randopt/export.py).
+#   snakemake --cores all export                    the ranks in config export.ranks (default: the best)
+#   snakemake --cores all results/export/<eval key>/<population key>/rank3    any rank (-n prints the keys)
+
+
+rule export:
+    input:
+        [f"{EXPORT}/rank{r}" for r in config["export"]["ranks"]],
+
+
+rule export_member:
+    input:
+        model=f"{MODEL}/model",
+        ranking=f"{RANK}/ranking.parquet",
+    output:
+        member=directory(f"{EXPORT}/rank{{rank}}"),
+    wildcard_constraints:
+        rank=r"[1-9][0-9]*",
+    log:
+        f"logs/export_member/{KEYS['eval']}/{KEYS['population']}/rank{{rank}}.log",
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.export_member --model-dir {input.model} --ranking {input.ranking} --rank {wildcards.rank}"
+        " --out {output.member} > {log} 2>&1"

@@ -1,0 +1,41 @@
+"""ask: a finished run's top-k ensemble answers new questions (majority answer and every member's),
+through the run's own engine, prompt and decoding."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from randopt.ask import ask, default_model_dir, read_questions
+from randopt.cli import run_stage
+from randopt.io import write_text_atomic
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m scripts.ask", description=__doc__)
+    p.add_argument("questions", nargs="*", help="questions (or use --questions)")
+    p.add_argument("--record", default="results/record.json", help="the run's record")
+    p.add_argument("--fraction", type=float, required=True, help="which top-k list (a fraction in topk.fractions)")
+    p.add_argument("--questions", dest="questions_file", help='JSONL, one {"question": ...} per line')
+    p.add_argument("--model-dir", default=None, help="the run's prepared model dir (default: found from the record)")
+    p.add_argument("--out", default=None, help="write one JSON line per question here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    def body():
+        questions = list(args.questions) + (read_questions(args.questions_file) if args.questions_file else [])
+        results = ask(args.record, args.fraction, questions, args.model_dir or default_model_dir(args.record))
+        for r in results:
+            print(f"Q: {r['question']}\nensemble: {r['answer']}")
+            for m in r["members"]:
+                print(f"  #{m['rank']} seed {m['seed']} sigma {m['sigma']}: {m['answer']}")
+        if args.out:
+            write_text_atomic(args.out, "".join(json.dumps(r) + "\n" for r in results))
+
+    return run_stage("ask", body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
