@@ -114,7 +114,7 @@ class Paths:
 
     @property
     def heldout(self) -> str:
-        return f"results/data/heldout/{self.keys['heldout']}"
+        return f"data/heldout/{self.keys['heldout']}"
 
     def shard_files(self) -> list[str]:
         """Every shard parquet of the config (the rule's fixed seed ranges)."""

@@ -128,7 +128,7 @@ def test_standard_asks_for_eight_h100s(tmp_path):
 def test_the_gsm8k_cross_check_sha256s_hold_on_the_jsonl_copy():
     """The standard config's comment gives the sha256s of its 200/200 selection (seed 0) from the JSONL
     copy of GSM8K; they must hold for that copy (../shared/data/gsm8k on CI)."""
-    from randopt.gsm8k import freeze_splits, rows_to_jsonl
+    from randopt.data.gsm8k import freeze_splits, rows_to_jsonl
     from randopt.io import sha256_bytes
     if not (SHARED_GSM8K / "train.jsonl").is_file():
         skip_unless_ci(f"no GSM8K JSONL copy at {SHARED_GSM8K} (set RANDOPT_GSM8K_DIR)")
