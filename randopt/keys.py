@@ -30,7 +30,8 @@ STAGE_CODE = {
     # rank and vote write under the population key (their rules carry no code param), so their code is
     # part of that key: editing it reruns them and what reads their outputs.
     "rank": ["randopt/rank.py", "randopt/stages/rank.py", "scripts/rank.py"],
-    "vote": ["randopt/vote.py", "randopt/stages/vote.py", "scripts/vote.py"],
+    # statistics: the vote writes per-problem results and the k-curve with it (the record's statistics).
+    "vote": ["randopt/vote.py", "randopt/statistics.py", "randopt/stages/vote.py", "scripts/vote.py"],
 }
 
 

@@ -121,16 +121,24 @@ def job_intervals(timings: list[dict], what: str = "shard timings") -> list[tupl
     return [(t["started_at"], t["ended_at"]) for t in timings]
 
 
+def gain_cell(gain: dict) -> str:
+    """'+0.021 [-0.010, +0.052]': the ensemble's gain over the base and its bootstrap interval."""
+    low, high = gain["ci95"]
+    return f"{gain['gain']:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
 def records_row(record: dict) -> tuple[str, str]:
     fractions = [str(t["fraction"]) for t in record["topk"]]
     header = ("| date (UTC) | run | model | population | base acc (train, test) | ensemble acc (" + ", ".join(fractions) +
-              ") | bpb base | bpb ensemble | seeds/s | commit |\n|---|---|---|---|---|---|---|---|---|---|\n")
+              ") | gain [95% CI] (" + ", ".join(fractions) +
+              ") | bpb base | bpb ensemble | seeds/s | commit |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
     ens = ", ".join(f"{record['accuracy']['ensemble_test'][f]:.3f}" for f in fractions)
+    gains = ", ".join(gain_cell(record["statistics"]["ensemble_gain"][f]) for f in fractions)
     bpb = ", ".join(f"{record['bpb']['ensemble'][f]:.4f}" for f in fractions)
     pop = record["population"]
     row = (f"| {record['created_utc']} | {record['run_name']} | {record['model']['id']} | "
            f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | "
-           f"{record['accuracy']['base_train']:.3f}, {record['accuracy']['base_test']:.3f} | {ens} | "
+           f"{record['accuracy']['base_train']:.3f}, {record['accuracy']['base_test']:.3f} | {ens} | {gains} | "
            f"{record['bpb']['base']:.4f} | {bpb} | {record['throughput']['seeds_per_s']:.4f} | "
            f"{(record['commit'] or 'code ' + record['code_sha256'])[:15]} |\n")
     return header, row

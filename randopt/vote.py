@@ -7,7 +7,7 @@ gave a valid answer counts as wrong.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 
@@ -35,3 +35,12 @@ def majority_vote(answers_in_rank_order: Sequence[str | None]) -> str | None:
 
 def answers_match(answer: str | None, reference: str | None) -> bool:
     return answer is not None and reference is not None and _numeric_key(answer) == _numeric_key(reference)
+
+
+def ensemble_correct(answers_in_rank_order: Sequence[Mapping[str, str | None]],
+                     references: Mapping[str, str]) -> list[bool]:
+    """Per test problem (in the order of references), whether the majority vote of these members is
+    right. answers_in_rank_order holds one {problem_id: answer} per member, best-ranked first; a
+    member without an answer to a problem abstains on it."""
+    return [answers_match(majority_vote([member.get(problem_id) for member in answers_in_rank_order]), reference)
+            for problem_id, reference in references.items()]

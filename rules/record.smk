@@ -7,6 +7,7 @@ rule record:
         gsm8k=rules.freeze_gsm8k.output.manifest,
         heldout=rules.fetch_fineweb.output.manifest,
         topk=rules.rank.output.topk,
+        ranking=rules.rank.output.ranking,
         vote=rules.vote.output.vote,
         bpb=rules.score_bpb.output.bpb,
         shard_timings=get_shards(".timings.json"),
@@ -25,6 +26,7 @@ rule record:
     shell:
         "{PY} scripts.record --config-json {params.config} --repo-dir {params.repo}"
         " --model-manifest {input.model} --gsm8k-manifest {input.gsm8k} --heldout-manifest {input.heldout}"
-        " --topk {input.topk} --vote {input.vote} --bpb {input.bpb} --shard-timings {input.shard_timings}"
+        " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
+        " --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"
         " --records-md {params.records_md} --out {output.record} 2> {log}"

@@ -17,6 +17,7 @@ def parse_args(argv=None):
     p.add_argument("--gsm8k-manifest", required=True)
     p.add_argument("--heldout-manifest", required=True)
     p.add_argument("--topk", required=True)
+    p.add_argument("--ranking", required=True, help="rank's ranking table (parquet)")
     p.add_argument("--vote", required=True)
     p.add_argument("--bpb", required=True)
     p.add_argument("--shard-timings", nargs="+", required=True)

@@ -242,3 +242,44 @@ def test_ask_gives_the_vote_stages_answers_for_the_test_problems(finished_run):
         assert [m["completion"] for m in result["members"]] == [r.completion for r in expected]
         assert [m["answer"] for m in result["members"]] == [r.answer for r in expected]
         assert result["answer"] == majority_vote([r.answer for r in expected])
+
+def test_record_statistics_are_consistent_with_the_record(finished_run):
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    stats, accuracy = record["statistics"], record["accuracy"]
+    assert set(stats) == {"ensemble_gain", "members_vs_base", "selection"}
+    assert set(stats["ensemble_gain"]) == set(accuracy["ensemble_test"])
+    for fraction, gain in stats["ensemble_gain"].items():
+        assert set(gain) == {"gain", "ci95", "p_value", "n_test"}
+        assert math.isclose(gain["gain"], accuracy["ensemble_test"][fraction] - accuracy["base_test"], abs_tol=1e-12)
+        low, high = gain["ci95"]
+        assert isinstance(low, float) and isinstance(high, float) and low <= gain["gain"] <= high
+        assert 0 < gain["p_value"] <= 1 and gain["n_test"] == record["data"]["n_test"]
+    ranking = pd.read_parquet(next((workdir / "results" / "rank").rglob("ranking.parquet")))
+    assert set(stats["members_vs_base"]) == {"0.01", "0.02"}
+    for label, entry in stats["members_vs_base"].items():
+        rewards = ranking.loc[ranking["sigma"] == float(label), "train_reward"]
+        assert entry["n"] == 4 and math.isclose(entry["train_reward_mean"], rewards.mean())
+        assert entry["frac_at_or_above_base"] == (rewards >= accuracy["base_train"]).mean()
+        assert entry["frac_above_base"] == (rewards > accuracy["base_train"]).mean()
+    largest = max(t["k"] for t in record["topk"])
+    rho = stats["selection"]["spearman_train_test"]
+    assert stats["selection"]["n_members"] == largest and (rho is None or -1 <= rho <= 1)
+
+
+def test_k_curve_meets_the_vote_at_every_cut(finished_run):
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    curve = {point["k"]: point["ensemble_test"] for point in record["k_curve"]}
+    assert sorted(curve) == list(range(1, max(t["k"] for t in record["topk"]) + 1))
+    for cut in record["topk"]:
+        assert curve[cut["k"]] == record["accuracy"]["ensemble_test"][repr(cut["fraction"])]
+
+
+def test_records_md_row_has_the_gain_and_its_interval(finished_run):
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    row = next(line for line in (workdir / "RECORDS.md").read_text().splitlines() if "| tiny |" in line)
+    for gain in record["statistics"]["ensemble_gain"].values():
+        low, high = gain["ci95"]
+        assert f"{gain['gain']:+.3f} [{low:+.3f}, {high:+.3f}]" in row

@@ -4,13 +4,16 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+import pandas as pd
+
 from randopt import record as rec
 from randopt.config import population_size
 from randopt.io import read_json, write_json_atomic
+from randopt.statistics import record_statistics
 
 
 def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str, heldout_manifest: str, topk: str,
-        vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
+        ranking: str, vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
         benchmarks: list[str], records_md: str, out: str) -> None:
     model, gsm8k, heldout = (read_json(p) for p in (model_manifest, gsm8k_manifest, heldout_manifest))
     ranked, voted, scored = read_json(topk), read_json(vote), read_json(bpb)
@@ -57,6 +60,9 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
         "accuracy": {"base_train": base["accuracy"],
                      "base_test": voted["base_test"], "ensemble_test": voted["ensemble_test"],
                      "member_mean_test": voted["member_mean_test"]},
+        # Did it work: the gain's interval and p-value, the members against the base, train-test rho.
+        "statistics": record_statistics(voted, pd.read_parquet(ranking), base["accuracy"]),
+        "k_curve": voted["k_curve"],
         "bpb": {"base": scored["base"], "ensemble": scored["ensemble"], "members": scored["members"]},
         "timings_s": timings,
         "throughput": {

@@ -1,4 +1,5 @@
-"""vote: majority vote of each top-k list on the test split; base accuracy with the same extraction."""
+"""vote: majority vote of each top-k list on the test split; base accuracy with the same extraction; the
+per-problem results and the k-curve that the record's statistics are computed from (randopt/statistics.py)."""
 from __future__ import annotations
 
 import time
@@ -7,20 +8,8 @@ import pandas as pd
 
 from randopt.data.gsm8k import extract_answer
 from randopt.evaluate import BASE
-from randopt.io import InputError, read_json, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.vote import answers_match, majority_vote
-
-
-def ensemble_accuracy(answers: pd.DataFrame, members: list[tuple[int, float]], references: dict[str, str]) -> float:
-    by_member = {key: frame.set_index("problem_id")["answer"] for key, frame in answers.groupby(["seed", "sigma"])}
-    missing = [m for m in members if m not in by_member]
-    if missing:
-        raise InputError(f"no test answers for members {missing}; rerun evaluate_members")
-    right = 0
-    for problem_id, reference in references.items():
-        voted = majority_vote([by_member[m].get(problem_id) for m in members])
-        right += answers_match(voted, reference)
-    return right / len(references)
+from randopt.io import read_json, read_jsonl, verify_against_manifest, write_json_atomic
+from randopt.statistics import per_problem_results
 
 
 def run(*, answers: str, topk: str, test: str, out: str) -> None:
@@ -32,11 +21,16 @@ def run(*, answers: str, topk: str, test: str, out: str) -> None:
     base = table[table["seed"] == BASE]
     result = {"stage": "vote", "n_test": len(references),
               "base_test": float(base["correct"].mean()), "ensemble_test": {}, "member_mean_test": {}}
-    for lst in read_json(topk)["topk"]:
+    lists = read_json(topk)["topk"]
+    # Per-problem correctness, member test accuracies and the k-curve: what the record's statistics
+    # need, so that they are computed from this stage's own votes.
+    details = per_problem_results(table, lists, references, BASE)
+    for lst in lists:
         members = [(m["seed"], m["sigma"]) for m in lst["members"]]
         key = repr(lst["fraction"])
-        result["ensemble_test"][key] = ensemble_accuracy(table, members, references)
+        result["ensemble_test"][key] = sum(details["ensemble_correct"][key]) / len(references)
         chosen = table.set_index(["seed", "sigma"]).loc[members]
         result["member_mean_test"][key] = float(chosen["correct"].mean())
+    result |= details
     result["seconds"] = time.perf_counter() - start
     write_json_atomic(out, result)

@@ -1,0 +1,180 @@
+"""Did RandOpt work on this run? The statistics of the record.
+
+- ensemble_gain: the ensemble's test accuracy minus the base model's, with a paired bootstrap interval
+  over test problems and an exact sign test (McNemar) on the problems where the two disagree.
+- members_vs_base: per sigma, how the population's train rewards sit against the base model's train
+  reward (the RandOpt paper's "share of perturbations at or above the base").
+- selection: does train reward predict test accuracy among the members that answered the test split
+  (Spearman's rho)?
+- k_curve: the ensemble's test accuracy for every k from 1 to the largest top-k, voted exactly as the
+  vote stage votes (randopt.vote).
+
+Every function is pure: tables and lists in, plain JSON-ready values out (None where a value is
+undefined, never NaN).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from randopt.config import sigma_label
+from randopt.io import InputError
+from randopt.vote import ensemble_correct
+
+BOOTSTRAP_RESAMPLES = 10_000
+# Fixed, so that the same per-problem results always give the same interval.
+BOOTSTRAP_SEED = 14
+# Train rewards are means over the same train problems, so equal counts give equal floats; the
+# tolerance only guards against a reward computed along another path (e.g. a sum then a division).
+REWARD_ATOL = 1e-9
+
+
+def _bool_vector(values, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name}: expected a non-empty 1-D sequence of per-problem booleans, got shape {array.shape}")
+    if array.dtype != bool:
+        if not np.isin(array, (0, 1)).all():
+            raise ValueError(f"{name}: per-problem correctness must be booleans (or 0/1)")
+        array = array.astype(bool)
+    return array
+
+
+def ensemble_gain(base_correct: Sequence[bool], ensemble_correct: Sequence[bool], *,
+                  n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> dict:
+    """{"gain", "ci95": [lo, hi], "p_value", "n_test"} of the ensemble over the base model, from their
+    per-problem correctness on the same test problems (same order).
+
+    gain: ensemble accuracy - base accuracy. ci95: percentile interval of the gain over n_resamples
+    paired bootstrap resamples of the test problems (a resample draws problems with replacement and
+    keeps each problem's base and ensemble result together). p_value: exact two-sided binomial test of
+    the discordant problems (ensemble right and base wrong vs. the reverse) against 1/2, which is
+    McNemar's exact test; 1.0 when the two never disagree.
+    """
+    base = _bool_vector(base_correct, "base_correct")
+    ensemble = _bool_vector(ensemble_correct, "ensemble_correct")
+    if base.shape != ensemble.shape:
+        raise ValueError(f"base_correct has {base.size} problems but ensemble_correct has {ensemble.size}: "
+                         f"both must be the same test problems in the same order")
+    diff = ensemble.astype(np.float64) - base.astype(np.float64)
+    gain = float(diff.mean())
+    if np.all(diff == diff[0]):
+        # Every resample has the same mean; scipy would warn about degenerate data for nothing.
+        low = high = gain
+    else:
+        result = stats.bootstrap((diff,), np.mean, n_resamples=n_resamples, method="percentile",
+                                 confidence_level=0.95, rng=np.random.default_rng(seed), batch=1000)
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    only_ensemble = int(np.sum(ensemble & ~base))
+    only_base = int(np.sum(base & ~ensemble))
+    discordant = only_ensemble + only_base
+    p_value = 1.0 if discordant == 0 else float(stats.binomtest(only_ensemble, discordant, 0.5).pvalue)
+    return {"gain": gain, "ci95": [low, high], "p_value": min(p_value, 1.0), "n_test": int(base.size)}
+
+
+def members_vs_base(ranking: pd.DataFrame, base_train_reward: float) -> dict:
+    """Per sigma (keyed by randopt.config.sigma_label, as the config and the paths spell it):
+    {"n", "train_reward_mean", "train_reward_sd", "frac_at_or_above_base", "frac_above_base"} of the
+    population's train rewards (rank's ranking table: columns sigma, train_reward) against the base
+    model's train reward on the same problems. The sd is the sample sd (ddof=1), None for one member."""
+    missing = {"sigma", "train_reward"} - set(ranking.columns)
+    if missing:
+        raise InputError(f"the ranking table lacks columns {sorted(missing)}; rerun rank")
+    out = {}
+    for sigma, group in ranking.groupby("sigma", sort=True):
+        rewards = group["train_reward"].to_numpy(dtype=np.float64)
+        out[sigma_label(sigma)] = {
+            "n": int(rewards.size),
+            "train_reward_mean": float(rewards.mean()),
+            "train_reward_sd": float(rewards.std(ddof=1)) if rewards.size > 1 else None,
+            "frac_at_or_above_base": float(np.mean(rewards >= base_train_reward - REWARD_ATOL)),
+            "frac_above_base": float(np.mean(rewards > base_train_reward + REWARD_ATOL)),
+        }
+    return out
+
+
+def selection(train_rewards: Sequence[float], test_accuracies: Sequence[float]) -> dict:
+    """{"spearman_train_test", "n_members"}: Spearman's rank correlation of the members' train rewards
+    and their test accuracies (pairs in the same order). rho is None where it is undefined: fewer than
+    two members, or either side constant (every member equally good on train or on test)."""
+    train = np.asarray(train_rewards, dtype=np.float64)
+    test = np.asarray(test_accuracies, dtype=np.float64)
+    if train.shape != test.shape or train.ndim != 1:
+        raise ValueError(f"train rewards {train.shape} and test accuracies {test.shape} must pair up one per member")
+    rho = None
+    if train.size >= 2 and np.ptp(train) > 0 and np.ptp(test) > 0:
+        rho = float(stats.spearmanr(train, test).statistic)
+    return {"spearman_train_test": rho, "n_members": int(train.size)}
+
+
+def k_curve(answers_in_rank_order: Sequence[Mapping[str, str | None]], references: Mapping[str, str]) -> list[dict]:
+    """[{"k", "ensemble_test"}] for k = 1 .. len(answers_in_rank_order): the test accuracy of the vote
+    of the k best-ranked members (one {problem_id: answer} per member, best first), voted by
+    randopt.vote exactly as the vote stage votes."""
+    if not references:
+        raise ValueError("k_curve needs at least one test problem")
+    return [{"k": k, "ensemble_test": float(np.mean(ensemble_correct(answers_in_rank_order[:k], references)))}
+            for k in range(1, len(answers_in_rank_order) + 1)]
+
+
+def per_problem_results(answers: pd.DataFrame, topk_lists: list[dict], references: Mapping[str, str],
+                        base_seed: int) -> dict:
+    """What the vote stage records besides the accuracies, so that the record's statistics are computed
+    from the same votes: the test problem ids, the base model's and each top-k ensemble's per-problem
+    correctness (keyed like ensemble_test), each member's test accuracy in rank order, and the k-curve.
+
+    answers: evaluate_members' table (seed, sigma, problem_id, answer, correct); topk_lists: rank's
+    lists (every list a prefix of the ranking, members best first); references: problem_id -> answer.
+    """
+    answers = answers.assign(answer=answers["answer"].astype(object).where(answers["answer"].notna(), None))
+    by_member = {key: dict(zip(frame["problem_id"], frame["answer"]))
+                 for key, frame in answers.groupby(["seed", "sigma"], sort=False)}
+    longest = max(topk_lists, key=lambda lst: lst["k"])["members"]
+    ranked = [(m["seed"], m["sigma"]) for m in longest]
+    for lst in topk_lists:
+        members = [(m["seed"], m["sigma"]) for m in lst["members"]]
+        if members != ranked[:len(members)]:
+            raise InputError(f"top-k list {lst['fraction']!r} is not a prefix of the longest list; rerun rank")
+    missing = [m for m in ranked if m not in by_member]
+    if missing:
+        raise InputError(f"no test answers for members {missing}; rerun evaluate_members")
+    base = answers[answers["seed"] == base_seed].set_index("problem_id")["correct"]
+    absent = [p for p in references if p not in base.index]
+    if absent:
+        raise InputError(f"the base model has no answer row for {len(absent)} test problems (first: {absent[0]}); "
+                         f"rerun evaluate_members")
+    member_answers = [by_member[m] for m in ranked]
+    correct = answers.groupby(["seed", "sigma"])["correct"].mean()
+    return {
+        "problem_ids": list(references),
+        "base_correct": [bool(base[p]) for p in references],
+        "ensemble_correct": {repr(lst["fraction"]): ensemble_correct(member_answers[:lst["k"]], references)
+                             for lst in topk_lists},
+        "member_test": [{"seed": int(s), "sigma": float(g), "rank": i + 1, "test_accuracy": float(correct[(s, g)])}
+                        for i, (s, g) in enumerate(ranked)],
+        "k_curve": k_curve(member_answers, references),
+    }
+
+
+def record_statistics(vote: dict, ranking: pd.DataFrame, base_train_reward: float) -> dict:
+    """record["statistics"] from the vote stage's output (per_problem_results' keys), rank's ranking
+    table and the base model's train reward."""
+    for key in ("base_correct", "ensemble_correct", "member_test"):
+        if key not in vote:
+            raise InputError(f"the vote output has no {key!r}: it was written by an older vote stage; rerun vote")
+    gains = {fraction: ensemble_gain(vote["base_correct"], correct)
+             for fraction, correct in vote["ensemble_correct"].items()}
+    rewards = ranking.set_index(["seed", "sigma"])["train_reward"]
+    members = [(m["seed"], m["sigma"]) for m in vote["member_test"]]
+    unknown = [m for m in members if m not in rewards.index]
+    if unknown:
+        raise InputError(f"members {unknown} answered the test split but are not in the ranking table; "
+                         f"the vote and rank outputs come from different runs")
+    return {
+        "ensemble_gain": gains,
+        "members_vs_base": members_vs_base(ranking, base_train_reward),
+        "selection": selection([float(rewards[m]) for m in members], [m["test_accuracy"] for m in vote["member_test"]]),
+    }
