@@ -1,11 +1,13 @@
 # randopt: the RandOpt speedrun as cached, content-addressed stages.
 #
-#   snakemake --cores all results/record.json
+#   snakemake --cores all                          (the record and the report's figures)
+#   snakemake --report results/report.html         (after a run: the figures with their captions)
 #
 # The run, in order: freeze the GSM8K splits and the held-out text; prepare the model; score every
 # (seed, sigma) of the population on the train split, shard by shard; rank; let the top-k members
 # answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
-# write the record. Output paths carry content keys (randopt/keys.py), so finished work is reused.
+# write the record (with its statistics: randopt/statistics.py) and draw the report's figures.
+# Output paths carry content keys (randopt/keys.py), so finished work is reused.
 # Inputs (frozen data, prepared models) go to data/, what the search computes to results/.
 #
 # Where each stage's code is (rule -> its CLI -> the library function it calls):
@@ -16,6 +18,7 @@
 #   score_bpb
 #   record                        rules/record.smk    scripts/<stage>.py  randopt/stages/record.py
 #   export (a member as a model)  rules/export.smk    scripts/export_member.py  randopt/export.py
+#   figures                       rules/report.smk    scripts/<stage>.py  randopt/stages/figures.py
 # The engines (randopt/engines/) perturb weights through randopt/perturb.py and kernels/.
 #
 # snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
@@ -41,6 +44,8 @@ include: "rules/common.smk"
 rule all:
     input:
         "results/record.json",
+        # the report's figures (rules/report.smk, included below; a function, so it is read then)
+        lambda wildcards: rules.figures.output,
     default_target: True
 
 
@@ -50,3 +55,4 @@ include: "rules/search.smk"
 include: "rules/ensemble.smk"
 include: "rules/record.smk"
 include: "rules/export.smk"
+include: "rules/report.smk"

@@ -119,7 +119,7 @@ def get_engine_args(**extra_options):
 
 # Cluster resources (profiles/slurm). Small stages run in the Snakemake process itself; the heavy ones
 # are submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
-localrules: all, freeze_gsm8k, fetch_fineweb, rank, vote, record
+localrules: all, freeze_gsm8k, fetch_fineweb, rank, vote, record, figures
 
 
 def on_cluster():

@@ -9,7 +9,7 @@ import yaml
 from tests.conftest import REPO
 
 STAGES = ["fetch_fineweb", "freeze_gsm8k", "prepare_model", "evaluate_shard", "rank", "evaluate_members",
-          "vote", "score_bpb", "record"]
+          "vote", "score_bpb", "record", "figures"]
 
 
 @pytest.mark.parametrize("stage", STAGES)

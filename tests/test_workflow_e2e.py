@@ -40,6 +40,8 @@ def test_every_stage_ran_once_per_job(finished_run):
     for stage in STAGES + ["record"]:
         if stage != "evaluate_shard":
             assert jobs.get(stage) == 1, stage
+    for stage in STAGES + ["record", "figures"]:
+        assert jobs.get(stage, 0) >= 1, stage
 
 
 def test_record_is_complete(finished_run):
@@ -205,7 +207,7 @@ def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
         assert len(list((workdir / "data").glob(pattern))) == 1, pattern
     assert (next((workdir / "data").glob("models/*")) / "model" / "config.json").is_file()
     assert sorted(p.name for p in (workdir / "results").iterdir()) == [
-        "benchmarks", "bpb", "members", "rank", "record.json", "shards", "vote"]
+        "benchmarks", "bpb", "figures", "members", "rank", "record.json", "shards", "vote"]
 
 
 def test_the_export_target_writes_the_best_member(finished_run, tiny_model_dir):
@@ -283,3 +285,29 @@ def test_records_md_row_has_the_gain_and_its_interval(finished_run):
     for gain in record["statistics"]["ensemble_gain"].values():
         low, high = gain["ci95"]
         assert f"{gain['gain']:+.3f} [{low:+.3f}, {high:+.3f}]" in row
+
+
+@pytest.mark.slow
+def test_report_builds_with_every_figure(finished_run):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    workdir, _ = finished_run
+    figures = sorted((workdir / "results" / "figures").glob("*.png"))
+    assert [p.stem for p in figures] == sorted(["train_reward_histogram", "train_reward_by_rank", "k_curve",
+                                                "train_vs_test", "bits_per_byte", "stage_times"])
+    for path in figures:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000, path
+    # Outside results/, so the report does not change what a finished run leaves there.
+    report = workdir / "report.html"
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+                           "--directory", str(workdir), "--configfile", str(workdir / "tiny.yaml"),
+                           "--report", str(report)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    html = report.read_text()
+    for path in figures:
+        # Embedded as a result (a data URI), not only named in the rule's output list, with its caption.
+        assert f"filename={path.name};base64," in html, f"{path.name} is not embedded in the report"
+        caption = (REPO / "report" / f"{path.stem}.rst").read_text().split()[:4]
+        assert " ".join(caption) in html, f"the caption of {path.name} is not in the report"

@@ -1,0 +1,178 @@
+"""The report's figures, drawn with matplotlib from the record and the tables it was made from.
+
+Each figure is one function (record and tables in, a matplotlib Figure out) named in FIGURES; the
+report rule (rules/report.smk) declares one PNG per name, with the caption report/<name>.rst.
+Figures are built with matplotlib.figure.Figure, not pyplot, so no GUI backend or global state is
+involved and a headless job draws them the same way.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from randopt.config import sigma_label
+from randopt.io import InputError, atomic_path
+
+BASE_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1.2}
+CUT_STYLE = {"color": "tab:red", "linestyle": ":", "linewidth": 1.2}
+
+
+def _figure(width: float = 6.4, height: float = 4.0) -> Figure:
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def train_reward_histogram(record: dict, ranking: pd.DataFrame) -> Figure:
+    """One histogram of the members' train rewards per sigma, the base model's train reward as a line."""
+    sigmas = sorted(ranking["sigma"].unique())
+    n_train, base = record["data"]["n_train"], record["accuracy"]["base_train"]
+    stats = record["statistics"]["members_vs_base"]
+    fig = _figure(6.4, 1.0 + 1.6 * len(sigmas))
+    axes = fig.subplots(len(sigmas), 1, sharex=True, squeeze=False)[:, 0]
+    # Train rewards are multiples of 1/n_train: one bin per attainable value, centred on it.
+    edges = (np.arange(n_train + 2) - 0.5) / n_train
+    for ax, sigma in zip(axes, sigmas):
+        label = sigma_label(sigma)
+        ax.hist(ranking.loc[ranking["sigma"] == sigma, "train_reward"], bins=edges, color="tab:blue", alpha=0.8)
+        ax.axvline(base, **BASE_STYLE, label=f"base {base:.3f}")
+        ax.set_title(f"sigma = {label}: {stats[label]['frac_at_or_above_base']:.0%} of {stats[label]['n']} "
+                     f"members at or above the base", fontsize=9)
+        ax.set_ylabel("members")
+        ax.legend(fontsize=8, loc="upper right")
+    axes[-1].set_xlabel(f"train reward (exact answers on {n_train} train problems)")
+    return fig
+
+
+def train_reward_by_rank(record: dict, ranking: pd.DataFrame) -> Figure:
+    """Train reward against rank, coloured by sigma, with a line at each top-k cut and at the base."""
+    fig = _figure()
+    ax = fig.subplots()
+    for sigma, group in ranking.groupby("sigma", sort=True):
+        ax.scatter(group["rank"], group["train_reward"], s=12, label=f"sigma {sigma_label(sigma)}")
+    ax.axhline(record["accuracy"]["base_train"], **BASE_STYLE, label="base")
+    for cut in record["topk"]:
+        ax.axvline(cut["k"] + 0.5, **CUT_STYLE)
+        ax.annotate(f"top {cut['fraction']:g} (k={cut['k']})", (cut["k"] + 0.5, 1.0), xycoords=("data", "axes fraction"),
+                    rotation=90, va="top", ha="right", fontsize=8, color=CUT_STYLE["color"])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("rank (1 = best train reward)")
+    ax.set_ylabel("train reward")
+    ax.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def k_curve(record: dict) -> Figure:
+    """The ensemble's test accuracy for every k, the base model's as a line, and at each top-k cut the
+    gain's 95 % interval drawn around the base (base + ci95)."""
+    fig = _figure()
+    ax = fig.subplots()
+    ks = [p["k"] for p in record["k_curve"]]
+    ax.plot(ks, [p["ensemble_test"] for p in record["k_curve"]], marker="o", markersize=3, label="ensemble of top k")
+    base = record["accuracy"]["base_test"]
+    ax.axhline(base, **BASE_STYLE, label=f"base {base:.3f}")
+    gains = record["statistics"]["ensemble_gain"]
+    for cut in record["topk"]:
+        gain = gains[repr(cut["fraction"])]
+        low, high = gain["ci95"]
+        ax.errorbar([cut["k"]], [base + gain["gain"]], yerr=[[gain["gain"] - low], [high - gain["gain"]]],
+                    fmt="s", capsize=4,
+                    label=f"top {cut['fraction']:g} (k={cut['k']}): gain {gain['gain']:+.3f} "
+                          f"[{low:+.3f}, {high:+.3f}], p={gain['p_value']:.2g}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("k (members voting, best-ranked first)")
+    ax.set_ylabel(f"test accuracy ({gains[next(iter(gains))]['n_test']} problems)")
+    ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+def member_test_accuracies(vote: dict, ranking: pd.DataFrame) -> pd.DataFrame:
+    """seed, sigma, train_reward, test_accuracy of every member that answered the test split."""
+    tested = pd.DataFrame(vote["member_test"], columns=["seed", "sigma", "rank", "test_accuracy"])
+    merged = tested.merge(ranking[["seed", "sigma", "train_reward"]], on=["seed", "sigma"], how="left")
+    if merged["train_reward"].isna().any():
+        raise InputError("members in the vote output are missing from the ranking table: they come from different runs")
+    return merged
+
+
+def train_vs_test(record: dict, vote: dict, ranking: pd.DataFrame) -> Figure:
+    """Members' train reward against their test accuracy, with Spearman's rho from the record."""
+    members = member_test_accuracies(vote, ranking)
+    fig = _figure()
+    ax = fig.subplots()
+    # Both axes are fractions of small counts, so points coincide; their size says how many.
+    counts = members.groupby(["train_reward", "test_accuracy"]).size().reset_index(name="n")
+    ax.scatter(counts["train_reward"], counts["test_accuracy"], s=20 * counts["n"], alpha=0.6)
+    ax.axvline(record["accuracy"]["base_train"], **BASE_STYLE)
+    ax.axhline(record["accuracy"]["base_test"], **BASE_STYLE, label="base (train, test)")
+    sel = record["statistics"]["selection"]
+    rho = "undefined" if sel["spearman_train_test"] is None else f"{sel['spearman_train_test']:.2f}"
+    ax.set_title(f"Spearman rho = {rho} over {sel['n_members']} members", fontsize=9)
+    ax.set_xlabel("train reward")
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def bits_per_byte(record: dict) -> Figure:
+    """bpb of each top-k member (by rank), with the base model and each ensemble as lines."""
+    bpb = record["bpb"]
+    members = record["topk"][max(range(len(record["topk"])), key=lambda i: record["topk"][i]["k"])]["members"]
+    labels = [f"seed={m['seed']}_sigma={m['sigma']!r}" for m in members]
+    missing = [label for label in labels if label not in bpb["members"]]
+    if missing:
+        raise InputError(f"the record has no bpb for members {missing[:3]}; rerun score_bpb")
+    fig = _figure()
+    ax = fig.subplots()
+    ax.plot(range(1, len(labels) + 1), [bpb["members"][label] for label in labels], "o", markersize=4,
+            label="member")
+    ax.axhline(bpb["base"], **BASE_STYLE, label=f"base {bpb['base']:.4f}")
+    for i, (fraction, value) in enumerate(sorted(bpb["ensemble"].items(), key=lambda kv: float(kv[0]))):
+        ax.axhline(value, color=f"C{i + 1}", linewidth=1.2, label=f"ensemble top {float(fraction):g} {value:.4f}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("member rank")
+    ax.set_ylabel("bits per byte on the held-out text")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def stage_times(record: dict) -> Figure:
+    """Wall seconds per stage, as record["timings_s"] gives them: evaluate_shard by its wall-clock span
+    (shards run side by side), every other stage its jobs' benchmark seconds added up."""
+    times = sorted(record["timings_s"].items(), key=lambda kv: kv[1])
+    fig = _figure(6.4, 1.0 + 0.35 * len(times))
+    ax = fig.subplots()
+    ax.barh([name for name, _ in times], [seconds for _, seconds in times], color="tab:gray")
+    for y, (_, seconds) in enumerate(times):
+        ax.annotate(f"{seconds:.1f} s", (seconds, y), textcoords="offset points", xytext=(3, -3), fontsize=8)
+    ax.set_xlabel("wall seconds (evaluate_shard: first start to last end; others: their jobs added up)")
+    return fig
+
+
+FIGURES = {
+    "train_reward_histogram": lambda r, v, t: train_reward_histogram(r, t),
+    "train_reward_by_rank": lambda r, v, t: train_reward_by_rank(r, t),
+    "k_curve": lambda r, v, t: k_curve(r),
+    "train_vs_test": train_vs_test,
+    "bits_per_byte": lambda r, v, t: bits_per_byte(r),
+    "stage_times": lambda r, v, t: stage_times(r),
+}
+
+
+def write_figures(record: dict, vote: dict, ranking: pd.DataFrame, out_dir: str | Path, names=None) -> list[Path]:
+    """Draw the named figures (all by default) to out_dir/<name>.png, each written atomically."""
+    if "statistics" not in record or "k_curve" not in record:
+        raise InputError("the record has no statistics or k_curve: it was written by an older record stage; rerun record")
+    unknown = sorted(set(names or ()) - set(FIGURES))
+    if unknown:
+        raise ValueError(f"unknown figures {unknown}; known: {sorted(FIGURES)}")
+    paths = []
+    for name in names or FIGURES:
+        fig = FIGURES[name](record, vote, ranking)
+        path = Path(out_dir) / f"{name}.png"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
+        paths.append(path)
+    return paths

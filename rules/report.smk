@@ -1,0 +1,34 @@
+# The report: figures of the run, declared with report() so that
+#   snakemake --report results/report.html
+# after a run embeds them with their captions (report/<name>.rst). rule all asks for them, so the
+# default target (make record) draws them.
+
+# Figure name (randopt/figures.py FIGURES) -> the report's category it is shown under.
+FIGURE_CATEGORIES = {
+    "train_reward_histogram": "Search",
+    "train_reward_by_rank": "Search",
+    "k_curve": "Ensemble",
+    "train_vs_test": "Ensemble",
+    "bits_per_byte": "Ensemble",
+    "stage_times": "Run",
+}
+FIGURES_DIR = "results/figures"
+
+
+rule figures:
+    input:
+        record=rules.record.output.record,
+        ranking=rules.rank.output.ranking,
+        vote=rules.vote.output.vote,
+    output:
+        **{name: report(f"{FIGURES_DIR}/{name}.png", caption=f"../report/{name}.rst", category=category)
+           for name, category in FIGURE_CATEGORIES.items()},
+    params:
+        # the folder of the declared outputs, taken from them (no second spelling of the path to drift)
+        out_dir=lambda wildcards, output: os.path.dirname(output.k_curve),
+    log:
+        "logs/figures.log",
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.figures --record {input.record} --ranking {input.ranking} --vote {input.vote}"
+        " --out-dir {params.out_dir} 2> {log}"

@@ -1,0 +1,77 @@
+"""The report's figures (randopt/figures.py) from a constructed run whose numbers are not all equal,
+made by the real rank, vote and statistics functions; the workflow test draws them from a real run."""
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from randopt.evaluate import BASE
+from randopt.figures import FIGURES, write_figures
+from randopt.io import InputError
+from randopt.rank import rank_population, top_k
+from randopt.statistics import per_problem_results, record_statistics
+from tests.conftest import REPO
+
+N_SEEDS, SIGMAS, N_TRAIN, N_TEST = 24, [0.001, 0.002], 16, 40
+
+
+def constructed_run():
+    rng = np.random.default_rng(3)
+    skill = {(s, g): rng.uniform(0.1, 0.6) for s in range(N_SEEDS) for g in SIGMAS}
+    train_rows = pd.DataFrame([{"seed": s, "sigma": g, "correct": rng.random() < p, "n_tokens": 10}
+                               for (s, g), p in skill.items() for _ in range(N_TRAIN)])
+    ranking = rank_population(train_rows, N_SEEDS, SIGMAS)
+    lists = top_k(ranking, [0.125, 0.25])
+    references = {f"t{i}": str(i) for i in range(N_TEST)}
+    rows = []
+    for seed, sigma, p in [(BASE, 0.0, 0.3)] + [(s, g, skill[(s, g)]) for s, g in zip(ranking.seed, ranking.sigma)]:
+        for pid, ref in references.items():
+            answer = ref if rng.random() < p else str(rng.integers(1000, 1003))
+            rows.append({"seed": seed, "sigma": sigma, "problem_id": pid, "answer": answer, "correct": answer == ref})
+    answers = pd.DataFrame(rows)
+    vote = per_problem_results(answers, lists, references, BASE)
+    base_train = 0.3
+    record = {
+        "data": {"n_train": N_TRAIN, "n_test": N_TEST},
+        "topk": lists,
+        "accuracy": {"base_train": base_train, "base_test": float(np.mean(vote["base_correct"])),
+                     "ensemble_test": {f: float(np.mean(c)) for f, c in vote["ensemble_correct"].items()}},
+        "statistics": record_statistics(vote, ranking, base_train),
+        "k_curve": vote["k_curve"],
+        "bpb": {"base": 1.5, "ensemble": {"0.125": 1.52, "0.25": 1.51},
+                "members": {f"seed={m['seed']}_sigma={m['sigma']!r}": 1.5 + 0.01 * i
+                            for i, m in enumerate(lists[-1]["members"])}},
+        "timings_s": {"evaluate_shard": 120.0, "rank": 0.5, "evaluate_members": 30.0, "vote": 0.2, "score_bpb": 8.0},
+    }
+    return record, vote, ranking
+
+
+def test_every_figure_is_drawn_as_a_png(tmp_path):
+    record, vote, ranking = constructed_run()
+    paths = write_figures(record, vote, ranking, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.png" for name in FIGURES)
+    for path in paths:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000, path
+
+
+def test_every_figure_has_a_caption_and_a_report_category():
+    captions = {p.stem for p in (REPO / "report").glob("*.rst")}
+    assert captions == set(FIGURES)
+    declared = set(re.findall(r'^\s+"(\w+)": "\w+",$', (REPO / "rules" / "report.smk").read_text(), re.M))
+    assert declared == set(FIGURES)
+
+
+def test_a_record_without_statistics_is_named(tmp_path):
+    record, vote, ranking = constructed_run()
+    del record["statistics"]
+    with pytest.raises(InputError, match="rerun record"):
+        write_figures(record, vote, ranking, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_bpb_figure_names_members_without_bpb(tmp_path):
+    record, vote, ranking = constructed_run()
+    record["bpb"]["members"].popitem()
+    with pytest.raises(InputError, match="rerun score_bpb"):
+        write_figures(record, vote, ranking, tmp_path, names=["bits_per_byte"])
