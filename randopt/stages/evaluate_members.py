@@ -15,6 +15,7 @@ from randopt.engines.base import Engine
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
 from randopt.io import atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.member_cache import BASE, engine_drift, member_path, plan_members
+from randopt.progress import progress
 
 
 def evaluate_base_on_train(engine: Engine | None, make_engine: Callable[[], Engine], spec: DecodeSpec,
@@ -47,7 +48,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, test: str, train: st
     if todo:
         engine = make_engine()
         prompts = build_prompts(engine, problems, spec)
-        for seed, sigma in todo:
+        for seed, sigma in progress(todo, total=len(todo), desc="test split", unit="member"):
             frame = evaluate_weights(engine, prompts, problems, spec, seed, sigma)
             log.info("member seed %d sigma %g: test accuracy %.3f", seed, sigma, frame["correct"].mean())
             timing["switch_s"] += float(frame["switch_s"].iloc[0])

@@ -13,6 +13,7 @@ from randopt.engines.base import Engine
 from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
 from randopt.member_cache import engine_drift
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
+from randopt.progress import progress
 
 
 def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: float, first_seed: int,
@@ -27,7 +28,8 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
     prompts = build_prompts(engine, problems, spec)
     load_s = time.perf_counter() - start
     frames = []
-    for seed in range(first_seed, last_seed + 1):
+    seeds = range(first_seed, last_seed + 1)
+    for seed in progress(seeds, total=len(seeds), desc=f"sigma {sigma:g}", unit="seed"):
         frame = evaluate_weights(engine, prompts, problems, spec, seed, sigma)
         log.info("seed %d sigma %g: reward %.3f (%.1f s)", seed, sigma, frame["correct"].mean(),
                  frame["switch_s"].iloc[0] + frame["generate_s"].iloc[0])

@@ -12,6 +12,7 @@ from randopt.cli import log
 from randopt.engines.base import Engine
 from randopt.io import InputError, atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.member_cache import BASE, member_label, member_path, plan_members, switch_weights
+from randopt.progress import progress
 
 
 def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir: str, out: str) -> None:
@@ -27,7 +28,7 @@ def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir
              len(members) - len(todo), len(texts), n_bytes)
     if todo:
         engine = make_engine()
-        for seed, sigma in todo:
+        for seed, sigma in progress(todo, total=len(todo), desc="held-out text", unit="member"):
             switch_weights(engine, seed, sigma)
             scored = engine.token_logprobs(texts)
             if sum(s.n_bytes for s in scored) != n_bytes:

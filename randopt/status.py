@@ -1,0 +1,139 @@
+"""Where a run stands: each shard's seeds done out of its total, and an ETA for the whole search.
+
+    python -m randopt.status [--directory RUN_DIR] [--configfile my.yaml ...]   (or: make status)
+
+Works during a run or after it, from what the run leaves on disk: a shard whose table exists is
+done; a shard still running (or stopped) counts the seeds its log reports finished (evaluate_shard
+logs one "seed N sigma S: reward R (T s)" line per seed); a shard is running only while a Snakemake
+run holds the directory (its lock files), else it is stopped. The config is the workflow's: the repo's
+config/config.yaml with the --configfile files merged over it in order, as Snakemake merges them.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from randopt.config import ConfigError, sigma_label, validate
+from randopt.keys import run_keys
+
+REPO = Path(__file__).resolve().parents[1]
+SEED_LINE = re.compile(r"\bseed (\d+) sigma \S+: reward \S+ \(([0-9.]+) s\)")
+FAILED = re.compile(r"^(error: |Traceback )", re.M)
+
+
+@dataclass
+class Shard:
+    sigma: str
+    first: int
+    last: int
+    done: int
+    state: str  # done | running | stopped | failed | waiting
+    seed_seconds: list[float]
+
+    @property
+    def total(self) -> int:
+        return self.last - self.first + 1
+
+    @property
+    def stem(self) -> str:
+        return f"sigma={self.sigma}/seeds_{self.first:04d}-{self.last:04d}"
+
+
+def effective_config(configfiles: list[str]) -> dict:
+    """The workflow's config: config/config.yaml, then each file merged over it (Snakemake's rule)."""
+    from snakemake.utils import update_config
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for path in configfiles:
+        overlay = yaml.safe_load(Path(path).read_text()) or {}
+        update_config(config, overlay)
+    return validate(config)
+
+
+def shard_ranges(config: dict) -> list[tuple[int, int]]:
+    """The fixed seed ranges of the shards (as rules/common.smk cuts them)."""
+    n, size = config["population"]["n_seeds"], config["population"]["shard_size"]
+    return [(a, min(a + size, n) - 1) for a in range(0, n, size)]
+
+
+def run_active(run_dir: Path) -> bool:
+    """Whether a Snakemake run holds the directory: its lock files exist while it runs and are removed
+    when it ends, also when stopped by Ctrl-C or SIGTERM (a SIGKILLed run leaves them behind)."""
+    return any((run_dir / ".snakemake" / "locks").glob("*.lock"))
+
+
+def read_shard(run_dir: Path, eval_key: str, sigma: str, first: int, last: int, active: bool = True) -> Shard:
+    stem = f"sigma={sigma}/seeds_{first:04d}-{last:04d}"
+    table = run_dir / "results" / "shards" / eval_key / f"{stem}.parquet"
+    log = run_dir / "logs" / "evaluate_shard" / eval_key / f"{stem}.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    finished = {int(m.group(1)): float(m.group(2)) for m in SEED_LINE.finditer(text)}
+    if table.is_file():
+        return Shard(sigma, first, last, last - first + 1, "done", list(finished.values()))
+    state = ("waiting" if not log.is_file() else "failed" if FAILED.search(text)
+             else "running" if active else "stopped")
+    return Shard(sigma, first, last, len(finished), state, list(finished.values()))
+
+
+def collect(run_dir: Path, config: dict) -> list[Shard]:
+    eval_key, active = run_keys(config)["eval"], run_active(run_dir)
+    return [read_shard(run_dir, eval_key, sigma_label(s), a, b, active)
+            for s in config["population"]["sigmas"] for a, b in shard_ranges(config)]
+
+
+def eta_seconds(shards: list[Shard]) -> float | None:
+    """Remaining seeds x the mean seconds per seed seen so far, divided by the shards running side by
+    side now (at least one). None until some seed has finished."""
+    times = [t for s in shards for t in s.seed_seconds]
+    if not times:
+        return None
+    remaining = sum(s.total - s.done for s in shards)
+    running = max(1, sum(s.state == "running" for s in shards))
+    return remaining * (sum(times) / len(times)) / running
+
+
+def report(run_dir: Path, config: dict) -> str:
+    shards = collect(run_dir, config)
+    done, total = sum(s.done for s in shards), sum(s.total for s in shards)
+    eta = eta_seconds(shards)
+    if done == total:
+        eta_text = "search finished"
+    elif not run_active(run_dir):
+        eta_text = "no run under way (restart it to go on)" + ("" if eta is None else f"; ETA then {dt.timedelta(seconds=round(eta))}")
+    elif eta is None:
+        eta_text = "ETA unknown until a seed finishes"
+    else:
+        eta_text = f"ETA {dt.timedelta(seconds=round(eta))}"
+    lines = [f"search: {done}/{total} seeds ({100 * done / total:.0f} %), "
+             f"{sum(s.state == 'running' for s in shards)} shards running, {eta_text}"]
+    width = max(len(s.stem) for s in shards)
+    lines += [f"  {s.stem:<{width}}  {s.done:>5}/{s.total:<5} {s.state}" for s in shards]
+    failed = [s for s in shards if s.state == "failed"]
+    if failed:
+        lines.append(f"{len(failed)} shards failed: see logs/evaluate_shard/.../{failed[0].stem}.log")
+    record = run_dir / "results" / "record.json"
+    lines.append(f"record: {record if record.is_file() else 'not written yet'}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m randopt.status", description=__doc__.split("\n\n")[0])
+    p.add_argument("--directory", default=".", help="the run's working directory (snakemake --directory)")
+    p.add_argument("--configfile", action="append", default=[], help="the run's --configfile files, in order")
+    args = p.parse_args(argv)
+    try:
+        config = effective_config(args.configfile)
+    except (ConfigError, OSError, yaml.YAMLError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report(Path(args.directory), config))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""`python -m randopt.status` on a half-finished run of the real workflow, and on constructed logs."""
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from randopt.keys import run_keys
+from randopt.status import Shard, eta_seconds, read_shard
+from tests.conftest import REPO
+from tests.workflow import effective_config, run_and_kill, run_workflow, tiny_config
+
+
+def status(workdir):
+    proc = subprocess.run([sys.executable, "-m", "randopt.status", "--directory", str(workdir),
+                           "--configfile", str(workdir / "tiny.yaml")], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def shard_line(text, stem):
+    return next(line.split() for line in text.splitlines() if line.strip().startswith(stem))
+
+
+@pytest.mark.slow
+def test_status_of_a_half_finished_run(tmp_path, tiny_model_dir):
+    config = tiny_config(tiny_model_dir)
+    eval_key = run_keys(effective_config(config))["eval"]
+    shards = f"results/shards/{eval_key}"
+    # Half the search for real: both shards of sigma 0.01 (4 of 8 seeds).
+    run_workflow(tmp_path, config, f"{shards}/sigma=0.01/seeds_0000-0001.parquet",
+                 f"{shards}/sigma=0.01/seeds_0002-0003.parquet")
+    text = status(tmp_path)
+    assert text.splitlines()[0].startswith("search: 4/8 seeds (50 %), 0 shards running, no run under way "
+                                           "(restart it to go on); ETA then 0:")
+    assert shard_line(text, "sigma=0.01/seeds_0000-0001")[1:] == ["2/2", "done"]
+    assert shard_line(text, "sigma=0.02/seeds_0002-0003")[1:] == ["0/2", "waiting"]
+    assert "record: not written yet" in text
+
+    # Then stop the run while a shard of sigma 0.02 is under way: its finished seeds count.
+    logs = tmp_path / "logs" / "evaluate_shard" / eval_key / "sigma=0.02"
+    started = lambda: any("seed 0 sigma 0.02: reward" in p.read_text() for p in logs.glob("*.log"))  # noqa: E731
+    run_and_kill(tmp_path, config, started)
+    text = status(tmp_path)
+    for stem in ("seeds_0000-0001", "seeds_0002-0003"):
+        done, state = shard_line(text, f"sigma=0.02/{stem}")[1:]
+        log = logs / f"{stem}.log"
+        lines = log.read_text().count(" sigma 0.02: reward ") if log.is_file() else 0
+        if (tmp_path / shards / f"sigma=0.02/{stem}.parquet").is_file():
+            assert (done, state) == ("2/2", "done")
+        else:
+            assert (done, state) == (f"{lines}/2", "running" if log.is_file() else "waiting")
+    seeds_done = int(text.split()[1].split("/")[0])
+    assert 5 <= seeds_done <= 8
+
+
+def write_log(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_shard_states_from_its_log_and_table(tmp_path):
+    stem = tmp_path / "logs" / "evaluate_shard" / "k" / "sigma=0.01"
+    assert read_shard(tmp_path, "k", "0.01", 0, 3).state == "waiting"
+    write_log(stem / "seeds_0000-0003.log", "INFO seed 0 sigma 0.01: reward 0.250 (2.0 s)\n"
+                                            "sigma 0.01:  25% 1/4 [00:02<00:06, 2.00s/seed]\n"
+                                            "INFO seed 1 sigma 0.01: reward 0.500 (4.0 s)\n")
+    shard = read_shard(tmp_path, "k", "0.01", 0, 3)
+    assert (shard.done, shard.total, shard.state, shard.seed_seconds) == (2, 4, "running", [2.0, 4.0])
+    assert read_shard(tmp_path, "k", "0.01", 0, 3, active=False).state == "stopped"
+    write_log(stem / "seeds_0000-0003.log", "INFO seed 0 sigma 0.01: reward 0.250 (2.0 s)\nerror: out of memory\n")
+    assert read_shard(tmp_path, "k", "0.01", 0, 3).state == "failed"
+    table = tmp_path / "results" / "shards" / "k" / "sigma=0.01" / "seeds_0000-0003.parquet"
+    write_log(table, "")
+    assert (read_shard(tmp_path, "k", "0.01", 0, 3).done, read_shard(tmp_path, "k", "0.01", 0, 3).state) == (4, "done")
+
+
+def test_eta_is_remaining_seeds_at_the_mean_pace_over_the_running_shards():
+    shards = [Shard("0.01", 0, 3, 4, "done", [1.0, 3.0, 2.0, 2.0]), Shard("0.01", 4, 7, 1, "running", [2.0]),
+              Shard("0.02", 0, 3, 0, "running", []), Shard("0.02", 4, 7, 0, "waiting", [])]
+    assert eta_seconds(shards) == pytest.approx((3 + 4 + 4) * 2.0 / 2)
+    assert eta_seconds([Shard("0.01", 0, 3, 0, "running", [])]) is None
+
+
+def test_a_bad_config_is_named(tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"population": {"sigmas": []}}))
+    proc = subprocess.run([sys.executable, "-m", "randopt.status", "--directory", str(tmp_path),
+                           "--configfile", str(tmp_path / "bad.yaml")], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "population.sigmas" in proc.stderr
