@@ -29,6 +29,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from randopt.figures import FIGURES
 from tests.conftest import REPO
 from tests.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
                             run_workflow, tiny_config)
@@ -254,7 +255,7 @@ def test_a_new_max_tokens_reruns_everything_decoding_feeds(reuse, base_config):
     step = reuse[1]["max_tokens"]
     jobs = step.jobs
     assert jobs["evaluate_shard"] == len(Paths(base_config).shard_files()) == 4
-    for stage in ("rank", "evaluate_members", "vote", "score_bpb", "record"):
+    for stage in ("rank", "evaluate_members", "vote", "score_bpb", "record", "figures"):
         assert jobs[stage] == 1, stage
     assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(jobs)
     assert step.changed() == set()  # a dry run
@@ -264,8 +265,9 @@ def test_going_back_to_a_config_reuses_everything(fresh, reuse):
     _, _, record = fresh
     workdir, steps = reuse
     step = steps["revert"]
-    assert step.jobs == {"record": 1}
-    assert step.changed() == {"results/record.json"}
+    # The record is rewritten (its own time differs), and the figures drawn from it with it.
+    assert step.jobs == {"record": 1, "figures": 1}
+    assert step.changed() == {"results/record.json"} | {f"results/figures/{name}.png" for name in FIGURES}
     reverted = read_record(workdir)
     # Every stage output is the fresh run's, so even the timings agree; only the record's own time differs.
     drop = ("created_utc", "commit_dirty")
@@ -666,6 +668,9 @@ def code_edits(reuse, base_config, tmp_path_factory):
     runs["unrelated"] = run_step(work, base_config, repo=repo)
     append(repo / "randopt" / "bpb.py", "\n# an edit of score_bpb's code\n")
     runs["bpb"] = run_step(work, base_config, repo=repo)
+    # The record's statistics are computed from what the vote writes, so their code is the vote's.
+    append(repo / "randopt" / "statistics.py", "\n# an edit of the statistics\n")
+    runs["statistics"] = run_step(work, base_config, "-n", repo=repo)
     append(repo / "randopt" / "rank.py", "\n# an edit of rank's code\n")
     runs["rank"] = run_step(work, base_config, "-n", repo=repo)
     append(repo / "randopt" / "evaluate.py", "\n# an edit of the evaluation code\n")
@@ -674,10 +679,13 @@ def code_edits(reuse, base_config, tmp_path_factory):
 
 
 def test_editing_a_stages_code_reruns_that_stage_and_an_unrelated_edit_reruns_nothing(code_edits):
-    assert code_edits["copy"].jobs == {"record": 1}
+    # The figures are drawn from the record, so they follow it.
+    assert code_edits["copy"].jobs == {"record": 1, "figures": 1}
     assert code_edits["unrelated"].jobs == {} and "Nothing to be done" in output(code_edits["unrelated"].proc)
-    assert code_edits["bpb"].jobs == {"score_bpb": 1, "record": 1}
-    assert code_edits["rank"].jobs == {"rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
+    assert code_edits["bpb"].jobs == {"score_bpb": 1, "record": 1, "figures": 1}
+    population = {"rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1, "figures": 1}
+    assert code_edits["statistics"].jobs == population  # the population key holds the vote's code
+    assert code_edits["rank"].jobs == population
     evaluate = code_edits["evaluate"].jobs
     assert evaluate["evaluate_shard"] == 4 and evaluate["evaluate_members"] == 1
     assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(evaluate)
