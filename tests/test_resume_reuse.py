@@ -279,17 +279,17 @@ def test_going_back_to_a_config_reuses_everything(fresh, reuse):
 # untouched by anything but their own keys; the held-out text and max_context reach only score_bpb;
 # the engine's batch size (numerics) reaches every engine stage and what reads them.
 AFTER_A_NEW_SPLIT = {"freeze_gsm8k": 1, "evaluate_shard": 4, "rank": 1, "evaluate_members": 1, "vote": 1,
-                     "score_bpb": 1, "record": 1}  # score_bpb: the top-k it reads is new (its member cache is not)
-AFTER_A_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, "record": 1}
+                     "score_bpb": 1, "record": 1, "figures": 1}  # score_bpb: the top-k it reads is new (its member cache is not)
+AFTER_A_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, "record": 1, "figures": 1}
 CONFIG_CHANGES = {
     "n_train": ({"gsm8k": {"n_train": 5}}, AFTER_A_NEW_SPLIT),
     "n_test": ({"gsm8k": {"n_test": 5}}, AFTER_A_NEW_SPLIT),
     "selection_seed": ({"gsm8k": {"selection_seed": 1}}, AFTER_A_NEW_SPLIT),
     "heldout source": ({"heldout": {"synthetic": {"n_docs": 4, "seed": 2}}}, AFTER_A_NEW_HELDOUT),
     "n_docs": ({"heldout": {"synthetic": {"n_docs": 5, "seed": 1}}}, AFTER_A_NEW_HELDOUT),
-    "max_context": ({"heldout": {"max_context": 32}}, {"score_bpb": 1, "record": 1}),
+    "max_context": ({"heldout": {"max_context": 32}}, {"score_bpb": 1, "record": 1, "figures": 1}),
     "batch_size": ({"engine": {"batch_size": 4}}, {"evaluate_shard": 4, "rank": 1, "evaluate_members": 1, "vote": 1,
-                                                   "score_bpb": 1, "record": 1}),
+                                                   "score_bpb": 1, "record": 1, "figures": 1}),
 }
 
 
