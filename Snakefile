@@ -4,7 +4,7 @@
 #   snakemake --report results/report.html         (after a run: the figures with their captions)
 #
 # The run, in order: freeze the GSM8K splits and the held-out text; prepare the model; score every
-# (seed, sigma) of the population on the train split, shard by shard; rank; let the top-k members
+# (seed, sigma) of the population on the train split, shard by shard (or in racing rounds); rank; let the top-k members
 # answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
 # write the record (with its statistics: randopt/statistics.py) and draw the report's figures.
 # Output paths carry content keys (randopt/keys.py), so finished work is reused.
@@ -14,6 +14,8 @@
 #   freeze_gsm8k, fetch_fineweb   rules/data.smk      scripts/<stage>.py  randopt/data/gsm8k.py, heldout.py
 #   prepare_model                 rules/model.smk     scripts/<stage>.py  randopt/stages/prepare_model.py
 #   evaluate_shard, rank          rules/search.smk    scripts/<stage>.py  randopt/stages/<stage>.py
+#   race_slice, race_round        rules/racing.smk    scripts/<stage>.py  randopt/stages/<stage>.py
+#     (selection.mode racing: the search in rounds that stop hopeless members early; docs/racing.md)
 #   evaluate_members, vote,       rules/ensemble.smk  scripts/<stage>.py  randopt/stages/<stage>.py
 #   score_bpb
 #   record                        rules/record.smk    scripts/<stage>.py  randopt/stages/record.py
@@ -52,6 +54,9 @@ rule all:
 include: "rules/data.smk"
 include: "rules/model.smk"
 include: "rules/search.smk"
+if RACING:  # selection.mode racing: the search's rounds (the rank rule reads their tables)
+
+    include: "rules/racing.smk"
 include: "rules/ensemble.smk"
 include: "rules/record.smk"
 include: "rules/export.smk"

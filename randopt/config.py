@@ -65,6 +65,10 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+# randopt/racing.py's rule exact builds p-value tables that grow with the cube of the split.
+EXACT_MAX_PROBLEMS = 1000
+
+
 def population_size(config: dict) -> int:
     return config["population"]["n_seeds"] * len(config["population"]["sigmas"])
 
@@ -115,6 +119,7 @@ def validate(config: dict) -> dict:
                 f"config key 'topk.fractions': fraction {fraction} of a population of {population} "
                 f"(population.n_seeds x len(population.sigmas)) keeps no member; raise population.n_seeds "
                 f"or the fraction")
+    _check_selection(config)
     for section in SOURCE_KINDS:
         kind = config[section]["source"]
         _check_selected(section, kind, config[section][kind], lambda key: f"config key '{section}.{kind}.{key}'")
@@ -133,6 +138,17 @@ def validate(config: dict) -> dict:
             raise ConfigError("config key 'model.revision': a hub model needs a pinned revision (a commit hash)")
         check_commit("config key 'model.revision'", model["revision"])
     return config
+
+
+def _check_selection(config: dict) -> None:
+    """Racing's limits that the schema cannot say: rule exact's split size; at least k members race."""
+    selection = config["selection"]
+    if selection["mode"] != "racing":
+        return
+    n_train = config["gsm8k"]["n_train"]
+    if selection["rule"] == "exact" and n_train > EXACT_MAX_PROBLEMS:
+        raise ConfigError(f"config key 'selection.rule': exact supports up to {EXACT_MAX_PROBLEMS} train problems "
+                          f"(gsm8k.n_train is {n_train}); use rule bayes, or a smaller gsm8k.n_train")
 
 
 def _check_selected(section: str, kind: str, block: dict, name) -> None:

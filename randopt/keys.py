@@ -23,13 +23,17 @@ STAGE_CODE = {
     "engine": ["randopt/engines/*.py", "randopt/perturb.py", "kernels/*.py"],
     # member_cache names the per-member files (and plans which are missing), so it is part of both keys
     # whose stages keep a member cache.
-    "eval": ["randopt/evaluate.py", "randopt/data/gsm8k.py", "randopt/member_cache.py",
+    "eval": ["randopt/evaluate.py", "randopt/data/gsm8k.py", "randopt/member_cache.py", "randopt/answer_cache.py",
              "randopt/stages/evaluate_shard.py", "randopt/stages/evaluate_members.py",
              "scripts/evaluate_shard.py", "scripts/evaluate_members.py"],
     "bpb": ["randopt/bpb.py", "randopt/member_cache.py", "randopt/stages/score_bpb.py", "scripts/score_bpb.py"],
     # rank and vote write under the population key (their rules carry no code param), so their code is
     # part of that key: editing it reruns them and what reads their outputs.
     "rank": ["randopt/rank.py", "randopt/stages/rank.py", "scripts/rank.py"],
+    # racing: the rounds' decisions (and so the ranking) come from this code; its slices' answers are
+    # the answer cache's, keyed by "eval".
+    "race": ["randopt/racing.py", "randopt/stages/race_slice.py", "randopt/stages/race_round.py",
+             "scripts/race_slice.py", "scripts/race_round.py"],
     # statistics: the vote writes per-problem results and the k-curve with it (the record's statistics).
     "vote": ["randopt/vote.py", "randopt/statistics.py", "randopt/stages/vote.py", "scripts/vote.py"],
 }
@@ -71,9 +75,16 @@ def run_keys(config: dict) -> dict[str, str]:
         numerics["switch"] = config["perturbation"]["switch"]
     evaluation = short_key({"model": model, "gsm8k": gsm8k, "decode": config["decode"], "engine": numerics,
                             "code": code_version("engine", "eval")})
+    selection = config.get("selection") or {"mode": "full"}  # records written before racing had none
+    racing = selection["mode"] == "racing"
+    # Racing's knobs decide which members are ranked complete, so they key the population (only under
+    # racing: full evaluation's keys stay as they were).
     population = short_key({"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
-                            "fractions": config["topk"]["fractions"], "code": code_version("rank", "vote")})
+                            "fractions": config["topk"]["fractions"], "code": code_version("rank", "vote")}
+                           | ({"selection": selection, "race_code": code_version("race")} if racing else {}))
+    # The racing rounds' tables: which members each chunk job takes depends on the chunk size too.
+    race = short_key({"population": population, "chunk_size": config["population"]["shard_size"]}) if racing else None
     bpb = short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,
                      "code": code_version("engine", "bpb")})
     return {"gsm8k": gsm8k, "heldout": heldout, "model": model, "eval": evaluation,
-            "population": population, "bpb": bpb}
+            "population": population, "bpb": bpb, "race": race}

@@ -64,32 +64,8 @@ Rounds: the checkpoints (problems seen per member) grow geometrically, first_sli
 growth, ... up to n, so a round costs about the same as the previous one while the field shrinks;
 a last slice under half the previous one is folded into it (one round = one wave of jobs).
 
-Config block (for config/schema.yaml, under the top level)::
-
-  selection:
-    type: object
-    additionalProperties: false
-    default: {}
-    description: >
-      How many train problems each member answers. full: every member answers every train problem.
-      racing: members answer growing slices of the train problems in a seeded random order and stop
-      once they can no longer reach the largest top-k (randopt/racing.py); every top-k list is still
-      decided on all train problems, and a stopped member's reward is marked partial.
-    properties:
-      mode: {type: string, enum: [full, racing], default: full,
-             description: "full: every member answers all train problems; racing: members that cannot reach the largest top-k stop early"}
-      rule: {type: string, enum: [bayes, exact], default: bayes,
-             description: "bayes: empirical-Bayes chance of ending in the top-k, within miss_budget; exact: model-free paired test, at most delta error per pair (slower; n_train <= 1000)"}
-      first_slice: {type: integer, minimum: 2, default: 20,
-                    description: "problems every member answers before the first drop decision"}
-      growth: {type: number, exclusiveMinimum: 1, default: 2.0,
-               description: "each checkpoint (problems seen per member) is growth times the previous one, capped at n_train"}
-      miss_budget: {type: number, exclusiveMinimum: 0, exclusiveMaximum: 1, default: 0.1,
-                    description: "bayes: expected share of the full top-k that racing may lose (expected recall >= 1 - miss_budget)"}
-      delta: {type: number, exclusiveMinimum: 0, exclusiveMaximum: 1, default: 0.1,
-              description: "exact: error probability per pair of members over the whole race"}
-      order_seed: {type: integer, minimum: 0, default: 0,
-                   description: "seed of the random problem order the slices follow (both rules assume a random order)"}
+The knobs, their defaults and meanings: config/schema.yaml, block selection (the one source of
+defaults); docs/racing.md says how the rounds become Snakemake jobs (rules/racing.smk).
 """
 from __future__ import annotations
 
@@ -100,20 +76,20 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from randopt.config import EXACT_MAX_PROBLEMS, load_schema  # rule exact's tables: about 10 s at 1000 problems
 from randopt.io import InputError
 
-DEFAULTS = {"mode": "full", "rule": "bayes", "first_slice": 20, "growth": 2.0, "miss_budget": 0.1,
-            "delta": 0.1, "order_seed": 0}
+# The selection block's defaults, from the schema (mode included).
+DEFAULTS = {key: spec["default"] for key, spec in load_schema()["properties"]["selection"]["properties"].items()}
 RULES = ("bayes", "exact")
 PRIOR_PROBLEMS = 20     # pseudo-problems of the field's average variance added to each member's own
 GRID_POINTS = 240       # support points of the nonparametric prior
 EM_ITERATIONS = 150     # EM steps for the prior's weights (converged well within this on 512 members)
-EXACT_MAX_PROBLEMS = 1000  # rule exact's p-value tables grow with the cube of the split (about 10 s at 1000)
 
 
 @dataclass(frozen=True)
 class RacingConfig:
-    """The racing knobs; see the module docstring's config block for what each one means."""
+    """The racing knobs (config/schema.yaml, block selection, says what each one means)."""
     rule: str = DEFAULTS["rule"]
     first_slice: int = DEFAULTS["first_slice"]
     growth: float = DEFAULTS["growth"]
@@ -424,3 +400,60 @@ def race(correct: np.ndarray, k: int, config: RacingConfig) -> RaceResult:
                        "dropped": int((~verdict.keep).sum()), "slots": int(len(ids) * len(slice_)),
                        "expected_topk_misses": verdict.expected_misses})
     return RaceResult(alive, seen, rounds)
+
+
+# ------------------------------------------------------------------------------- the workflow's rounds
+
+Member = tuple[int, float]
+
+
+def population_members(n_seeds: int, sigmas: list[float]) -> list[Member]:
+    """Round 0's racing members: the whole population, sigma by sigma, seeds ascending."""
+    return [(seed, float(sigma)) for sigma in sigmas for seed in range(n_seeds)]
+
+
+def chunk_members(racing: list[Member], chunk: int, chunk_size: int) -> list[Member]:
+    """The members race_slice job `chunk` of a round evaluates.
+
+    A round has a fixed number of chunk jobs (known at DAG build: the population over chunk_size), but
+    only ceil(racing / chunk_size) of them get members, split evenly: as the field thins, fewer jobs
+    start an engine (the others write an empty table), and those that do share the work alike."""
+    if chunk_size < 1 or chunk < 0:
+        raise InputError(f"chunk {chunk} of size {chunk_size}: both must be positive (chunk from 0)")
+    active = math.ceil(len(racing) / chunk_size)
+    if chunk >= active:
+        return []
+    return [tuple(m) for m in np.array_split(np.array(racing, dtype=object), active)[chunk].tolist()]
+
+
+def read_racing(survivors_json: dict | None, n_seeds: int, sigmas: list[float]) -> list[Member]:
+    """The members racing in a round: the previous round's survivors, or the population in round 0."""
+    if survivors_json is None:
+        return population_members(n_seeds, sigmas)
+    return [(int(s), float(g)) for s, g in survivors_json["keep"]]
+
+
+def selection_summary(ranked: pd.DataFrame, n_train: int, selection: dict, rounds: list[dict]) -> dict:
+    """What rank's topk.json and the record say about the selection: problems answered per member,
+    members dropped per round, and the train slots and generated tokens spent against what full
+    evaluation needs (for racing an estimate: each stopped member's tokens per answered problem times
+    the problems it skipped)."""
+    answered = ranked["n_problems"].to_numpy(dtype=np.int64)
+    tokens = int(ranked["gen_tokens"].sum())
+    skipped = n_train - answered
+    per_problem = ranked["gen_tokens"].to_numpy(dtype=np.float64) / np.maximum(answered, 1)
+    counts = pd.Series(answered).value_counts().sort_index()
+    summary = {
+        "mode": selection["mode"], "n_train": int(n_train),
+        "problems_per_member": {"mean": float(answered.mean()), "min": int(answered.min()),
+                                "max": int(answered.max()),
+                                "members_by_problems": {str(int(n)): int(c) for n, c in counts.items()}},
+        "members_partial": int(ranked["partial"].sum()),
+        "slots_evaluated": int(answered.sum()), "slots_full": int(n_train * len(ranked)),
+        "gen_tokens": tokens,
+        "gen_tokens_full_estimate": int(round(tokens + float((per_problem * skipped).sum()))),
+    }
+    if selection["mode"] == "racing":
+        summary |= {"config": {k: v for k, v in selection.items() if k != "mode"}, "rounds": rounds,
+                    "dropped_per_round": [r["dropped"] for r in rounds]}
+    return summary

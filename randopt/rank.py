@@ -1,6 +1,7 @@
 """Rank the population by train reward and cut the top-k lists.
 
-Order: reward (mean exact-answer correctness on the train split) descending; ties broken by fewer
+Order: complete members first (under racing, members that stopped early are partial and rank last);
+then reward (mean exact-answer correctness on the train split) descending; ties broken by fewer
 generated tokens (a terser model that is as right), then by sigma and seed ascending, so the order is
 a total, deterministic function of the shard tables.
 """
@@ -12,8 +13,14 @@ from randopt.config import topk_size
 from randopt.io import InputError
 
 
-def rank_population(rows: pd.DataFrame, n_seeds: int, sigmas: list[float]) -> pd.DataFrame:
-    """One row per (seed, sigma): reward, tokens, rank (1 = best). Checks the population is whole."""
+def rank_population(rows: pd.DataFrame, n_seeds: int, sigmas: list[float], n_train: int | None = None) -> pd.DataFrame:
+    """One row per (seed, sigma): reward, problems answered, tokens, partial, rank (1 = best). Checks the
+    population is whole.
+
+    Full evaluation (n_train None): every member answered the same number of problems. Racing (n_train
+    given): members that answered all n_train problems are complete and ranked as full evaluation ranks
+    them; members that stopped early are partial, their reward over the problems they answered, and
+    rank below every complete member (a partial reward is never compared with a complete one)."""
     per_member = (rows.groupby(["seed", "sigma"], as_index=False)
                   .agg(train_reward=("correct", "mean"), n_problems=("correct", "size"),
                        gen_tokens=("n_tokens", "sum")))
@@ -23,13 +30,22 @@ def rank_population(rows: pd.DataFrame, n_seeds: int, sigmas: list[float]) -> pd
     if missing:
         raise InputError(f"{len(missing)} population members have no shard rows (first: seed {missing[0][0]}, "
                          f"sigma {missing[0][1]}); rerun evaluate_shard for them")
-    counts = set(per_member["n_problems"])
-    if len(counts) != 1:
-        raise InputError(f"members were scored on different numbers of problems {sorted(counts)}: shards from "
-                         f"different train splits were mixed")
     per_member = per_member[[(s, g) in expected for s, g in zip(per_member["seed"], per_member["sigma"])]]
-    ranked = per_member.sort_values(["train_reward", "gen_tokens", "sigma", "seed"],
-                                    ascending=[False, True, True, True], kind="mergesort").reset_index(drop=True)
+    if n_train is None:
+        counts = set(per_member["n_problems"])
+        if len(counts) != 1:
+            raise InputError(f"members were scored on different numbers of problems {sorted(counts)}: shards from "
+                             f"different train splits were mixed")
+        per_member = per_member.assign(partial=False)
+    else:
+        beyond = per_member[per_member["n_problems"] > n_train]
+        if len(beyond):
+            raise InputError(f"member seed {beyond.iloc[0]['seed']} sigma {beyond.iloc[0]['sigma']} answered "
+                             f"{beyond.iloc[0]['n_problems']} problems, more than the split's {n_train}: tables "
+                             f"from another split were mixed")
+        per_member = per_member.assign(partial=per_member["n_problems"] < n_train)
+    ranked = per_member.sort_values(["partial", "train_reward", "gen_tokens", "sigma", "seed"],
+                                    ascending=[True, False, True, True, True], kind="mergesort").reset_index(drop=True)
     ranked.insert(0, "rank", range(1, len(ranked) + 1))
     return ranked
 
@@ -37,8 +53,12 @@ def rank_population(rows: pd.DataFrame, n_seeds: int, sigmas: list[float]) -> pd
 def top_k(ranked: pd.DataFrame, fractions: list[float]) -> list[dict]:
     """The top-k lists, one per fraction, members in rank order."""
     lists = []
+    complete = int((~ranked["partial"]).sum()) if "partial" in ranked else len(ranked)
     for fraction in fractions:
         k = topk_size(fraction, len(ranked))
+        if k > complete:
+            raise InputError(f"top-k of {k} members but only {complete} answered every train problem: racing keeps "
+                             f"at least the largest k racing to the end, so these tables are incomplete")
         head = ranked.head(k)
         lists.append({"fraction": float(fraction), "k": k, "members": [
             {"seed": int(r.seed), "sigma": float(r.sigma), "train_reward": float(r.train_reward), "rank": int(r.rank)}

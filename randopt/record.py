@@ -161,7 +161,8 @@ def now_utc() -> str:
 def single_compute_dtype(shard_timings: list[dict]) -> dict | None:
     """The compute dtype the shards ran in ({"dtype", "why"}). Shards are keyed by the resolved dtype,
     so they agree; a disagreement means files from elsewhere were mixed in, and is an error."""
-    reported = [s.get("compute_dtype") or {"dtype": None, "why": None} for s in shard_timings]
+    # a job that found every answer cached started no engine and reports none
+    reported = [s["compute_dtype"] for s in shard_timings if s.get("compute_dtype")] or [{"dtype": None, "why": None}]
     dtypes = {r["dtype"] for r in reported}
     if len(dtypes) > 1:
         raise ValueError(f"shards of one run computed in different dtypes: {sorted(map(str, dtypes))}")

@@ -23,7 +23,8 @@ from randopt.config import ConfigError, sigma_label, validate
 from randopt.keys import run_keys
 
 REPO = Path(__file__).resolve().parents[1]
-SEED_LINE = re.compile(r"\bseed (\d+) sigma \S+: reward \S+ \(([0-9.]+) s\)")
+# evaluate_shard's line per seed: "(T s)" when generated, "(cached)" when read back from the answer cache
+SEED_LINE = re.compile(r"\bseed (\d+) sigma \S+: reward \S+ \((?:([0-9.]+) s|cached)\)")
 FAILED = re.compile(r"^(error: |Traceback )", re.M)
 
 
@@ -72,12 +73,13 @@ def read_shard(run_dir: Path, eval_key: str, sigma: str, first: int, last: int, 
     table = run_dir / "results" / "shards" / eval_key / f"{stem}.parquet"
     log = run_dir / "logs" / "evaluate_shard" / eval_key / f"{stem}.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
-    finished = {int(m.group(1)): float(m.group(2)) for m in SEED_LINE.finditer(text)}
+    finished = {int(m.group(1)): m.group(2) for m in SEED_LINE.finditer(text)}
+    seconds = [float(t) for t in finished.values() if t is not None]  # the ETA's rate: generated seeds only
     if table.is_file():
-        return Shard(sigma, first, last, last - first + 1, "done", list(finished.values()))
+        return Shard(sigma, first, last, last - first + 1, "done", seconds)
     state = ("waiting" if not log.is_file() else "failed" if FAILED.search(text)
              else "running" if active else "stopped")
-    return Shard(sigma, first, last, len(finished), state, list(finished.values()))
+    return Shard(sigma, first, last, len(finished), state, seconds)
 
 
 def collect(run_dir: Path, config: dict) -> list[Shard]:
@@ -97,7 +99,30 @@ def eta_seconds(shards: list[Shard]) -> float | None:
     return remaining * (sum(times) / len(times)) / running
 
 
+def racing_report(run_dir: Path, config: dict) -> str:
+    """Under selection.mode racing: the rounds decided so far and the members still racing."""
+    from randopt.config import population_size
+    from randopt.io import read_json
+    from randopt.racing import RacingConfig, checkpoints
+    keys = run_keys(config)
+    marks = checkpoints(config["gsm8k"]["n_train"], RacingConfig.from_selection(config["selection"]))
+    race = run_dir / "results" / "race" / keys["eval"] / keys["race"]
+    decided = [read_json(p) for p in sorted(race.glob("round=*/survivors.json"))]
+    racing = len(decided[-1]["keep"]) if decided else population_size(config)
+    state = "search finished" if len(decided) == len(marks) else (
+        "running" if run_active(run_dir) else "no run under way (restart it to go on)")
+    lines = [f"racing: {len(decided)}/{len(marks)} rounds decided, {racing} of {population_size(config)} members "
+             f"racing, {state}"]
+    lines += [f"  round {d['round']}: {d['report']['problems_seen']:>5} problems seen, {d['report']['members']:>6} "
+              f"racing, {d['report']['dropped']:>6} stopped" for d in decided]
+    record = run_dir / "results" / "record.json"
+    lines.append(f"record: {record if record.is_file() else 'not written yet'}")
+    return "\n".join(lines)
+
+
 def report(run_dir: Path, config: dict) -> str:
+    if config["selection"]["mode"] == "racing":
+        return racing_report(run_dir, config)
     shards = collect(run_dir, config)
     done, total = sum(s.done for s in shards), sum(s.total for s in shards)
     eta = eta_seconds(shards)

@@ -6,10 +6,12 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from randopt.config import ConfigError, check_model_files, gsm8k_source, heldout_source, sigma_label, validate
+from randopt.config import (ConfigError, check_model_files, gsm8k_source, heldout_source, population_size,
+                            sigma_label, topk_size, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.keys import code_version, run_keys
 from randopt.paths import layout
+from randopt.racing import RacingConfig, checkpoints
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
 # model dir exists; the tensor-parallel size divides its attention heads).
@@ -32,6 +34,8 @@ PY = f"PYTHONPATH={shlex.quote(REPO)}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(
 
 wildcard_constraints:
     sigma=r"[0-9][0-9.e+-]*",
+    round=r"\d\d",
+    chunk=r"\d\d\d",
     first=r"\d\d\d\d+",
     last=r"\d\d\d\d+",
 
@@ -43,6 +47,8 @@ DATA_GSM8K = PATHS["gsm8k"]
 DATA_HELDOUT = PATHS["heldout"]
 MODEL = PATHS["model"]
 SHARDS = PATHS["shards"]
+ANSWER_CACHE = PATHS["answer_cache"]
+RACE = PATHS["race"]
 RANK = PATHS["rank"]
 MEMBERS = PATHS["members"]
 BPB = PATHS["bpb"]
@@ -92,6 +98,40 @@ def get_shards(suffix=".parquet"):
     return [f"{SHARDS}/{stem}{suffix}" for stem in get_shard_stems()]
 
 
+# Racing (selection.mode racing, rules/racing.smk): the rounds are a pure function of the split size and
+# the knobs, so the whole DAG is known at build time; each round has RACE_CHUNKS race_slice jobs.
+RACING = config["selection"]["mode"] == "racing"
+if RACING:
+    try:
+        RACE_CONFIG = RacingConfig.from_selection(config["selection"])
+    except ValueError as err:
+        raise WorkflowError(f"invalid config: {err}")
+    RACE_ROUNDS = len(checkpoints(config["gsm8k"]["n_train"], RACE_CONFIG))
+    RACE_CHUNKS = -(-population_size(config) // config["population"]["shard_size"])
+    # k of the largest top-k: every smaller top-k list lies inside it
+    RACE_K = max(topk_size(f, population_size(config)) for f in config["topk"]["fractions"])
+
+
+def race_chunk_stems(round_index):
+    return [f"round={round_index:02d}/chunk_{c:03d}" for c in range(RACE_CHUNKS)]
+
+
+def race_survivors(round_index):
+    return f"{RACE}/round={round_index:02d}/survivors.json"
+
+
+def get_search_tables(suffix=".parquet"):
+    """The tables the ranking reads: full evaluation's shards, or every racing round's chunk tables."""
+    if not RACING:
+        return get_shards(suffix)
+    return [f"{RACE}/{stem}{suffix}" for r in range(RACE_ROUNDS) for stem in race_chunk_stems(r)]
+
+
+def get_race_rounds():
+    """Racing: each round's survivors file, round 0 first (rank reads their reports); else none."""
+    return [race_survivors(r) for r in range(RACE_ROUNDS)] if RACING else []
+
+
 # auto resolved here, on the host that builds the DAG: jobs get a concrete dtype, the one in the keys.
 COMPUTE_DTYPE, COMPUTE_DTYPE_WHY = compute_dtype_for_config(config)
 
@@ -119,7 +159,7 @@ def get_engine_args(**extra_options):
 
 # Cluster resources (profiles/slurm). Small stages run in the Snakemake process itself; the heavy ones
 # are submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
-localrules: all, freeze_gsm8k, fetch_fineweb, rank, vote, record, figures
+localrules: all, freeze_gsm8k, fetch_fineweb, rank, race_round, vote, record, figures
 
 
 def on_cluster():
@@ -197,5 +237,9 @@ def get_benchmarks():
              ("prepare_model", rules.prepare_model), ("rank", rules.rank),
              ("evaluate_members", rules.evaluate_members), ("vote", rules.vote), ("score_bpb", rules.score_bpb)]
     paths = [f"{name}={rule.benchmark}" for name, rule in pairs]
-    paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in get_shard_stems()]
+    if RACING:
+        paths += [f"race_slice={BENCH}/race_slice/{KEYS['race']}/{stem}.tsv"
+                  for r in range(RACE_ROUNDS) for stem in race_chunk_stems(r)]
+    else:
+        paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in get_shard_stems()]
     return paths

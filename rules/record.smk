@@ -10,7 +10,7 @@ rule record:
         ranking=rules.rank.output.ranking,
         vote=rules.vote.output.vote,
         bpb=rules.score_bpb.output.bpb,
-        shard_timings=get_shards(".timings.json"),
+        shard_timings=get_search_tables(".timings.json"),
         members_timings=rules.evaluate_members.output.timings,
         base_train=rules.evaluate_members.output.base_train,
     output:

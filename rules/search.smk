@@ -1,4 +1,5 @@
-# The search: every (seed, sigma) scored on the train split, shard by shard, then ranked.
+# The search: every (seed, sigma) scored on the train split, shard by shard (selection.mode full), or
+# in racing rounds (selection.mode racing: rules/racing.smk), then ranked.
 
 
 rule evaluate_shard:
@@ -13,6 +14,7 @@ rule evaluate_shard:
         decode=q(config["decode"]),
         first=lambda wc: int(wc.first),
         last=lambda wc: int(wc.last),
+        cache=ANSWER_CACHE,
         code=code_version("engine", "eval"),
     threads: job_threads()
     resources:
@@ -27,12 +29,13 @@ rule evaluate_shard:
     shell:
         "{PY} scripts.evaluate_shard {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
-        " --out {output.table} --timings {output.timings} 2> {log}"
+        " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
 
 rule rank:
     input:
-        shards=get_shards(),
+        shards=get_search_tables(),
+        rounds=get_race_rounds(),
     output:
         ranking=f"{RANK}/ranking.parquet",
         topk=f"{RANK}/topk.json",
@@ -40,6 +43,9 @@ rule rank:
         n_seeds=config["population"]["n_seeds"],
         sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
         fractions=" ".join(map(repr, config["topk"]["fractions"])),
+        n_train=config["gsm8k"]["n_train"],
+        # full evaluation: only the mode, so that racing knobs left in a config rerun nothing
+        selection=q(config["selection"] if RACING else {"mode": "full"}),
     log:
         "logs/rank.log",
     benchmark:
@@ -47,4 +53,5 @@ rule rank:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
-        " --fractions {params.fractions} --ranking {output.ranking} --topk {output.topk} 2> {log}"
+        " --fractions {params.fractions} --n-train {params.n_train} --selection {params.selection}"
+        " --rounds {input.rounds} --ranking {output.ranking} --topk {output.topk} 2> {log}"

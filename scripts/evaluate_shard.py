@@ -18,6 +18,8 @@ def parse_args(argv=None):
     p.add_argument("--sigma", type=float, required=True)
     p.add_argument("--first-seed", type=int, required=True)
     p.add_argument("--last-seed", type=int, required=True, help="inclusive")
+    p.add_argument("--cache-dir", required=True,
+                   help="the answer cache: each seed's answers are kept there as it finishes, and reused")
     p.add_argument("--out", required=True, help="parquet")
     p.add_argument("--timings", required=True, help="JSON with load/switch/generate seconds")
     return p.parse_args(argv)
@@ -27,7 +29,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     return run_stage("evaluate_shard", partial(
         evaluate_shard.run, make_engine=partial(engine_from_args, args), decode=args.decode, train=args.train,
-        sigma=args.sigma, first_seed=args.first_seed, last_seed=args.last_seed, out=args.out, timings=args.timings))
+        sigma=args.sigma, first_seed=args.first_seed, last_seed=args.last_seed, cache_dir=args.cache_dir, out=args.out, timings=args.timings))
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ def test_stage_cli_claims_before_the_engine(engine, options, env, expected, tmp_
     """The stage CLIs' --gpu-slots: the engine is created seeing only the claimed GPUs."""
     locks = tmp_path / "locks"
     args = ["--model-dir", "m", "--engine", engine, "--engine-options", json.dumps(options), "--decode", "{}",
-            "--train", "t", "--sigma", "0.1", "--first-seed", "0", "--last-seed", "0", "--out", "o",
+            "--train", "t", "--sigma", "0.1", "--first-seed", "0", "--last-seed", "0", "--cache-dir", "c", "--out", "o",
             "--timings", "t", "--gpu-slots", "4", "--gpu-lock-dir", str(locks)]
     proc = subprocess.run([sys.executable, "-c", STAGE, *args], capture_output=True, text=True,
                           env=env_without_cvd(**env), cwd=REPO)

@@ -214,3 +214,48 @@ def test_survivors_rejects_rows_that_break_the_plan():
         survivors(good, 7, config, n_problems)
     with pytest.raises(InputError, match="0/1"):
         survivors(good.assign(correct=2), 2, config, n_problems)
+
+
+# ---------------------------------------------------------------------------- the workflow's pieces
+
+def test_chunks_split_the_racing_members_evenly_over_as_few_jobs_as_the_chunk_size_allows():
+    from randopt.racing import chunk_members, population_members
+    racing = population_members(5, [0.01, 0.02])
+    assert racing[:2] == [(0, 0.01), (1, 0.01)] and len(racing) == 10
+    chunks = [chunk_members(racing, c, 4) for c in range(3)]
+    assert [len(c) for c in chunks] == [4, 3, 3] and sum(chunks, []) == racing
+    thinned = racing[:5]                      # fewer racing: two jobs get members, the third none
+    assert [len(chunk_members(thinned, c, 4)) for c in range(3)] == [3, 2, 0]
+    with pytest.raises(InputError):
+        chunk_members(racing, 0, 0)
+
+
+def test_racing_ranks_complete_members_first_and_marks_the_stopped_ones_partial():
+    from randopt.rank import rank_population, top_k
+    table = []
+    # seed 0 answered all 4 problems (reward 0.5); seed 1 stopped after 2, both right (partial reward 1.0);
+    # seed 2 answered all 4, 3 right (0.75)
+    for seed, answers in {0: [1, 0, 1, 0], 1: [1, 1], 2: [1, 1, 1, 0]}.items():
+        table += [{"seed": seed, "sigma": 0.01, "correct": bool(c), "n_tokens": 2} for c in answers]
+    ranked = rank_population(pd.DataFrame(table), 3, [0.01], n_train=4)
+    assert ranked["seed"].tolist() == [2, 0, 1]
+    assert ranked["partial"].tolist() == [False, False, True] and ranked["n_problems"].tolist() == [4, 4, 2]
+    assert [m["seed"] for m in top_k(ranked, [0.67])[0]["members"]] == [2, 0]
+    with pytest.raises(InputError, match="answered every train problem"):
+        top_k(ranked, [1.0])                  # a top-3 would need the partial member
+    with pytest.raises(InputError, match="more than the split"):
+        rank_population(pd.DataFrame(table), 3, [0.01], n_train=3)
+
+
+def test_the_selection_summary_counts_slots_and_estimates_full_tokens():
+    from randopt.racing import selection_summary
+    ranked = pd.DataFrame({"seed": [0, 1, 2], "sigma": 0.01, "n_problems": [10, 10, 4], "gen_tokens": [100, 80, 20],
+                           "partial": [False, False, True]})
+    rounds = [{"round": 0, "dropped": 1}, {"round": 1, "dropped": 0}]
+    summary = selection_summary(ranked, 10, {"mode": "racing", "rule": "bayes"}, rounds)
+    assert summary["slots_evaluated"] == 24 and summary["slots_full"] == 30
+    assert summary["gen_tokens"] == 200 and summary["gen_tokens_full_estimate"] == 230  # 20/4 tokens x 6 skipped
+    assert summary["dropped_per_round"] == [1, 0] and summary["members_partial"] == 1
+    assert summary["problems_per_member"]["members_by_problems"] == {"4": 1, "10": 2}
+    full = selection_summary(ranked.assign(n_problems=10, partial=False), 10, {"mode": "full"}, [])
+    assert full["slots_evaluated"] == full["slots_full"] == 30 and "rounds" not in full

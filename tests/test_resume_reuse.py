@@ -7,8 +7,8 @@ the outputs' sha256 and mtimes. The runs are shared, in two work dirs:
   top-k fraction; a new max_tokens (dry run); back to the first config; wrong pins; a hand-edited
   frozen split (last, it breaks the dir). Edits of library code run on a copy of the repo and of
   this dir, so the real repo is never edited.
-- killed (a second work dir, the first config): SIGKILL of the whole run while a seed shard is being
-  evaluated, then while evaluate_members / score_bpb run, each time resumed with the plain command;
+- killed (a second work dir, the first config): SIGKILL of the whole run between two seeds of a shard
+  (the resume generates only the unfinished seed), then while evaluate_members / score_bpb run, each time resumed with the plain command;
   then rank forced in the workflow and run by hand from its CLI.
 
 A resumed run's record must equal the uninterrupted run's record except for what is honestly time-
@@ -69,6 +69,17 @@ def with_changes(config: dict, **sections) -> dict:
     for section, values in sections.items():
         new[section] = {**new[section], **values}
     return new
+
+
+def is_shard_table(path: str) -> bool:
+    """A shard's table (results/shards/<key>/sigma=<s>/seeds_<a>-<b>.parquet), not an answer cache part."""
+    return path.startswith("results/shards/") and path.endswith(".parquet") and "/cache/" not in path
+
+
+def cached_members_of(paths) -> list[tuple[str, int]]:
+    """(sigma label, seed) of each answer cache part among paths."""
+    found = (re.search(r"/cache/sigma=([^/]+)/seed=(\d+)/part-", p) for p in paths)
+    return [(m.group(1), int(m.group(2))) for m in found if m]
 
 
 # --- paths of one config's outputs (the same keys Snakemake computes) ---------------------------------
@@ -217,8 +228,10 @@ def test_a_new_sigma_runs_only_its_shards(fresh, reuse, base_config):
     jobs = step.jobs
     assert jobs["evaluate_shard"] == 2  # sigma 0.03 x 2 shards
     assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(jobs)
-    new_shards = {p for p in step.new() if p.endswith(".parquet") and p.startswith("results/shards/")}
+    new_shards = {p for p in step.new() if is_shard_table(p)}
     assert new_shards == {p for p in Paths(step.config).shard_files() if "sigma=0.03/" in p}
+    # the answer cache gained exactly the new sigma's seeds, one part each
+    assert sorted(cached_members_of(step.new())) == [("0.03", seed) for seed in range(4)]
     for shard in Paths(base_config).shard_files():  # the old sigmas' shards: same bytes, same mtime
         assert step.after[shard] == fresh_step.after[shard]
     assert_cache_reuse(workdir, step)
@@ -228,8 +241,9 @@ def test_a_larger_population_runs_only_the_new_shards(fresh, reuse, base_config)
     workdir, fresh_step, _ = fresh
     step = reuse[1]["seeds"]
     assert step.jobs["evaluate_shard"] == 2  # seeds 4-5 at each of the 2 sigmas
-    new_shards = {p for p in step.new() if p.endswith(".parquet") and p.startswith("results/shards/")}
+    new_shards = {p for p in step.new() if is_shard_table(p)}
     assert new_shards == {p for p in Paths(step.config).shard_files() if "seeds_0004-0005" in p}
+    assert sorted(cached_members_of(step.new())) == [(sigma, seed) for sigma in ("0.01", "0.02") for seed in (4, 5)]
     for shard in Paths(base_config).shard_files():
         assert step.after[shard] == fresh_step.after[shard]
     assert_cache_reuse(workdir, step)
@@ -338,6 +352,15 @@ def cached_members(workdir: Path, paths: Paths, stage: str) -> list[str]:
                   if not p.name.endswith(".train.parquet"))
 
 
+def cached_seeds(workdir: Path, paths: Paths, stem: str) -> list[int]:
+    """The seeds of shard `stem` (sigma=<s>/seeds_<a>-<b>) whose answers are in the answer cache: each
+    a whole part file, written atomically when the seed was done."""
+    sigma, seeds = stem.split("/")
+    first, last = map(int, re.search(r"seeds_(\d+)-(\d+)", seeds).groups())
+    return [seed for seed in range(first, last + 1)
+            if any((workdir / paths.shards / "cache" / sigma / f"seed={seed}").glob("part-*.parquet"))]
+
+
 def stage_output(paths: Paths, stage: str) -> str:
     return {"evaluate_members": paths.members_timings.replace("timings.json", "answers.parquet"),
             "score_bpb": paths.bpb_json}[stage]
@@ -373,14 +396,17 @@ def killed(tmp_path_factory, base_config):
     runs, logs = {}, {}
 
     def shard_mid_way():
-        """A shard's rows are written and a later shard is running (its log exists, no rows yet)."""
+        """A shard's rows are written, and a later shard is running with one of its two seeds done (in
+        the answer cache) and the other not: the kill lands between two seeds of one shard."""
         written = {p.relative_to(workdir / paths.shards).with_suffix("").as_posix()
                    for p in (workdir / paths.shards).glob("sigma=*/*.parquet")}
         running = {s.split("/", 1)[1] for s, state in shard_states(workdir).items() if state == "started"}
-        return bool(written) and bool(running - written)
+        return bool(written) and any(len(cached_seeds(workdir, paths, stem)) == 1 for stem in running - written)
 
     runs["shards"] = run_and_kill(workdir, base_config, shard_mid_way)
     after_kill = {"states": shard_states(workdir), "files": file_states(workdir),
+                  "cached": {stem.split("/", 1)[1]: cached_seeds(workdir, paths, stem.split("/", 1)[1])
+                             for stem in shard_states(workdir)},
                   "tables": {p.relative_to(workdir).as_posix(): pd.read_parquet(p)  # as the kill left them
                              for p in (workdir / paths.shards).glob("sigma=*/*.parquet")}}
     unlock(workdir, base_config, notes)
@@ -425,7 +451,7 @@ def test_a_killed_run_leaves_a_lock_that_names_unlock(killed):
 def test_kill_during_a_shard_leaves_no_partial_output_and_finished_shards_are_kept(killed):
     workdir, paths = killed["workdir"], killed["paths"]
     states, files = killed["after_kill"]["states"], killed["after_kill"]["files"]
-    written = sorted(p for p in files if p.startswith(paths.shards + "/") and p.endswith(".parquet"))
+    written = sorted(p for p in files if p.startswith(paths.shards + "/") and is_shard_table(p))
     running = sorted(f"{paths.shards}/{s.split('/', 1)[1]}.parquet" for s, state in states.items()
                      if state == "started")
     # The kill landed mid-way: some shard's rows were written, and a shard that had started had none.
@@ -439,11 +465,25 @@ def test_kill_during_a_shard_leaves_no_partial_output_and_finished_shards_are_ke
         assert table.groupby("seed").size().tolist() == [4, 4], path
     for path in set(running) - set(written):  # killed before its rename: not a byte at the output path
         assert path not in files and path.replace(".parquet", ".timings.json") not in files, path
+    # Killed between two seeds of a shard: the finished seed's answers are cached, and the resumed job
+    # generated only the other seed's (its timings list what it generated itself); the cached part was
+    # read, not rewritten.
+    partly = {stem: seeds for stem, seeds in killed["after_kill"]["cached"].items()
+              if f"{paths.shards}/{stem}.parquet" not in written and len(seeds) == 1}
+    assert partly, "no shard was killed between its seeds"
+    final = killed["final"].after
+    for stem, seeds in partly.items():
+        sigma = float(stem.split("/")[0].removeprefix("sigma="))
+        first, last = map(int, re.search(r"seeds_(\d+)-(\d+)", stem).groups())
+        timings = json.loads((workdir / paths.shards / f"{stem}.timings.json").read_text())
+        assert timings["members_evaluated"] == [[s, sigma] for s in range(first, last + 1) if s not in seeds], stem
+        assert timings["slots_evaluated"] == 4 * (last - first + 1 - len(seeds)), stem
+        parts = [p for p in files if p.startswith(f"{paths.shards}/cache/{stem.split('/')[0]}/seed={seeds[0]}/")]
+        assert parts and all(final[p] == files[p] for p in parts), f"{stem}: the cached seed was rewritten"
     # The next run (killed later, in the ensemble stages) ran exactly the shards Snakemake had not
     # finished: a shard killed between its last rename and Snakemake's bookkeeping is rerun as incomplete.
     done = [s for s, state in states.items() if state == "done"]
     assert jobs_run(killed["runs"]["ensemble_1"])["evaluate_shard"] == 4 - len(done)
-    final = killed["final"].after
     for stem in done:  # finished shards were kept: same bytes, same mtime
         path = f"{paths.shards}/{stem.split('/', 1)[1]}.parquet"
         assert final[path] == files[path], f"{path} was recomputed"

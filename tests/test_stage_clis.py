@@ -8,8 +8,8 @@ import yaml
 
 from tests.conftest import REPO
 
-STAGES = ["fetch_fineweb", "freeze_gsm8k", "prepare_model", "evaluate_shard", "rank", "evaluate_members",
-          "vote", "score_bpb", "record", "figures"]
+STAGES = ["fetch_fineweb", "freeze_gsm8k", "prepare_model", "evaluate_shard", "race_slice", "race_round", "rank",
+          "evaluate_members", "vote", "score_bpb", "record", "figures"]
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -66,7 +66,7 @@ def test_engine_stage_cli_checks_decode_and_engine_options(tmp_path, capsys, dec
     rc = evaluate_shard.main(["--model-dir", str(tmp_path / "no-model"), "--engine", "torch",
                               "--engine-options", json.dumps(options), "--decode", json.dumps(decode),
                               "--train", str(train_file(tmp_path)), "--sigma", "0.01", "--first-seed", "0",
-                              "--last-seed", "0", "--out", str(out), "--timings", str(tmp_path / "o" / "t.json")])
+                              "--last-seed", "0", "--cache-dir", str(out.parent / "cache"), "--out", str(out), "--timings", str(tmp_path / "o" / "t.json")])
     err = capsys.readouterr().err
     assert rc == 2 and f"error: {says}" in err, err
     assert not out.parent.exists()
@@ -139,7 +139,8 @@ def test_delta_switch_reaches_the_engine_stages_and_its_drift_is_recorded(tmp_pa
                               "--engine-options", json.dumps({"device": "cpu", "switch": "delta"}),
                               "--decode", json.dumps({"max_tokens": 2}), "--train", str(train_file(tmp_path)),
                               "--sigma", "0.05", "--first-seed", "0", "--last-seed", "2",
-                              "--out", str(out / "s.parquet"), "--timings", str(out / "t.json")])
+                              "--cache-dir", str(out / "cache"), "--out", str(out / "s.parquet"),
+                              "--timings", str(out / "t.json")])
     assert rc == 0
     timings = json.loads((out / "t.json").read_text())
     drift = timings["drift"]

@@ -69,6 +69,12 @@ def test_shard_states_from_its_log_and_table(tmp_path):
     shard = read_shard(tmp_path, "k", "0.01", 0, 3)
     assert (shard.done, shard.total, shard.state, shard.seed_seconds) == (2, 4, "running", [2.0, 4.0])
     assert read_shard(tmp_path, "k", "0.01", 0, 3, active=False).state == "stopped"
+    # a resumed shard: seeds read back from the answer cache count as done, but not towards the pace
+    write_log(stem / "seeds_0000-0003.log", "INFO seed 0 sigma 0.01: reward 0.250 (cached)\n"
+                                            "INFO seed 1 sigma 0.01: reward 0.500 (cached)\n"
+                                            "INFO seed 2 sigma 0.01: reward 0.500 (3.0 s)\n")
+    shard = read_shard(tmp_path, "k", "0.01", 0, 3)
+    assert (shard.done, shard.seed_seconds) == (3, [3.0])
     write_log(stem / "seeds_0000-0003.log", "INFO seed 0 sigma 0.01: reward 0.250 (2.0 s)\nerror: out of memory\n")
     assert read_shard(tmp_path, "k", "0.01", 0, 3).state == "failed"
     table = tmp_path / "results" / "shards" / "k" / "sigma=0.01" / "seeds_0000-0003.parquet"

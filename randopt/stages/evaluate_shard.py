@@ -1,5 +1,9 @@
-"""evaluate_shard: score seeds [first, last] at one sigma on the train split; one parquet row per
-(seed, problem). Seeds are the unit of reuse: a larger population only adds shards."""
+"""evaluate_shard: score seeds [first, last] at one sigma on every train problem; one parquet row per
+(seed, problem). Seeds are the unit of reuse: a larger population only adds shards.
+
+Each seed's answers go to the answer cache (randopt/answer_cache.py) as soon as the seed is done, and
+only the (seed, problem) pairs not cached are generated: a killed shard resumes at its first unfinished
+seed, and the answers a racing run left are reused. The shard's table is assembled from the cache."""
 from __future__ import annotations
 
 import time
@@ -7,44 +11,59 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from randopt import answer_cache
 from randopt.cli import log
 from randopt.engines.args import engine_compute_dtype
 from randopt.engines.base import Engine
-from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
+from randopt.evaluate import CachedScorer, DecodeSpec
 from randopt.member_cache import engine_drift
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.progress import progress
 
 
 def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: float, first_seed: int,
-        last_seed: int, out: str, timings: str) -> None:
+        last_seed: int, cache_dir: str, out: str, timings: str) -> None:
     if last_seed < first_seed or first_seed < 0:
         raise ValueError(f"bad seed range {first_seed}..{last_seed}")
     started_at, start = time.time(), time.perf_counter()
     verify_against_manifest(train)
     problems = read_jsonl(train, required=("id", "question", "answer"))
-    spec = DecodeSpec.from_config(decode)
-    engine = make_engine()
-    prompts = build_prompts(engine, problems, spec)
-    load_s = time.perf_counter() - start
+    scorer = CachedScorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir)
+    everything = range(len(problems))
     frames = []
     seeds = range(first_seed, last_seed + 1)
     for seed in progress(seeds, total=len(seeds), desc=f"sigma {sigma:g}", unit="seed"):
-        frame = evaluate_weights(engine, prompts, problems, spec, seed, sigma)
-        log.info("seed %d sigma %g: reward %.3f (%.1f s)", seed, sigma, frame["correct"].mean(),
-                 frame["switch_s"].iloc[0] + frame["generate_s"].iloc[0])
+        before, t0 = scorer.slots_evaluated, time.perf_counter()
+        frame = scorer.answers(seed, sigma, everything)
+        # randopt/status.py reads these lines: "(T s)" for a seed generated now, "(cached)" for one read back
+        if scorer.slots_evaluated > before:
+            log.info("seed %d sigma %g: reward %.3f (%.1f s)", seed, sigma, frame["correct"].mean(),
+                     time.perf_counter() - t0)
+        else:
+            log.info("seed %d sigma %g: reward %.3f (cached)", seed, sigma, frame["correct"].mean())
         frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
     with atomic_path(out) as tmp:
         table.to_parquet(tmp, index=False)
-    per_seed = table.groupby("seed").first()
-    drift = engine_drift(engine)
-    write_json_atomic(timings, {
-        "stage": "evaluate_shard", "sigma": sigma, "seeds": [first_seed, last_seed],
-        "load_s": load_s, "switch_s": float(per_seed["switch_s"].sum()),
-        "generate_s": float(per_seed["generate_s"].sum()), "gen_tokens": int(table["n_tokens"].sum()),
-        "seconds": time.perf_counter() - start, "compute_dtype": engine_compute_dtype(engine),
-        "drift": drift,
-        # Epoch seconds, so the record can take the stage's wall-clock span over its shards.
+    write_json_atomic(timings, scoring_timings("evaluate_shard", scorer, table, started_at, start)
+                      | {"sigma": sigma, "seeds": [first_seed, last_seed]})
+
+
+def scoring_timings(stage: str, scorer: CachedScorer, table: pd.DataFrame, started_at: float, start: float) -> dict:
+    """A train-scoring job's timings: what the record's throughput and stage times read.
+
+    switch_s, generate_s and gen_tokens cover the answers in the table, whenever they were generated (a
+    resumed seed keeps the times of the run that generated it); slots_evaluated and members_evaluated
+    count what this job generated itself, and engine_started whether it needed an engine at all."""
+    evaluations = answer_cache.per_evaluation(table)
+    return {
+        "stage": stage, "load_s": scorer.load_s, "switch_s": float(evaluations["switch_s"].sum()),
+        "generate_s": float(evaluations["generate_s"].sum()), "gen_tokens": int(table["n_tokens"].sum()),
+        "slots": len(table), "slots_evaluated": scorer.slots_evaluated,
+        "members_evaluated": [list(m) for m in scorer.members_evaluated], "engine_started": scorer.engine is not None,
+        "seconds": time.perf_counter() - start,
+        "compute_dtype": engine_compute_dtype(scorer.engine) if scorer.engine is not None else None,
+        "drift": engine_drift(scorer.engine),
+        # Epoch seconds, so the record can take the stage's wall-clock span over its jobs.
         "started_at": started_at, "ended_at": time.time(),
-    })
+    }

@@ -25,9 +25,11 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
         rule, path = item.split("=", 1)
         by_rule[rule].append(path)
     timings = {rule: rec.benchmark_seconds(paths) for rule, paths in sorted(by_rule.items())}
-    # By wall clock: shards that ran side by side (--resources gpu=N) overlap in time.
+    # By wall clock: shards that ran side by side (--resources gpu=N) overlap in time. Under racing the
+    # search's jobs are the rounds' race_slice jobs, and the span covers every round.
+    search_stage = "race_slice" if ranked["selection"]["mode"] == "racing" else "evaluate_shard"
     shard_wall = rec.wall_clock_span(rec.job_intervals(shards))
-    timings["evaluate_shard"] = shard_wall
+    timings[search_stage] = shard_wall
     generate_s = sum(s["generate_s"] for s in shards)
     gen_tokens = sum(s["gen_tokens"] for s in shards)
     population = population_size(config)
@@ -54,6 +56,8 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
         "population": {"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
                        "size": population},
         "decode": config["decode"],
+        # What the selection spent: problems per member, drops per round, slots and tokens against full.
+        "selection": ranked["selection"],
         "topk": [{"fraction": t["fraction"], "k": t["k"],
                   "members": [{k: m[k] for k in ("seed", "sigma", "train_reward")} for m in t["members"]]}
                  for t in ranked["topk"]],
@@ -66,9 +70,12 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
         "bpb": {"base": scored["base"], "ensemble": scored["ensemble"], "members": scored["members"]},
         "timings_s": timings,
         "throughput": {
-            "seeds_per_s": population / shard_wall,  # evaluate_shard's wall-clock span
+            "seeds_per_s": population / shard_wall,  # the search's wall-clock span (evaluate_shard or racing)
             "evaluate_shard_jobs_s": sum(s["seconds"] for s in shards),  # its jobs' times added up
             "seeds_per_s_loop": population / sum(s["switch_s"] + s["generate_s"] for s in shards),
+            # what this run's jobs generated themselves (the rest came from the answer cache)
+            "train_slots_evaluated_this_run": sum(s.get("slots_evaluated", 0) for s in shards),
+            "engine_starts_search": sum(1 for s in shards if s.get("engine_started")),
             "gen_tokens_per_s": gen_tokens / generate_s if generate_s else None,
             "gen_tokens_train": gen_tokens,
             "switch_ms_per_seed": 1000 * sum(s["switch_s"] for s in shards) / population,

@@ -1,0 +1,33 @@
+"""race_round: after round r's slices, decide which racing members go on (randopt/racing.py
+survivors()); writes the survivors and the round's report, which rank and the record show."""
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+
+from randopt.io import InputError, read_json, write_json_atomic
+from randopt.racing import RacingConfig, checkpoints, read_racing, survivors as decide_round
+
+
+def run(*, tables: list[str], survivors_in: str | None, selection: dict, n_train: int, k: int, n_seeds: int,
+        sigmas: list[float], round_index: int, out: str) -> None:
+    start = time.perf_counter()
+    config = RacingConfig.from_selection(selection)
+    racing = read_racing(read_json(survivors_in) if survivors_in else None, n_seeds, sigmas)
+    rows = pd.concat([pd.read_parquet(t, columns=["seed", "sigma", "problem", "correct"]) for t in tables],
+                     ignore_index=True)
+    racing_index = pd.MultiIndex.from_tuples(racing, names=["seed", "sigma"])
+    rows = rows[pd.MultiIndex.from_frame(rows[["seed", "sigma"]]).isin(racing_index)]
+    answered = set(zip(rows["seed"], rows["sigma"]))
+    absent = [m for m in racing if m not in answered]
+    if absent:
+        raise InputError(f"{len(absent)} racing members have no rows in the round tables (first: seed {absent[0][0]} "
+                         f"sigma {absent[0][1]}): rerun race_slice for round {round_index}")
+    decision = decide_round(rows.astype({"correct": "int64"}), k, config, n_train)
+    if decision.report["round"] != round_index:
+        raise InputError(f"the tables hold {decision.report['problems_seen']} problems per member, round "
+                         f"{decision.report['round']} of the plan {checkpoints(n_train, config)}, not round {round_index}")
+    write_json_atomic(out, {"stage": "race_round", "round": round_index, "k": k,
+                            "keep": [list(m) for m in decision.keep], "dropped": [list(m) for m in decision.dropped],
+                            "report": decision.report, "seconds": time.perf_counter() - start})

@@ -1,0 +1,72 @@
+# Racing (selection.mode racing; docs/racing.md, randopt/racing.py): every member answers a first slice
+# of the train problems; after each round the members that can no longer reach the largest top-k stop,
+# the others answer the next, larger slice. The rounds are known at DAG build (RACE_ROUNDS, each with
+# RACE_CHUNKS race_slice jobs, rules/common.smk), so no checkpoint is needed: round r's jobs wait for
+# round r-1's decision. Answers go through the answer cache that evaluate_shard uses too, so switching
+# between full evaluation and racing evaluates no (seed, sigma, problem) twice.
+
+
+def get_previous_survivors(wildcards):
+    """Round 0 races the whole population; round r the survivors of round r-1."""
+    r = int(wildcards.round)
+    return [race_survivors(r - 1)] if r > 0 else []
+
+
+rule race_slice:
+    input:
+        model=f"{MODEL}/manifest.json",
+        train=f"{DATA_GSM8K}/train.jsonl",
+        survivors=get_previous_survivors,
+    output:
+        table=f"{RACE}/round={{round}}/chunk_{{chunk}}.parquet",
+        timings=f"{RACE}/round={{round}}/chunk_{{chunk}}.timings.json",
+    params:
+        engine=get_engine_args(),
+        decode=q(config["decode"]),
+        selection=q(config["selection"]),
+        n_seeds=config["population"]["n_seeds"],
+        sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
+        round=lambda wc: int(wc.round),
+        chunk=lambda wc: int(wc.chunk),
+        chunk_size=config["population"]["shard_size"],
+        survivors=lambda wc, input: f"--survivors {input.survivors}" if input.survivors else "",
+        cache=ANSWER_CACHE,
+        code=code_version("engine", "eval"),
+    threads: job_threads()
+    resources:
+        **job_resources("evaluate_shard"),
+    log:
+        f"logs/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.log",
+    benchmark:
+        f"{BENCH}/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: GPU_SLOTS comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.race_slice {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
+        " --selection {params.selection} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
+        " --round {params.round} --chunk {params.chunk} --chunk-size {params.chunk_size} {params.survivors}"
+        " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
+
+
+rule race_round:
+    input:
+        # this round's tables and every earlier round's: a decision reads all answers so far
+        tables=lambda wc: [f"{RACE}/{stem}.parquet" for r in range(int(wc.round) + 1) for stem in race_chunk_stems(r)],
+        survivors=get_previous_survivors,
+    output:
+        survivors=f"{RACE}/round={{round}}/survivors.json",
+    params:
+        selection=q(config["selection"]),
+        n_train=config["gsm8k"]["n_train"],
+        k=RACE_K,
+        n_seeds=config["population"]["n_seeds"],
+        sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
+        round=lambda wc: int(wc.round),
+        survivors=lambda wc, input: f"--survivors-in {input.survivors}" if input.survivors else "",
+    log:
+        f"logs/race_round/{KEYS['race']}/round={{round}}.log",
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.race_round --tables {input.tables} {params.survivors} --selection {params.selection}"
+        " --n-train {params.n_train} --k {params.k} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
+        " --round {params.round} --out {output.survivors} 2> {log}"

@@ -1,0 +1,78 @@
+"""The answer cache (randopt/answer_cache.py) and the scorer that reads it before it generates
+(randopt/evaluate.py CachedScorer), on the real torch engine and the tests' tiny model."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from randopt import answer_cache
+from randopt.io import InputError
+
+
+def rows(seed: int, sigma: float, problems, correct=None, tokens=3, seconds=(0.5, 2.0)) -> pd.DataFrame:
+    problems = list(problems)
+    correct = [True] * len(problems) if correct is None else list(correct)
+    return pd.DataFrame({"seed": seed, "sigma": float(sigma), "problem": problems,
+                         "problem_id": [f"train-{p}" for p in problems], "answer": ["1"] * len(problems),
+                         "correct": correct, "n_tokens": tokens, "finish": "stop", "completion": "x",
+                         "switch_s": seconds[0], "generate_s": seconds[1]})
+
+
+def test_parts_union_into_one_member_table_sorted_by_problem(tmp_path):
+    answer_cache.write_part(tmp_path, rows(3, 0.01, [5, 1], [True, False]))
+    answer_cache.write_part(tmp_path, rows(3, 0.01, [0, 2], seconds=(0.1, 1.0)))
+    table = answer_cache.load(tmp_path, 3, 0.01)
+    assert table["problem"].tolist() == [0, 1, 2, 5]
+    assert table["correct"].tolist() == [True, False, True, True]
+    assert answer_cache.missing_problems(table, [4, 0, 3, 5]) == [4, 3]
+    # two evaluations, each counted once with its own times
+    evaluations = answer_cache.per_evaluation(table)
+    assert len(evaluations) == 2 and evaluations["generate_s"].sum() == pytest.approx(3.0)
+    # another member's cache is separate
+    assert answer_cache.load(tmp_path, 3, 0.02).empty and answer_cache.load(tmp_path, 4, 0.01).empty
+
+
+def test_a_part_name_is_its_problem_set_and_a_part_holds_one_member(tmp_path):
+    assert answer_cache.part_name([3, 1, 2]) == answer_cache.part_name([1, 2, 3]) != answer_cache.part_name([1, 2])
+    with pytest.raises(ValueError, match="one member"):
+        answer_cache.write_part(tmp_path, pd.concat([rows(1, 0.01, [0]), rows(2, 0.01, [1])]))
+    assert not any(tmp_path.rglob("*.parquet"))
+
+
+def test_the_same_problem_in_two_parts_reads_the_same_answer_every_time(tmp_path):
+    answer_cache.write_part(tmp_path, rows(1, 0.01, [0, 1], [True, True]))
+    answer_cache.write_part(tmp_path, rows(1, 0.01, [1], [False]))
+    first = answer_cache.load(tmp_path, 1, 0.01)
+    assert first["problem"].tolist() == [0, 1]
+    assert first.equals(answer_cache.load(tmp_path, 1, 0.01))
+
+
+def test_a_part_from_other_code_is_an_error_naming_the_folder(tmp_path):
+    folder = answer_cache.member_dir(tmp_path, 1, 0.01)
+    folder.mkdir(parents=True)
+    pd.DataFrame({"seed": [1], "sigma": [0.01], "problem": [0]}).to_parquet(folder / "part-0.parquet")
+    with pytest.raises(InputError, match="delete"):
+        answer_cache.load(tmp_path, 1, 0.01)
+
+
+def test_the_scorer_generates_only_what_is_missing_and_starts_no_engine_when_all_is_cached(tmp_path, tiny_model_dir):
+    from randopt.engines import make_engine
+    from randopt.evaluate import CachedScorer, DecodeSpec
+    problems = [{"id": f"train-{i}", "question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in range(4)]
+    spec = DecodeSpec.from_config({"max_tokens": 3})
+    starts = []
+
+    def engine():
+        starts.append(1)
+        return make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=4)
+
+    scorer = CachedScorer(engine, problems, spec, str(tmp_path))
+    first = scorer.answers(7, 0.02, [0, 2])
+    assert first["problem"].tolist() == [0, 2] and scorer.slots_evaluated == 2
+    both = scorer.answers(7, 0.02, [0, 1, 2, 3])
+    assert both["problem"].tolist() == [0, 1, 2, 3] and scorer.slots_evaluated == 4  # 1 and 3 only
+    assert both[both["problem"].isin([0, 2])].reset_index(drop=True).equals(first)  # read back, not redone
+    assert len(starts) == 1 and scorer.members_evaluated == [(7, 0.02), (7, 0.02)]
+    again = CachedScorer(engine, problems, spec, str(tmp_path))
+    assert again.answers(7, 0.02, [3, 1])["problem"].tolist() == [1, 3]
+    assert again.engine is None and again.slots_evaluated == 0 and len(starts) == 1
