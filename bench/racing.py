@@ -1,0 +1,526 @@
+"""Full evaluation against racing on one population, in one run (issue 17).
+
+    python bench/racing.py --configfile bench/racing_cpu.yaml --workdir DIR --out bench/racing_cpu_<cpu>.json
+    python bench/racing.py --configfile bench/racing_h200.yaml --workdir DIR --out bench/racing_h200.json \\
+        [--racing '{"rule": "exact"}'] [--cores all] [--resources gpu=1]
+
+Both arms run the real workflow (python -m snakemake, this checkout's Snakefile) on the same overlay;
+they differ only in `selection.mode` (full | racing; --racing's knobs go over the overlay's
+`selection` block). Each arm runs in its own working directory, DIR/full and DIR/racing: the
+per-member answer cache lives under results/, so in one directory the second arm would reuse the
+first one's answers. What the arms share is only what does not depend on the selection:
+
+  1. setup   DIR/setup runs freeze_gsm8k, fetch_fineweb and prepare_model once; both arms' data/
+             are symlinks to DIR/setup/data, so neither pays for, nor times, the other's setup.
+  2. warm-up DIR/warmup scores one seed (the first sigma) with the same engine, up to rank: the
+             engine's first-start costs (vLLM's compile cache, Triton/numba kernels, the page cache of
+             the weights) are paid here, not by whichever arm runs first.
+  3. arms    in --order (default full first), each as two Snakemake calls: `--until rank` (the
+             search: every evaluate_shard or racing round, then rank; timed by wall clock), then the
+             rest (test answers of the top-k, vote, bpb, record; timed, not compared).
+
+What it reports (the JSON at --out; compare_runs() computes the comparison from the two finished
+run directories and is what tests/test_racing_bench.py checks):
+
+- per arm: seeds/s as the record gives it (population over the search's wall-clock span: the record's
+  throughput.seeds_per_s) and as this script measures it (population over the `--until rank` call),
+  generated tokens and member x problem slots on the train split (sums over the ranking table, whose
+  partial members count their n_problems only), engine jobs of the search (Snakemake's job counts);
+- the recall of the full top-k by the racing top-k for each top-k fraction, with ties at the cut: a
+  racing top-k member counts as recalled when its FULL-evaluation train reward is at or above the
+  full ranking's k-th reward; beside it each sigma's reward spread in the full ranking;
+- both ensembles' test accuracy per fraction; the paired bootstrap 95 % interval of racing minus full
+  (randopt/statistics.py's ensemble_gain, 10,000 resamples of the test problems, fixed seed); and the
+  issue's literal check, whether racing's accuracy lies inside the full ensemble's own bootstrap 95 %
+  interval (the same resamples, so the two intervals are paired);
+- the ratio racing/full of seeds/s, the machine, versions, and every config used.
+
+`--control` runs the second arm with selection.mode full as well (an A/A run): the comparison must
+then give recall 1.0, identical accuracies and a difference of 0 with interval [0, 0]; use it to
+check the harness itself, or on a checkout without racing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from randopt import record as rec  # noqa: E402
+from randopt.config import ConfigError, load_schema, load_yaml, sigma_label, topk_size, validate  # noqa: E402
+from randopt.engines import compute_dtype as cdt  # noqa: E402
+from randopt.io import InputError, read_json, write_json_atomic, write_text_atomic  # noqa: E402
+from randopt.keys import run_keys  # noqa: E402
+from randopt.paths import layout  # noqa: E402
+from randopt.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, REWARD_ATOL, ensemble_gain  # noqa: E402
+
+ARMS = ("full", "racing")
+SETUP_RULES = ("freeze_gsm8k", "fetch_fineweb", "prepare_model")
+# Rules of the search phase that start no engine (everything else up to rank is an engine job).
+NON_ENGINE_RULES = {"rank", "race_round", "all"}
+TARGETS = {"recall": 0.9, "seeds_per_s_ratio": 2.0}
+
+
+# ----------------------------------------------------------------------------------------------
+# The comparison: pure functions of two finished runs' tables.
+
+@dataclass
+class ArmResult:
+    """What the comparison reads from one finished run: rank's ranking table (rank, seed, sigma,
+    train_reward, n_problems, gen_tokens[, partial]) and top-k lists, the vote stage's output
+    (problem_ids, ensemble_correct per fraction), and the record (optional: throughput, selection)."""
+    ranking: pd.DataFrame
+    topk: list[dict]
+    vote: dict
+    record: dict | None = None
+
+
+def _members(frame: pd.DataFrame) -> list[tuple[int, float]]:
+    return [(int(s), float(g)) for s, g in zip(frame["seed"], frame["sigma"])]
+
+
+def _partial(ranking: pd.DataFrame) -> pd.Series:
+    return ranking["partial"].astype(bool) if "partial" in ranking.columns else pd.Series(False, index=ranking.index)
+
+
+def full_rewards(full_ranking: pd.DataFrame) -> pd.Series:
+    """(seed, sigma) -> train reward over every train problem; refuses a ranking that is not a full
+    evaluation (a partial member, or members scored on different numbers of problems)."""
+    if _partial(full_ranking).any() or full_ranking["n_problems"].nunique() != 1:
+        raise InputError("the full arm's ranking has partial members or unequal n_problems: it is not a full "
+                         "evaluation (was the full arm run with selection.mode racing?)")
+    rewards = full_ranking.set_index(["seed", "sigma"])["train_reward"].astype(np.float64)
+    if rewards.index.duplicated().any():
+        raise InputError("the full arm's ranking lists a member twice")
+    return rewards
+
+
+def kth_reward(rewards: pd.Series, k: int) -> float:
+    if not 1 <= k <= len(rewards):
+        raise ValueError(f"k = {k} is outside 1..{len(rewards)} (the population)")
+    return float(np.sort(rewards.to_numpy())[::-1][k - 1])
+
+
+def recall_with_ties(rewards: pd.Series, racing_topk: list[tuple[int, float]], k: int) -> dict:
+    """Recall of the full top-k by the racing top-k, ties at the cut counted as recalled.
+
+    rewards: every member's full-evaluation train reward; racing_topk: the racing arm's top-k members
+    (seed, sigma), best first. A member is recalled when its full reward is at or above the full
+    ranking's k-th reward; recall = recalled / k (a racing list shorter than k loses the rest)."""
+    kth = kth_reward(rewards, k)
+    if len(racing_topk) > k:
+        raise ValueError(f"the racing top-{k} list has {len(racing_topk)} members")
+    unknown = [m for m in racing_topk if m not in rewards.index]
+    if unknown:
+        raise InputError(f"racing top-k members {unknown[:3]} are not in the full ranking: the arms ran "
+                         f"different populations")
+    got = [float(rewards[m]) for m in racing_topk]
+    recalled = sum(r >= kth - REWARD_ATOL for r in got)
+    full_strict = set(rewards.sort_values(ascending=False, kind="mergesort").index[:k])
+    return {"k": k, "kth_reward": kth, "recall": recalled / k, "recalled": int(recalled),
+            "members_at_or_above_kth": int((rewards >= kth - REWARD_ATOL).sum()),
+            "missed": [{"seed": s, "sigma": g, "full_reward": r}
+                       for (s, g), r in zip(racing_topk, got) if r < kth - REWARD_ATOL],
+            # The same lists member for member (no credit for ties): how much of the difference is
+            # only which of several equally rewarded members made the cut.
+            "same_members": len(full_strict & set(racing_topk)) / k}
+
+
+def sigma_spread(rewards: pd.Series, ks: dict[str, int], racing: pd.DataFrame) -> dict:
+    """Per sigma: the full ranking's reward spread (mean, sd, best, share at reward 0) and, per top-k
+    fraction, the k-th reward within the sigma, how many of its members reach the full k-th reward,
+    and how many of those the racing arm stopped early (lost)."""
+    stopped = set(_members(racing[_partial(racing)]))
+    out = {}
+    frame = rewards.reset_index()
+    for sigma, group in frame.groupby("sigma", sort=True):
+        values = group["train_reward"].to_numpy(dtype=np.float64)
+        ordered = np.sort(values)[::-1]
+        members = _members(group)
+        per_fraction = {}
+        for fraction, k in ks.items():
+            kth = kth_reward(rewards, k)
+            at_or_above = [m for m, r in zip(members, values) if r >= kth - REWARD_ATOL]
+            per_fraction[fraction] = {
+                "kth_reward_within_sigma": float(ordered[min(k, len(ordered)) - 1]),
+                "at_or_above_full_kth": len(at_or_above),
+                "stopped_by_racing": sum(m in stopped for m in at_or_above)}
+        out[sigma_label(sigma)] = {
+            "n": int(values.size), "reward_mean": float(values.mean()),
+            "reward_sd": float(values.std(ddof=1)) if values.size > 1 else None,
+            "reward_best": float(ordered[0]), "share_at_zero": float(np.mean(values == 0)),
+            "stopped_by_racing": sum(m in stopped for m in members), "by_fraction": per_fraction}
+    return out
+
+
+def accuracy_comparison(full_vote: dict, racing_vote: dict, fraction: str, *,
+                        n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> dict:
+    """Both ensembles' test accuracy, the paired bootstrap 95 % interval of racing - full, and whether
+    racing's accuracy lies inside the full ensemble's bootstrap 95 % interval.
+
+    Both intervals come from randopt.statistics.ensemble_gain with the same seed, so they resample the
+    same test problems: the difference's interval with (base = full, ensemble = racing); the full
+    ensemble's own interval as its gain over a reference that is never right (its accuracy)."""
+    if full_vote["problem_ids"] != racing_vote["problem_ids"]:
+        raise InputError("the two arms' votes are over different test problems (or another order): the arms "
+                         "did not share the frozen test split")
+    full = np.asarray(full_vote["ensemble_correct"][fraction], dtype=bool)
+    racing = np.asarray(racing_vote["ensemble_correct"][fraction], dtype=bool)
+    difference = ensemble_gain(full, racing, n_resamples=n_resamples, seed=seed)
+    full_interval = ensemble_gain(np.zeros_like(full), full, n_resamples=n_resamples, seed=seed)["ci95"]
+    racing_acc, full_acc = float(racing.mean()), float(full.mean())
+    return {"full_test": full_acc, "racing_test": racing_acc,
+            "difference": difference["gain"], "difference_ci95": difference["ci95"],
+            "difference_p_value": difference["p_value"],
+            "difference_ci_contains_0": difference["ci95"][0] <= 0 <= difference["ci95"][1],
+            "full_ci95": full_interval,
+            "racing_inside_full_ci95": full_interval[0] <= racing_acc <= full_interval[1],
+            "problems_disagreeing": int(np.sum(full != racing)), "n_test": int(full.size)}
+
+
+def search_cost(arm: ArmResult, n_train: int) -> dict:
+    """The train split's cost from the ranking table: member x problem slots evaluated and generated
+    tokens (a stopped member counts what it answered), against every member answering every problem."""
+    ranking = arm.ranking
+    slots = int(ranking["n_problems"].sum())
+    return {"members": len(ranking), "members_complete": int((~_partial(ranking)).sum()),
+            "members_stopped": int(_partial(ranking).sum()),
+            "slots_evaluated": slots, "slots_full": len(ranking) * n_train,
+            "slot_speedup": len(ranking) * n_train / slots, "gen_tokens": int(ranking["gen_tokens"].sum())}
+
+
+def reward_agreement(rewards: pd.Series, racing: pd.DataFrame) -> dict:
+    """Racing's complete members answered every train problem, as in the full arm: their rewards should
+    be equal. A difference means the engine's answers depend on which problems share a batch."""
+    complete = racing[~_partial(racing)].set_index(["seed", "sigma"])["train_reward"].astype(np.float64)
+    diff = (complete - rewards.reindex(complete.index)).abs()
+    return {"members_compared": int(diff.size), "members_differing": int((diff > REWARD_ATOL).sum()),
+            "max_abs_difference": float(diff.max()) if diff.size else 0.0}
+
+
+def compare(full: ArmResult, racing: ArmResult) -> dict:
+    """The whole comparison of two finished arms on one population (see the module docstring)."""
+    rewards = full_rewards(full.ranking)
+    racing_members = set(_members(racing.ranking))
+    if racing_members != set(rewards.index):
+        raise InputError(f"the arms ranked different populations ({len(rewards)} members in full, "
+                         f"{len(racing_members)} in racing, {len(racing_members ^ set(rewards.index))} not in both)")
+    full_lists = {repr(float(t["fraction"])): t for t in full.topk}
+    racing_lists = {repr(float(t["fraction"])): t for t in racing.topk}
+    if full_lists.keys() != racing_lists.keys():
+        raise InputError(f"the arms voted different top-k fractions: {sorted(full_lists)} vs {sorted(racing_lists)}")
+    ks = {}
+    for fraction, lst in full_lists.items():
+        ks[fraction] = topk_size(float(fraction), len(rewards))
+        if lst["k"] != ks[fraction] or racing_lists[fraction]["k"] != ks[fraction]:
+            raise InputError(f"top-k list {fraction}: k is {lst['k']} (full) and {racing_lists[fraction]['k']} "
+                             f"(racing), expected {ks[fraction]}")
+    stopped = set(_members(racing.ranking[_partial(racing.ranking)]))
+    recall = {}
+    for fraction, k in ks.items():
+        racing_topk = [(int(m["seed"]), float(m["sigma"])) for m in racing_lists[fraction]["members"]]
+        in_topk_stopped = [m for m in racing_topk if m in stopped]
+        if in_topk_stopped:
+            raise InputError(f"racing top-k list {fraction} holds members that stopped early {in_topk_stopped[:3]}; "
+                             f"top-k lists take complete members only")
+        recall[fraction] = recall_with_ties(rewards, racing_topk, k)
+    n_train = int(full.ranking["n_problems"].iloc[0])
+    return {
+        "population": len(rewards), "n_train": n_train,
+        "recall": recall,
+        "sigma_spread": sigma_spread(rewards, ks, racing.ranking),
+        "accuracy": {fraction: accuracy_comparison(full.vote, racing.vote, fraction) for fraction in ks},
+        "cost": {"full": search_cost(full, n_train), "racing": search_cost(racing, n_train)},
+        "racing_complete_rewards_vs_full": reward_agreement(rewards, racing.ranking),
+        "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "method": "percentile, paired"},
+    }
+
+
+def run_paths(run_dir: Path, config: dict) -> dict[str, Path]:
+    """The rank, vote and record files of a finished run, at the layout its config's keys give."""
+    keys = run_keys(config)
+    rank = run_dir / layout(keys)["rank"]
+    return {"ranking": rank / "ranking.parquet", "topk": rank / "topk.json",
+            "vote": run_dir / "results" / "vote" / keys["eval"] / keys["population"] / "vote.json"}
+
+
+def load_arm(run_dir: Path) -> ArmResult:
+    record_path = run_dir / "results" / "record.json"
+    if not record_path.is_file():
+        raise InputError(f"{record_path} is missing: the arm did not finish")
+    record = read_json(record_path)
+    paths = run_paths(run_dir, record["config"])
+    for name, path in paths.items():
+        if not path.is_file():
+            raise InputError(f"{path} is missing ({name}): the run's files do not match its record's config")
+    return ArmResult(ranking=pd.read_parquet(paths["ranking"]), topk=read_json(paths["topk"])["topk"],
+                     vote=read_json(paths["vote"]), record=record)
+
+
+def compare_runs(full_dir: Path, racing_dir: Path) -> dict:
+    """compare() on two finished run directories (each a Snakemake --directory with results/record.json)."""
+    return compare(load_arm(Path(full_dir)), load_arm(Path(racing_dir)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Running the two arms.
+
+def selection_in_schema() -> bool:
+    """Whether this checkout's config has the `selection` block (racing)."""
+    return "selection" in load_schema()["properties"]
+
+
+def effective_config(configfiles: list[Path]) -> dict:
+    """The config Snakemake runs: config/config.yaml with each file deep-merged over it in order (as
+    --configfile does), validated. Checked here so a bad overlay fails before any job runs."""
+    from snakemake.utils import update_config
+    config = load_yaml(REPO / "config" / "config.yaml")
+    for path in configfiles:
+        update_config(config, load_yaml(path))
+    return validate(config)
+
+
+def arm_overlays(base: dict, racing_knobs: dict, control: bool, has_selection: bool) -> dict[str, dict]:
+    """Each arm's overlay over the user's: selection.mode (the overlay's other selection knobs, then
+    --racing's, go to the racing arm) and a run name that says which arm a record is."""
+    if not has_selection and not control:
+        raise ConfigError("this checkout's config has no `selection` block (racing is not in it): run with "
+                          "--control for an A/A check of the harness, or on a checkout with racing")
+    if "mode" in racing_knobs:
+        raise ConfigError("--racing sets racing's knobs; the arms' modes are the benchmark's to set (leave out 'mode')")
+    name = base.get("run_name", "randopt")
+    overlays = {arm: {"run_name": f"{name}-{arm}"} for arm in ARMS}
+    if has_selection:
+        overlays["full"]["selection"] = {"mode": "full"}
+        overlays["racing"]["selection"] = {"mode": "full"} if control else {"mode": "racing", **racing_knobs}
+    return overlays
+
+
+def warmup_overlay(config: dict, has_selection: bool) -> dict:
+    """One seed at the first sigma, the same engine and data: it pays the engine's first-start costs."""
+    overlay = {"run_name": "warmup",
+               "population": {"n_seeds": 1, "sigmas": config["population"]["sigmas"][:1], "shard_size": 1},
+               "topk": {"fractions": [1.0]}}
+    if has_selection:
+        overlay["selection"] = {"mode": "full"}
+    return overlay
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Rule -> jobs Snakemake ran, from its 'Job stats' table (empty when nothing ran)."""
+    counts: dict[str, int] = {}
+    lines = output.splitlines()
+    if "Job stats:" not in lines:
+        return counts
+    for line in lines[lines.index("Job stats:") + 3:]:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        if parts[0] not in ("total", "all"):
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+class Workflow:
+    """python -m snakemake with this checkout's Snakefile, one run directory per call."""
+
+    def __init__(self, configfile: Path, cores: str, resources: list[str]):
+        self.configfile, self.cores, self.resources = configfile, cores, resources
+
+    def command(self, run_dir: Path, extra_config: Path, *args: str) -> list[str]:
+        return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(run_dir),
+                "--configfile", str(self.configfile), str(extra_config), "--cores", self.cores,
+                *(["--resources", *self.resources] if self.resources else []), *args]
+
+    def run(self, run_dir: Path, extra_config: Path, name: str, *args: str) -> dict:
+        """Run Snakemake, its output to run_dir/bench_<name>.log; the call's wall time and job counts."""
+        cmd = self.command(run_dir, extra_config, *args)
+        log_path = run_dir / f"bench_{name}.log"
+        print(f"[racing bench] {run_dir.name}: {name} ...", flush=True)
+        started_at, start = time.time(), time.perf_counter()
+        with log_path.open("w") as log:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=run_dir)
+        seconds = time.perf_counter() - start
+        output = log_path.read_text()
+        if proc.returncode != 0:
+            raise RuntimeError(f"snakemake failed ({proc.returncode}) in {run_dir} ({name}); its output is in "
+                               f"{log_path}:\n{output[-4000:]}")
+        print(f"[racing bench] {run_dir.name}: {name} took {seconds:.1f} s", flush=True)
+        return {"seconds": seconds, "started_at": started_at, "ended_at": started_at + seconds,
+                "jobs": job_counts(output), "command": cmd}
+
+
+def fresh_dir(path: Path) -> Path:
+    """A run directory that holds no earlier run: a reused one would serve answers from its cache."""
+    if path.exists() and any(path.iterdir()):
+        raise InputError(f"{path} is not empty: give a new --workdir (an earlier run's results/ would be reused "
+                         f"and the timings would mean nothing)")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def link_inputs(run_dir: Path, setup_dir: Path) -> None:
+    """run_dir/data -> setup_dir/data: the frozen splits, held-out slice and prepared model, once. The
+    setup jobs' Snakemake benchmarks are copied beside: the record reads every stage's benchmark file."""
+    (run_dir / "data").symlink_to((setup_dir / "data").resolve(), target_is_directory=True)
+    shutil.copytree(setup_dir / "results" / "benchmarks", run_dir / "results" / "benchmarks")
+
+
+def write_overlay(path: Path, overlay: dict) -> Path:
+    write_text_atomic(path, yaml.safe_dump(overlay, sort_keys=False))
+    return path
+
+
+def arm_summary(arm: ArmResult, calls: dict, cost: dict) -> dict:
+    """One arm's speed and cost: seeds/s as the record gives it and over the measured search call."""
+    record = arm.record or {}
+    throughput = record.get("throughput", {})
+    population = cost["members"]
+    search_call_s = calls["search"]["seconds"]
+    jobs = calls["search"]["jobs"]
+    summary = {
+        "seeds_per_s": throughput.get("seeds_per_s"),
+        "search_wall_s": population / throughput["seeds_per_s"] if throughput.get("seeds_per_s") else None,
+        "search_call_s": search_call_s, "seeds_per_s_call": population / search_call_s,
+        "rest_call_s": calls["rest"]["seconds"], "total_call_s": search_call_s + calls["rest"]["seconds"],
+        **cost,
+        "search_jobs": jobs,
+        "engine_jobs": sum(n for rule, n in jobs.items() if rule not in NON_ENGINE_RULES),
+        "timings_s": record.get("timings_s"), "throughput": throughput,
+    }
+    if "selection" in record:
+        summary["selection"] = record["selection"]
+    return summary
+
+
+def machine() -> dict:
+    info = {**rec.hardware(), "cpu": cdt.read_cpu().as_dict(), "cpu_count": os.cpu_count()}
+    try:
+        import torch
+        info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except ImportError:
+        pass
+    return info
+
+
+def bench(args) -> dict:
+    configfile = Path(args.configfile).resolve()
+    workdir = Path(args.workdir).resolve()
+    has_selection = selection_in_schema()
+    racing_knobs = json.loads(args.racing) if args.racing else {}
+    if not isinstance(racing_knobs, dict):
+        raise ConfigError(f"--racing must be a JSON object of selection knobs, got {args.racing!r}")
+    base_overlay = load_yaml(configfile)
+    overlays = arm_overlays(base_overlay, racing_knobs, args.control, has_selection)
+    workdir.mkdir(parents=True, exist_ok=True)
+    setup, warmup = fresh_dir(workdir / "setup"), fresh_dir(workdir / "warmup")
+    dirs = {arm: fresh_dir(workdir / arm) for arm in ARMS}
+    files = {arm: write_overlay(workdir / f"{arm}.yaml", overlays[arm]) for arm in ARMS}
+    configs = {arm: effective_config([configfile, files[arm]]) for arm in ARMS}  # fails before any job
+    files["warmup"] = write_overlay(workdir / "warmup.yaml", warmup_overlay(configs["full"], has_selection))
+    effective_config([configfile, files["warmup"]])
+    flow = Workflow(configfile, args.cores, args.resources or [])
+
+    started = time.time()
+    calls = {"setup": flow.run(setup, files["full"], "setup", "--until", *SETUP_RULES)}
+    for run_dir in (warmup, *dirs.values()):
+        link_inputs(run_dir, setup)
+    calls["warmup"] = flow.run(warmup, files["warmup"], "warmup", "--until", "rank")
+    order = ARMS if args.order == "full-first" else ARMS[::-1]
+    for arm in order:
+        calls[arm] = {"search": flow.run(dirs[arm], files[arm], "search", "--until", "rank"),
+                      "rest": flow.run(dirs[arm], files[arm], "rest")}
+    results = {arm: load_arm(dirs[arm]) for arm in ARMS}
+    comparison = compare(results["full"], results["racing"])
+    arms = {arm: arm_summary(results[arm], calls[arm], comparison["cost"][arm]) for arm in ARMS}
+
+    def ratio(key):
+        full, racing = arms["full"][key], arms["racing"][key]
+        return racing / full if full and racing is not None else None
+
+    ratios = {"seeds_per_s": ratio("seeds_per_s"), "seeds_per_s_call": ratio("seeds_per_s_call"),
+              "gen_tokens_full_over_racing": arms["full"]["gen_tokens"] / arms["racing"]["gen_tokens"],
+              "slots_full_over_racing": arms["full"]["slots_evaluated"] / arms["racing"]["slots_evaluated"]}
+    return {
+        "what": "bench/racing.py: full evaluation against racing on one population (issue 17)",
+        "created_utc": rec.now_utc(), "wall_s": time.time() - started,
+        "control": args.control, "order": list(order),
+        "warmup": "one seed at the first sigma through rank in its own directory, before both arms",
+        "targets": {
+            "seeds_per_s_ratio_at_least": TARGETS["seeds_per_s_ratio"],
+            "seeds_per_s_ratio_met": (ratios["seeds_per_s"] or 0) >= TARGETS["seeds_per_s_ratio"],
+            "recall_at_least": TARGETS["recall"],
+            "recall_met": {f: r["recall"] >= TARGETS["recall"] for f, r in comparison["recall"].items()},
+            "racing_inside_full_ci95": {f: a["racing_inside_full_ci95"] for f, a in comparison["accuracy"].items()},
+        },
+        "ratios_racing_over_full": ratios,
+        "arms": arms,
+        **comparison,
+        "calls": {"setup": calls["setup"], "warmup": calls["warmup"]},
+        "commit": rec.git_commit(REPO), "code_sha256": rec.code_sha256(REPO),
+        "configs": {"overlay_file": str(configfile), "overlay": base_overlay, "racing_knobs": racing_knobs,
+                    "arm_overlays": overlays, "effective": configs},
+        "machine": machine(), "versions": rec.package_versions(),
+    }
+
+
+def print_summary(report: dict) -> None:
+    for arm, a in report["arms"].items():
+        print(f"{arm:>6}: {a['seeds_per_s'] or float('nan'):.3f} seeds/s (record), {a['seeds_per_s_call']:.3f} over "
+              f"the search call ({a['search_call_s']:.0f} s); {a['slots_evaluated']} slots, {a['gen_tokens']} tokens, "
+              f"{a['engine_jobs']} engine jobs")
+    r = report["ratios_racing_over_full"]
+    print(f"racing/full seeds/s: {r['seeds_per_s'] or float('nan'):.2f} (record), {r['seeds_per_s_call']:.2f} (call); "
+          f"slots {r['slots_full_over_racing']:.2f}x fewer")
+    for fraction, rc in report["recall"].items():
+        acc = report["accuracy"][fraction]
+        lo, hi = acc["difference_ci95"]
+        print(f"top {fraction}: k {rc['k']} recall {rc['recall']:.3f} (k-th reward {rc['kth_reward']:.3f}); test "
+              f"full {acc['full_test']:.3f} racing {acc['racing_test']:.3f}, racing - full {acc['difference']:+.3f} "
+              f"[{lo:+.3f}, {hi:+.3f}]; inside full's interval {acc['full_ci95']}: {acc['racing_inside_full_ci95']}")
+    for sigma, s in report["sigma_spread"].items():
+        print(f"sigma {sigma}: reward mean {s['reward_mean']:.3f} sd {s['reward_sd'] or 0:.3f} best {s['reward_best']:.3f}"
+              f" at 0: {s['share_at_zero']:.2f}; stopped by racing {s['stopped_by_racing']}/{s['n']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python bench/racing.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configfile", required=True, help="the protocol: an overlay over config/config.yaml")
+    parser.add_argument("--racing", default=None,
+                        help="racing's selection knobs as a JSON object, over the overlay's selection block")
+    parser.add_argument("--workdir", required=True, help="a new directory for setup/, warmup/, full/, racing/")
+    parser.add_argument("--out", required=True, help="the report's JSON file")
+    parser.add_argument("--cores", default="all", help="snakemake --cores (default: all)")
+    parser.add_argument("--resources", nargs="+", default=None, metavar="NAME=N",
+                        help="snakemake --resources, e.g. gpu=2 (GPU slots for side-by-side jobs)")
+    parser.add_argument("--order", choices=["full-first", "racing-first"], default="full-first",
+                        help="which arm runs first (after the warm-up)")
+    parser.add_argument("--control", action="store_true",
+                        help="an A/A run: the second arm also evaluates fully (checks the harness)")
+    args = parser.parse_args(argv)
+    try:
+        report = bench(args)
+    except (ConfigError, InputError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    json.dumps(report, allow_nan=False)
+    write_json_atomic(args.out, report)
+    print_summary(report)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

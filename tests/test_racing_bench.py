@@ -1,0 +1,208 @@
+"""bench/racing.py: the comparison of a full and a racing run (recall with ties, the sigmas' spread,
+the paired bootstrap of the ensembles' test accuracy), on constructed rankings and votes; and, marked
+slow, the whole benchmark as an A/A run of the tiny workflow."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from randopt.io import InputError
+from randopt.statistics import ensemble_gain
+from bench import racing as racing_bench   # bench/ is a folder of scripts, importable from the repo root
+
+ArmResult, compare = racing_bench.ArmResult, racing_bench.compare
+
+N_TRAIN = 20
+
+
+def ranking(rows: list[tuple[int, float, float]], partial: dict | None = None) -> pd.DataFrame:
+    """A ranking table from (seed, sigma, reward) rows, ordered as rank orders it. partial maps
+    (seed, sigma) -> problems answered, for members that stopped early."""
+    partial = partial or {}
+    frame = pd.DataFrame(rows, columns=["seed", "sigma", "train_reward"])
+    frame["n_problems"] = [partial.get((s, g), N_TRAIN) for s, g in zip(frame["seed"], frame["sigma"])]
+    frame["gen_tokens"] = frame["n_problems"] * 10
+    frame["partial"] = [(s, g) in partial for s, g in zip(frame["seed"], frame["sigma"])]
+    # complete members first, then by reward (rank's order; ties by seed here)
+    frame = frame.sort_values(["partial", "train_reward", "seed"], ascending=[True, False, True], kind="mergesort")
+    frame.insert(0, "rank", range(1, len(frame) + 1))
+    return frame.reset_index(drop=True)
+
+
+def topk(frame: pd.DataFrame, fractions=(0.25, 0.5), members: dict | None = None) -> list[dict]:
+    """rank's lists: the first k complete members, or the given members for a fraction."""
+    complete = frame[~frame["partial"]]
+    lists = []
+    for fraction in fractions:
+        k = int(round(fraction * len(frame)))
+        chosen = (members or {}).get(fraction) or list(zip(complete["seed"], complete["sigma"]))[:k]
+        lists.append({"fraction": fraction, "k": k, "members": [{"seed": s, "sigma": g} for s, g in chosen]})
+    return lists
+
+
+def vote(correct: dict, n: int | None = None) -> dict:
+    n = n or len(next(iter(correct.values())))
+    return {"problem_ids": [f"p{i}" for i in range(n)],
+            "ensemble_correct": {repr(f): list(map(bool, c)) for f, c in correct.items()}}
+
+
+# Eight members, two sigmas. Full rewards: the top 2 (k for 0.25) are seed 0 (0.9) and seed 1 (0.7);
+# seeds 2 and 3 tie seed 1 at 0.7, so the cut at k = 2 has three members tied with the k-th.
+FULL_ROWS = [(0, 0.002, 0.9), (1, 0.002, 0.7), (2, 0.002, 0.7), (3, 0.016, 0.7),
+             (4, 0.002, 0.5), (5, 0.016, 0.3), (6, 0.016, 0.0), (7, 0.016, 0.0)]
+RIGHT = [True] * 14 + [False] * 6
+
+
+def full_arm(correct=None) -> ArmResult:
+    frame = ranking(FULL_ROWS)
+    return ArmResult(frame, topk(frame), vote(correct or {0.25: RIGHT, 0.5: RIGHT}))
+
+
+def test_identical_arms_give_recall_one_and_a_zero_difference_with_interval_zero():
+    result = compare(full_arm(), full_arm())
+    for fraction in ("0.25", "0.5"):
+        assert result["recall"][fraction]["recall"] == 1.0
+        assert result["recall"][fraction]["same_members"] == 1.0
+        acc = result["accuracy"][fraction]
+        assert acc["full_test"] == acc["racing_test"] == 0.7
+        assert acc["difference"] == 0.0 and acc["difference_ci95"] == [0.0, 0.0]
+        assert acc["racing_inside_full_ci95"] and acc["difference_ci_contains_0"]
+    assert result["cost"]["full"] == result["cost"]["racing"]
+    assert result["racing_complete_rewards_vs_full"]["members_differing"] == 0
+
+
+def test_a_member_tied_with_the_kth_reward_counts_as_recalled():
+    frame = ranking(FULL_ROWS)
+    # racing's top-2 is seed 0 and seed 3: seed 3's full reward 0.7 ties the full 2nd's (seed 1)
+    racing = ArmResult(frame, topk(frame, members={0.25: [(0, 0.002), (3, 0.016)]}), full_arm().vote)
+    recall = compare(full_arm(), racing)["recall"]["0.25"]
+    assert recall["kth_reward"] == 0.7 and recall["members_at_or_above_kth"] == 4
+    assert recall["recall"] == 1.0 and recall["missed"] == []
+    assert recall["same_members"] == 0.5   # without ties only seed 0 is the same
+
+
+def test_a_missed_member_lowers_recall_by_its_share():
+    frame = ranking(FULL_ROWS)
+    # seed 4 (full reward 0.5) in place of a member at 0.7 or above
+    racing = ArmResult(frame, topk(frame, members={0.25: [(0, 0.002), (4, 0.002)],
+                                                   0.5: [(0, 0.002), (1, 0.002), (2, 0.002), (5, 0.016)]}),
+                       full_arm().vote)
+    recall = compare(full_arm(), racing)["recall"]
+    assert recall["0.25"]["recall"] == 0.5
+    assert recall["0.25"]["missed"] == [{"seed": 4, "sigma": 0.002, "full_reward": 0.5}]
+    assert recall["0.5"]["recall"] == 0.75 and recall["0.5"]["kth_reward"] == 0.7
+
+
+def test_recall_judges_racing_members_by_their_full_reward_not_their_racing_reward():
+    # In the racing run seed 5 looked best (a lucky partial estimate is not its full reward) and seed 1
+    # stopped early; the full reward of seed 5 is 0.3, so it is a miss.
+    racing_rows = [(s, g, 1.0 if s == 5 else r) for s, g, r in FULL_ROWS]
+    frame = ranking(racing_rows, partial={(1, 0.002): 5})
+    racing = ArmResult(frame, topk(frame), full_arm().vote)
+    result = compare(full_arm(), racing)
+    assert [m["seed"] for m in racing.topk[0]["members"]] == [5, 0]
+    assert result["recall"]["0.25"]["recall"] == 0.5
+    assert result["racing_complete_rewards_vs_full"]["members_differing"] == 1
+    assert result["sigma_spread"]["0.002"]["stopped_by_racing"] == 1
+    assert result["sigma_spread"]["0.002"]["by_fraction"]["0.25"]["stopped_by_racing"] == 1
+
+
+def test_sigma_spread_reports_each_sigmas_rewards_beside_the_cut():
+    spread = compare(full_arm(), full_arm())["sigma_spread"]
+    wide = spread["0.016"]
+    assert wide["n"] == 4 and wide["share_at_zero"] == 0.5 and wide["reward_best"] == 0.7
+    assert wide["reward_mean"] == pytest.approx(0.25)
+    assert wide["reward_sd"] == pytest.approx(np.std([0.7, 0.3, 0.0, 0.0], ddof=1))
+    assert wide["by_fraction"]["0.25"] == {"kth_reward_within_sigma": 0.3, "at_or_above_full_kth": 1,
+                                           "stopped_by_racing": 0}
+    assert spread["0.002"]["by_fraction"]["0.25"]["at_or_above_full_kth"] == 3
+
+
+def test_cost_counts_the_problems_stopped_members_answered():
+    frame = ranking(FULL_ROWS, partial={(6, 0.016): 5, (7, 0.016): 10})
+    racing = ArmResult(frame, topk(frame), full_arm().vote)
+    cost = compare(full_arm(), racing)["cost"]
+    assert cost["full"]["slots_evaluated"] == 8 * N_TRAIN
+    assert cost["racing"]["slots_evaluated"] == 6 * N_TRAIN + 15
+    assert cost["racing"]["members_stopped"] == 2
+    assert cost["racing"]["gen_tokens"] == 10 * (6 * N_TRAIN + 15)
+
+
+def test_accuracy_difference_is_ensemble_gains_paired_bootstrap_of_racing_minus_full():
+    racing_right = RIGHT[:]
+    racing_right[15] = racing_right[16] = True          # racing right on two more problems
+    racing = ArmResult(full_arm().ranking, full_arm().topk, vote({0.25: racing_right, 0.5: RIGHT}))
+    acc = compare(full_arm(), racing)["accuracy"]
+    expected = ensemble_gain(RIGHT, racing_right)
+    assert acc["0.25"]["difference"] == pytest.approx(0.1) == expected["gain"]
+    assert acc["0.25"]["difference_ci95"] == expected["ci95"]
+    lo, hi = acc["0.25"]["difference_ci95"]
+    assert 0 <= lo < 0.1 < hi                           # only improvements: no resample goes below 0
+    assert acc["0.5"]["difference"] == 0.0
+
+
+def test_racing_outside_the_full_ensembles_interval_is_reported():
+    many_right = [True] * 19 + [False]                  # 0.95 against full's 0.70 on 20 problems
+    racing = ArmResult(full_arm().ranking, full_arm().topk, vote({0.25: many_right, 0.5: RIGHT}))
+    acc = compare(full_arm(), racing)["accuracy"]
+    lo, hi = acc["0.25"]["full_ci95"]
+    assert lo < 0.7 < hi < 0.95
+    assert acc["0.25"]["racing_inside_full_ci95"] is False
+    assert acc["0.5"]["racing_inside_full_ci95"] is True
+
+
+def test_the_literal_check_and_the_difference_interval_are_two_different_questions():
+    # 40 problems: full right on 28 (0.70), racing on the same 28 and 4 more (0.80). Every discordant
+    # problem favours racing, so the paired difference's interval excludes 0, while 0.80 still lies
+    # inside the full ensemble's own interval (0.55-0.825 over 40 problems).
+    full = [True] * 28 + [False] * 12
+    racing = [True] * 32 + [False] * 8
+    acc = racing_bench.accuracy_comparison(vote({0.25: full}), vote({0.25: racing}), "0.25")
+    assert acc["difference"] == pytest.approx(0.1) and acc["difference_ci95"][0] > 0
+    assert acc["difference_ci_contains_0"] is False
+    assert acc["full_ci95"][0] < 0.8 < acc["full_ci95"][1] and acc["racing_inside_full_ci95"] is True
+
+
+@pytest.mark.parametrize("breakage", ["partial_full", "other_population", "stopped_in_topk", "other_test"])
+def test_mismatched_arms_are_refused(breakage):
+    full, racing = full_arm(), full_arm()
+    if breakage == "partial_full":
+        full = ArmResult(ranking(FULL_ROWS, partial={(7, 0.016): 5}), full.topk, full.vote)
+    elif breakage == "other_population":
+        frame = ranking(FULL_ROWS[:-1] + [(8, 0.016, 0.0)])
+        racing = ArmResult(frame, topk(frame), racing.vote)
+    elif breakage == "stopped_in_topk":
+        frame = ranking(FULL_ROWS, partial={(6, 0.016): 5})
+        racing = ArmResult(frame, topk(frame, members={0.25: [(0, 0.002), (6, 0.016)]}), racing.vote)
+    else:
+        racing = ArmResult(racing.ranking, racing.topk, {**racing.vote, "problem_ids": list("abcdefghijklmnopqrst")})
+    with pytest.raises(InputError):
+        compare(full, racing)
+
+
+@pytest.mark.slow
+def test_the_benchmark_end_to_end_as_an_a_a_run(tmp_path, tiny_model_dir):
+    """The whole script on the tiny workflow with --control (both arms full): each arm reuses the
+    setup's inputs (no data or model job of its own), and the comparison is the identity."""
+    from tests.workflow import tiny_config
+    config = tiny_config(tiny_model_dir, population={"n_seeds": 4, "sigmas": [0.01, 0.02], "shard_size": 4})
+    overlay = tmp_path / "tiny.yaml"
+    overlay.write_text(yaml.safe_dump(config))
+    out = tmp_path / "report.json"
+    assert racing_bench.main(["--configfile", str(overlay), "--workdir", str(tmp_path / "work"), "--out", str(out),
+                              "--cores", "2", "--control"]) == 0
+    report = json.loads(out.read_text())
+    for arm in ("full", "racing"):
+        a = report["arms"][arm]
+        assert a["search_jobs"] == {"evaluate_shard": 2, "rank": 1} and a["engine_jobs"] == 2
+        assert a["slots_evaluated"] == 8 * 4 and a["seeds_per_s"] > 0
+    assert set(report["calls"]["setup"]["jobs"]) == {"freeze_gsm8k", "fetch_fineweb", "prepare_model"}
+    for fraction in ("0.25", "0.5"):
+        assert report["recall"][fraction]["recall"] == 1.0
+        assert report["accuracy"][fraction]["difference_ci95"] == [0.0, 0.0]
+    assert report["configs"]["arm_overlays"]["racing"]["run_name"] == "tiny-racing"
+    assert report["machine"]["cpu"]["model"] and report["versions"]["snakemake"]
