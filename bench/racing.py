@@ -397,10 +397,13 @@ def arm_summary(arm: ArmResult, calls: dict, cost: dict) -> dict:
         **cost,
         "search_jobs": jobs,
         "engine_jobs": sum(n for rule, n in jobs.items() if rule not in NON_ENGINE_RULES),
+        # the search jobs that started an engine (a racing chunk with no members, or a job whose answers
+        # were all cached, starts none), as the record counts them
+        "engine_starts": throughput.get("engine_starts_search"),
         "timings_s": record.get("timings_s"), "throughput": throughput,
+        # the record's own account: problems per member, rounds and drops, slots and tokens against full
+        "selection": record.get("selection"),
     }
-    if "selection" in record:
-        summary["selection"] = record["selection"]
     return summary
 
 
@@ -479,7 +482,7 @@ def print_summary(report: dict) -> None:
     for arm, a in report["arms"].items():
         print(f"{arm:>6}: {a['seeds_per_s'] or float('nan'):.3f} seeds/s (record), {a['seeds_per_s_call']:.3f} over "
               f"the search call ({a['search_call_s']:.0f} s); {a['slots_evaluated']} slots, {a['gen_tokens']} tokens, "
-              f"{a['engine_jobs']} engine jobs")
+              f"{a['engine_jobs']} engine jobs ({a['engine_starts']} started an engine)")
     r = report["ratios_racing_over_full"]
     print(f"racing/full seeds/s: {r['seeds_per_s'] or float('nan'):.2f} (record), {r['seeds_per_s_call']:.2f} (call); "
           f"slots {r['slots_full_over_racing']:.2f}x fewer")

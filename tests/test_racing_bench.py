@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from randopt.config import ConfigError
 from randopt.io import InputError
 from randopt.statistics import ensemble_gain
 from bench import racing as racing_bench   # bench/ is a folder of scripts, importable from the repo root
@@ -184,25 +185,47 @@ def test_mismatched_arms_are_refused(breakage):
         compare(full, racing)
 
 
+def test_the_arms_differ_only_in_selection_mode():
+    overlays = racing_bench.arm_overlays({"run_name": "x"}, {"rule": "exact"}, control=False, has_selection=True)
+    assert overlays == {"full": {"run_name": "x-full", "selection": {"mode": "full"}},
+                        "racing": {"run_name": "x-racing", "selection": {"mode": "racing", "rule": "exact"}}}
+    control = racing_bench.arm_overlays({}, {"rule": "exact"}, control=True, has_selection=True)
+    assert control["racing"]["selection"] == {"mode": "full"}
+    with pytest.raises(ConfigError, match="mode"):
+        racing_bench.arm_overlays({}, {"mode": "full"}, control=False, has_selection=True)
+    with pytest.raises(ConfigError, match="--control"):
+        racing_bench.arm_overlays({}, {}, control=False, has_selection=False)
+
+
 @pytest.mark.slow
-def test_the_benchmark_end_to_end_as_an_a_a_run(tmp_path, tiny_model_dir):
-    """The whole script on the tiny workflow with --control (both arms full): each arm reuses the
-    setup's inputs (no data or model job of its own), and the comparison is the identity."""
+def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir):
+    """The whole script on the tiny workflow, racing in two rounds (2 then 4 problems): each arm reuses
+    the setup's inputs (no data or model job of its own), its search jobs and engine starts are counted,
+    and the comparison reads both runs. The tiny random model answers nothing right, so every member
+    ties at the cut and racing's top-k is recalled whole."""
     from tests.workflow import tiny_config
-    config = tiny_config(tiny_model_dir, population={"n_seeds": 4, "sigmas": [0.01, 0.02], "shard_size": 4})
+    config = tiny_config(tiny_model_dir, population={"n_seeds": 4, "sigmas": [0.01, 0.02], "shard_size": 4},
+                         selection={"first_slice": 2, "growth": 2.0})
     overlay = tmp_path / "tiny.yaml"
     overlay.write_text(yaml.safe_dump(config))
     out = tmp_path / "report.json"
     assert racing_bench.main(["--configfile", str(overlay), "--workdir", str(tmp_path / "work"), "--out", str(out),
-                              "--cores", "2", "--control"]) == 0
+                              "--cores", "2"]) == 0
     report = json.loads(out.read_text())
-    for arm in ("full", "racing"):
-        a = report["arms"][arm]
-        assert a["search_jobs"] == {"evaluate_shard": 2, "rank": 1} and a["engine_jobs"] == 2
-        assert a["slots_evaluated"] == 8 * 4 and a["seeds_per_s"] > 0
     assert set(report["calls"]["setup"]["jobs"]) == {"freeze_gsm8k", "fetch_fineweb", "prepare_model"}
+    full, racing = report["arms"]["full"], report["arms"]["racing"]
+    assert full["search_jobs"] == {"evaluate_shard": 2, "rank": 1} and full["engine_jobs"] == 2
+    # two rounds of two chunk jobs (8 members, 4 a chunk) and a decision after each
+    assert racing["search_jobs"] == {"race_slice": 4, "race_round": 2, "rank": 1} and racing["engine_jobs"] == 4
+    assert 2 <= racing["engine_starts"] <= 4 and full["engine_starts"] == 2
+    assert full["slots_evaluated"] == full["slots_full"] == 8 * 4 == full["selection"]["slots_evaluated"]
+    assert racing["slots_evaluated"] == racing["selection"]["slots_evaluated"] <= 8 * 4
+    assert racing["selection"]["mode"] == "racing" and len(racing["selection"]["rounds"]) == 2
+    assert full["seeds_per_s"] > 0 and racing["seeds_per_s"] > 0 and report["ratios_racing_over_full"]["seeds_per_s"] > 0
+    assert all(s["reward_best"] == 0.0 for s in report["sigma_spread"].values())
     for fraction in ("0.25", "0.5"):
         assert report["recall"][fraction]["recall"] == 1.0
-        assert report["accuracy"][fraction]["difference_ci95"] == [0.0, 0.0]
-    assert report["configs"]["arm_overlays"]["racing"]["run_name"] == "tiny-racing"
+        assert set(report["accuracy"][fraction]) >= {"full_test", "racing_test", "difference_ci95", "full_ci95"}
+    assert report["configs"]["effective"]["racing"]["selection"]["mode"] == "racing"
+    assert report["configs"]["effective"]["full"]["selection"]["mode"] == "full"
     assert report["machine"]["cpu"]["model"] and report["versions"]["snakemake"]
