@@ -435,7 +435,7 @@ def bench(args) -> dict:
     effective_config([configfile, files["warmup"]])
     flow = Workflow(configfile, args.cores, args.resources or [])
 
-    started = time.time()
+    started, load_before = time.time(), os.getloadavg()
     calls = {"setup": flow.run(setup, files["full"], "setup", "--until", *SETUP_RULES)}
     for run_dir in (warmup, *dirs.values()):
         link_inputs(run_dir, setup)
@@ -475,6 +475,8 @@ def bench(args) -> dict:
         "configs": {"overlay_file": str(configfile), "overlay": base_overlay, "racing_knobs": racing_knobs,
                     "arm_overlays": overlays, "effective": configs},
         "machine": machine(), "versions": rec.package_versions(),
+        # 1/5/15-minute load averages: on cores shared with other work the timings are that machine's
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
     }
 
 
