@@ -417,7 +417,15 @@ def machine() -> dict:
     return info
 
 
-def bench(args) -> dict:
+PHASES = ("prepare", "full", "racing", "report")
+
+
+def bench(args) -> dict | None:
+    """Run the phases asked for, in order; the report (a dict) when "report" is among them, else None.
+
+    Phases can run in separate calls (a GPU machine lent 10 minutes a call): each call records what it
+    ran in WORKDIR/bench_state.json, and a later call goes on from there. All phases in one call is the
+    default."""
     configfile = Path(args.configfile).resolve()
     workdir = Path(args.workdir).resolve()
     has_selection = selection_in_schema()
@@ -426,24 +434,46 @@ def bench(args) -> dict:
         raise ConfigError(f"--racing must be a JSON object of selection knobs, got {args.racing!r}")
     base_overlay = load_yaml(configfile)
     overlays = arm_overlays(base_overlay, racing_knobs, args.control, has_selection)
-    workdir.mkdir(parents=True, exist_ok=True)
-    setup, warmup = fresh_dir(workdir / "setup"), fresh_dir(workdir / "warmup")
-    dirs = {arm: fresh_dir(workdir / arm) for arm in ARMS}
+    state_file = workdir / "bench_state.json"
+    phases = [p for p in PHASES if p in args.phases]
+    order = ARMS if args.order == "full-first" else ARMS[::-1]
+    if "prepare" in phases:
+        workdir.mkdir(parents=True, exist_ok=True)
+        setup, warmup = fresh_dir(workdir / "setup"), fresh_dir(workdir / "warmup")
+        for arm in ARMS:
+            fresh_dir(workdir / arm)
+        state = {"started": time.time(), "load_before": list(os.getloadavg()), "calls": {}, "order": []}
+    elif not state_file.is_file():
+        raise InputError(f"{state_file} is missing: run --phases prepare first, with the same --workdir")
+    else:
+        state = read_json(state_file)
+    dirs = {arm: workdir / arm for arm in ARMS}
     files = {arm: write_overlay(workdir / f"{arm}.yaml", overlays[arm]) for arm in ARMS}
     configs = {arm: effective_config([configfile, files[arm]]) for arm in ARMS}  # fails before any job
     files["warmup"] = write_overlay(workdir / "warmup.yaml", warmup_overlay(configs["full"], has_selection))
     effective_config([configfile, files["warmup"]])
     flow = Workflow(configfile, args.cores, args.resources or [])
+    calls = state["calls"]
 
-    started, load_before = time.time(), os.getloadavg()
-    calls = {"setup": flow.run(setup, files["full"], "setup", "--until", *SETUP_RULES)}
-    for run_dir in (warmup, *dirs.values()):
-        link_inputs(run_dir, setup)
-    calls["warmup"] = flow.run(warmup, files["warmup"], "warmup", "--until", "rank")
-    order = ARMS if args.order == "full-first" else ARMS[::-1]
-    for arm in order:
+    if "prepare" in phases:
+        calls["setup"] = flow.run(setup, files["full"], "setup", "--until", *SETUP_RULES)
+        for run_dir in (warmup, *dirs.values()):
+            link_inputs(run_dir, setup)
+        calls["warmup"] = flow.run(warmup, files["warmup"], "warmup", "--until", "rank")
+        write_json_atomic(state_file, state)
+    for arm in [a for a in order if a in phases]:
+        if "warmup" not in calls:
+            raise InputError("the prepare phase has not finished in this --workdir: run --phases prepare first")
         calls[arm] = {"search": flow.run(dirs[arm], files[arm], "search", "--until", "rank"),
                       "rest": flow.run(dirs[arm], files[arm], "rest")}
+        state["order"].append(arm)
+        write_json_atomic(state_file, state)
+    if "report" not in phases:
+        return None
+    missing = [arm for arm in ARMS if arm not in calls]
+    if missing:
+        raise InputError(f"arm(s) {missing} have not run in this --workdir: run --phases {' '.join(missing)} first")
+    started, load_before, order = state["started"], state["load_before"], tuple(state["order"])
     results = {arm: load_arm(dirs[arm]) for arm in ARMS}
     comparison = compare(results["full"], results["racing"])
     arms = {arm: arm_summary(results[arm], calls[arm], comparison["cost"][arm]) for arm in ARMS}
@@ -477,6 +507,7 @@ def bench(args) -> dict:
         "machine": machine(), "versions": rec.package_versions(),
         # 1/5/15-minute load averages: on cores shared with other work the timings are that machine's
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
+        "phases_run_in_calls": "one call" if len(phases) == len(PHASES) else "several calls (--phases)",
     }
 
 
@@ -512,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="snakemake --resources, e.g. gpu=2 (GPU slots for side-by-side jobs)")
     parser.add_argument("--order", choices=["full-first", "racing-first"], default="full-first",
                         help="which arm runs first (after the warm-up)")
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
+                        help="run only these phases (prepare: setup and warm-up; full; racing; report), so the "
+                             "bench can span several calls with the same --workdir; default: all, in one call")
     parser.add_argument("--control", action="store_true",
                         help="an A/A run: the second arm also evaluates fully (checks the harness)")
     args = parser.parse_args(argv)
@@ -520,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if report is None:
+        print(f"phases {' '.join(args.phases)} done in {args.workdir}")
+        return 0
     json.dumps(report, allow_nan=False)
     write_json_atomic(args.out, report)
     print_summary(report)

@@ -209,9 +209,15 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     overlay = tmp_path / "tiny.yaml"
     overlay.write_text(yaml.safe_dump(config))
     out = tmp_path / "report.json"
-    assert racing_bench.main(["--configfile", str(overlay), "--workdir", str(tmp_path / "work"), "--out", str(out),
-                              "--cores", "2"]) == 0
+    # in phases, as on a GPU machine lent 10 minutes a call: the report refuses until both arms have run
+    common = ["--configfile", str(overlay), "--workdir", str(tmp_path / "work"), "--out", str(out), "--cores", "2"]
+    assert racing_bench.main([*common, "--phases", "report"]) == 2
+    assert racing_bench.main([*common, "--phases", "prepare"]) == 0
+    assert racing_bench.main([*common, "--phases", "racing"]) == 0
+    assert racing_bench.main([*common, "--phases", "report"]) == 2 and not out.exists()
+    assert racing_bench.main([*common, "--phases", "full", "report"]) == 0
     report = json.loads(out.read_text())
+    assert report["order"] == ["racing", "full"]
     assert set(report["calls"]["setup"]["jobs"]) == {"freeze_gsm8k", "fetch_fineweb", "prepare_model"}
     full, racing = report["arms"]["full"], report["arms"]["racing"]
     assert full["search_jobs"] == {"evaluate_shard": 2, "rank": 1} and full["engine_jobs"] == 2
