@@ -14,17 +14,51 @@
 #   bench7    the 7B-shaped seeds/s benchmark at TP 1, then TP 2 (bench/vllm_bench.py)
 #   dp        data parallelism: evaluate_shard of bench/h200x2_dp.yaml on 1 GPU, then the whole
 #             workflow with --resources gpu=2; evaluate_shard's wall-clock span in each
+#   pad       SmolLM2 padded to 12 heads / 4 kv heads (bench/pad_heads.py: transformers logits and greedy
+#             text against SmolLM2), prepared as bench/h200x2_tp2.yaml's model; its TP 1 reference, then at
+#             TP 2 weights bit for bit (3 seeds), restore, teacher-forced agreement with TP 1, bpb; last,
+#             if time is left, SmolLM2's TP 1 reference against the padded model's (the same function)
+#   tp1wf     the whole workflow on the padded model, bench/h200x2_tp2.yaml at TP 1 (two engines at once)
+#   tp2wf     the same at TP 2 (one engine of 2 GPUs at a time), then bench/compare_records.py: TP 2's
+#             accuracies and bpb against TP 1's. Run tp1wf first, in the same lease (its record is kept
+#             in $KEEP). Both build the padded model first if the lease is fresh. A part cut off at the
+#             call's limit can be run again: the workflow resumes (finished stages are kept).
 set -uo pipefail
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # Each stage claims its own GPUs (randopt/gpu_slots.py); a preset list would make them share.
 unset CUDA_VISIBLE_DEVICES
 OUT=${OUT:-/tmp/randopt-out}
-mkdir -p "$OUT"
+KEEP=${KEEP:-/tmp/randopt-keep}   # what a later call of the same lease needs ($OUT is emptied per call)
+PADDED=data/padded/smollm2-h12-kv4  # bench/h200x2_tp2.yaml's model.path
+mkdir -p "$OUT" "$KEEP"
 status=0
 SMK="python3 -m snakemake --cores 32"
 
-smollm2() { ls -d data/models/*/model 2>/dev/null | head -1; }
+# A prepared model dir, by its manifest: SmolLM2 from the wheel, or the padded model (source local).
+prepared() {
+  python3 - "$1" "$PADDED" <<'PY'
+import glob, json, os, sys
+for m in sorted(glob.glob("data/models/*/manifest.json"), key=os.path.getmtime, reverse=True):
+    man = json.load(open(m))
+    if man.get("source") == sys.argv[1] and (sys.argv[1] != "local" or
+                                             os.path.realpath(man["source_path"]) == os.path.realpath(sys.argv[2])):
+        print(os.path.join(os.path.dirname(m), "model"))
+        break
+PY
+}
+smollm2() { prepared gguf_wheel; }
+padded() { prepared local; }
+
+# SmolLM2 prepared by the workflow, padded to $PADDED (kept when it is there already; verified with
+# transformers when $1 is a JSON path), and prepared as bench/h200x2_tp2.yaml's model: the workflow
+# links it, and the engine runs (and vLLM compiles) it under that path, data/models/<key>/model.
+build_padded() {
+  [ -n "$(smollm2)" ] || $SMK results/record.json --configfile bench/h200x2_dp.yaml --until prepare_model
+  timeout 200 python3 bench/pad_heads.py --src "$(smollm2)" --dst "$PADDED" --heads 12 --kv-heads 4 --reuse \
+    ${1:+--verify --out "$1"} || echo "PART FAILED: pad"
+  [ -n "$(padded)" ] || $SMK results/record.json --configfile bench/h200x2_tp2.yaml --until prepare_model
+}
 
 tar_logs() {  # $OUT keeps at most 8 files a call: stage logs go back as one archive
   tar -czf "$OUT/$1-logs.tgz" logs results/shards/*/*/*.timings.json results/record.json RECORDS.md 2>/dev/null
@@ -106,6 +140,50 @@ print(json.dumps({k: v for k, v in out.items() if k not in ("one_gpu", "two_gpus
     "gpus_one": one["gpu_of_each_log"], "gpus_two": two["gpu_of_each_log"]}, indent=1))
 PY
       } 2>&1 | tee "$OUT/dp.log" ;;
+    pad)
+      { build_padded "$OUT/h200x2_pad.json"
+        model=$(padded)
+        echo "padded model: $model -> $(readlink -f "$model")"
+        timeout 170 python3 bench/vllm_tp.py reference --model "$model" --out "$OUT/h200x2_tp1_padded.json" \
+          || echo "PART FAILED: padded reference"
+        timeout 280 python3 bench/vllm_tp.py check --tp 2 --model "$model" --reference "$OUT/h200x2_tp1_padded.json" \
+          --out "$OUT/h200x2_tp2_padded.json" || echo "PART FAILED: padded check"
+        # SmolLM2 itself at TP 1, fed the padded model's completions: an extra engine start, so only
+        # when it fits in the call (600 s).
+        left=$(( 575 - ($(date +%s) - start) ))
+        if [ "$left" -gt 100 ] && [ -f "$OUT/h200x2_tp1_padded.json" ]; then
+          timeout "$left" python3 bench/vllm_tp.py reference --model "$(smollm2)" \
+            --against "$OUT/h200x2_tp1_padded.json" --out "$OUT/h200x2_tp1_smollm2_vs_padded.json" \
+            || echo "PART FAILED: smollm2 against padded"
+        else
+          echo "skipped SmolLM2 against the padded model: ${left} s left"
+        fi
+      } 2>&1 | tee "$OUT/pad.log" ;;
+    tp1wf|tp2wf)
+      # The same config but tensor_parallel_size (an overlay on bench/h200x2_tp2.yaml): TP 1 runs two
+      # engines at once (one per GPU), TP 2 one engine of both GPUs at a time.
+      tp=${part:2:1}
+      { build_padded
+        printf 'run_name: h200x2-tp%s-smollm2-padded-vllm\nengine:\n  tensor_parallel_size: %s\n' "$tp" "$tp" \
+          > "$KEEP/tp$tp.yaml"
+        cfg="--configfile bench/h200x2_tp2.yaml $KEEP/tp$tp.yaml"
+        $SMK results/record.json $cfg --unlock > /dev/null 2>&1  # a lock left by a call cut off at its limit
+        $SMK results/record.json --resources gpu=2 $cfg || echo "PART FAILED: workflow tp $tp"
+        tar_logs "$part"
+        # Only a record of this run: same model, this TP (a failed run leaves the previous record).
+        if [ -f results/record.json ] && python3 -c "import json, sys; r = json.load(open('results/record.json'))
+sys.exit(not (r['engine']['tensor_parallel_size'] == $tp and r['model']['source'] == 'local'))"; then
+          cp results/record.json "$OUT/h200x2_tp${tp}_padded_record.json"
+          cp results/record.json "$KEEP/h200x2_tp${tp}_padded_record.json"
+        else
+          echo "PART FAILED: results/record.json is not this run's record"
+        fi
+        if [ "$tp" = 2 ]; then
+          python3 bench/compare_records.py "$KEEP/h200x2_tp1_padded_record.json" \
+            "$KEEP/h200x2_tp2_padded_record.json" --out "$OUT/h200x2_tp2_vs_tp1_padded.json" \
+            || echo "PART FAILED: compare (run tp1wf first, in the same lease)"
+        fi
+      } 2>&1 | tee "$OUT/$part.log" ;;
     tiny)
       { python3 -c "from tests.support.tiny_model import build_tiny_qwen2; build_tiny_qwen2('/tmp/tiny-untied', tie=False)"
         RANDOPT_TP_GPU_UTIL=0.3 timeout 150 python3 bench/vllm_tp.py reference --model /tmp/tiny-untied \
@@ -113,7 +191,7 @@ PY
         RANDOPT_TP_GPU_UTIL=0.3 timeout 250 python3 bench/vllm_tp.py check --tp 2 --model /tmp/tiny-untied \
           --reference "$OUT/h200x2_tp1_tiny.json" --out "$OUT/h200x2_tp2_tiny.json" || echo "PART FAILED: tiny check"
       } > "$OUT/tiny.log" 2>&1 ;;
-    *) echo "unknown part $part (install, tp, q7w, tiny, bench7, dp)"; exit 2 ;;
+    *) echo "unknown part $part (install, tp, q7w, tiny, bench7, dp, pad, tp1wf, tp2wf)"; exit 2 ;;
   esac
   echo "== $part: $(( $(date +%s) - start )) s" | tee -a "$OUT/parts.txt"
 done

@@ -5,6 +5,9 @@ process (each mode is its own process; vLLM's engines do not share one process w
   python bench/vllm_tp.py reference --model DIR --out tp1.json
       TP 1: greedy completions (token ids) of 64 chat prompts at the base weights and at one seed,
       bpb of the synthetic held-out text, and TP 1's own teacher-forced agreement (a control).
+      With --against OTHER.json (another model's reference, same tokenizer): this model fed the other
+      model's base completions (teacher-forced agreement), free-running identity and bpb against its own
+      (e.g. SmolLM2 against its head-padded copy, bench/pad_heads.py: the same function at base).
   python bench/vllm_tp.py check --model DIR --tp 2 --reference tp1.json --out tp2.json
       TP N: (1) weights gathered from every rank equal the reference bit for bit for several
       (seed, sigma), restore exact; (2) fed TP 1's completions, TP N's argmax (prompt_logprobs
@@ -158,7 +161,27 @@ def reference(args) -> dict:
     engine.restore_base()
     report["bpb"] = bpb(engine)
     log("bpb", report["bpb"])
+    if args.against:
+        report["against"] = against(engine, prompt_ids, report, json.loads(Path(args.against).read_text()))
+        report["against"]["reference"] = args.against
+        log("against", json.dumps(report["against"]))
     return report
+
+
+def against(engine, prompt_ids, mine: dict, other: dict) -> dict:
+    """This model (at base) against another model's reference: only the base weights are compared, a
+    seed of one model is not the same perturbation of the other."""
+    if other["prompt_ids"] != prompt_ids:
+        return {"error": "the other reference's prompts tokenize differently: not the same tokenizer"}
+    theirs = other["runs"]["base"]["completions"]
+    out = {"other_model_dir": other.get("model_dir"),
+           "teacher_forced_on_other": agreement(engine, prompt_ids, theirs),
+           "other_self_agreement": other["runs"]["base"]["self_agreement"],
+           "free_running_vs_other": free_running(theirs, mine["runs"]["base"]["completions"]),
+           "bpb": mine["bpb"].get("bpb"), "bpb_other": other.get("bpb", {}).get("bpb")}
+    if out["bpb"] is not None and out["bpb_other"] is not None:
+        out["bpb_relative_difference"] = abs(out["bpb"] - out["bpb_other"]) / out["bpb_other"]
+    return out
 
 
 def check(args) -> dict:
@@ -211,6 +234,7 @@ def main() -> int:
     parser.add_argument("--model", help="a model dir with safetensors weights")
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--reference", help="reference mode's JSON (check mode)")
+    parser.add_argument("--against", help="reference mode: another model's reference JSON to compare with at base")
     parser.add_argument("--ref-device", default="cuda", help="where the reference weights are computed")
     parser.add_argument("--dir", help="build-7b: where to write the model")
     parser.add_argument("--layers", type=int, default=2)
@@ -221,6 +245,8 @@ def main() -> int:
         parser.error(f"{args.mode} needs --model")
     if args.mode == "check" and not args.reference:
         parser.error("check needs --reference (the reference mode's JSON)")
+    if args.against and args.mode != "reference":
+        parser.error("--against goes with reference mode")
     if args.mode == "build-7b" and not args.dir:
         parser.error("build-7b needs --dir")
     report = {"reference": reference, "check": check, "weights": weights, "build-7b": build_7b}[args.mode](args)

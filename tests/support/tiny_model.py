@@ -20,10 +20,13 @@ CORPUS = [
 ]
 
 
-def build_tiny_qwen2(path: str | Path, *, seed: int = 0, dtype: str = "bfloat16", tie: bool = True) -> Path:
+def build_tiny_qwen2(path: str | Path, *, seed: int = 0, dtype: str = "bfloat16", tie: bool = True,
+                     arch: str = "qwen2", **shape) -> Path:
+    """arch "llama" builds a LlamaForCausalLM instead; shape overrides the config's sizes (e.g.
+    num_attention_heads=9, num_key_value_heads=3, hidden_size=72)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -39,12 +42,14 @@ def build_tiny_qwen2(path: str | Path, *, seed: int = 0, dtype: str = "bfloat16"
     tokenizer.save_pretrained(path)
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=tie, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
-                         initializer_range=0.5)  # peaky logits: varied greedy text to test stops on
-    model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}[arch]
+    sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2) | shape
+    config = config_cls(vocab_size=len(tokenizer), **sizes, max_position_embeddings=512,
+                        tie_word_embeddings=tie, eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+                        initializer_range=0.5)  # peaky logits: varied greedy text to test stops on
+    model = model_cls(config).to(getattr(torch, dtype))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(path)
