@@ -23,6 +23,10 @@
 #             accuracies and bpb against TP 1's. Run tp1wf first, in the same lease (its record is kept
 #             in $KEEP). Both build the padded model first if the lease is fresh. A part cut off at the
 #             call's limit can be run again: the workflow resumes (finished stages are kept).
+#   race-prepare, race-full, race-racing, race-report
+#             issue 17's racing benchmark (bench/racing.py, bench/racing_h200.yaml) with --resources gpu=2, one
+#             phase per call in /tmp/racing-h200; each arm's record comes back (the full arm's is issue 14's
+#             larger protocol), the report after race-report
 set -uo pipefail
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -184,6 +188,21 @@ sys.exit(not (r['engine']['tensor_parallel_size'] == $tp and r['model']['source'
             || echo "PART FAILED: compare (run tp1wf first, in the same lease)"
         fi
       } 2>&1 | tee "$OUT/$part.log" ;;
+    race-prepare|race-full|race-racing|race-report)
+      # Issue 17's benchmark (bench/racing.py on bench/racing_h200.yaml: 768 members, 128 train and 256
+      # test problems) with two engines at once, one phase per call in one work dir; the full arm's
+      # record is issue 14's larger protocol (frac_at_or_above_base per sigma, the gain's interval).
+      phase=${part#race-}
+      { timeout 580 python3 bench/racing.py --configfile bench/racing_h200.yaml --workdir /tmp/racing-h200 \
+          --out "$OUT/h200x2_racing.json" --cores 32 --resources gpu=2 --phases "$phase" \
+          || echo "PART FAILED: racing $phase"
+        arm=/tmp/racing-h200/$phase
+        if [ -f "$arm/results/record.json" ]; then
+          cp "$arm/results/record.json" "$OUT/h200x2_racing_${phase}_record.json"
+          tar -czf "$OUT/race-$phase-logs.tgz" -C "$arm" logs 2>/dev/null \
+            $(cd "$arm" && ls -d results/rank results/race bench_*.log 2>/dev/null)
+        fi
+      } 2>&1 | tee "$OUT/$part.log" ;;
     tiny)
       { python3 -c "from tests.support.tiny_model import build_tiny_qwen2; build_tiny_qwen2('/tmp/tiny-untied', tie=False)"
         RANDOPT_TP_GPU_UTIL=0.3 timeout 150 python3 bench/vllm_tp.py reference --model /tmp/tiny-untied \
@@ -191,7 +210,7 @@ sys.exit(not (r['engine']['tensor_parallel_size'] == $tp and r['model']['source'
         RANDOPT_TP_GPU_UTIL=0.3 timeout 250 python3 bench/vllm_tp.py check --tp 2 --model /tmp/tiny-untied \
           --reference "$OUT/h200x2_tp1_tiny.json" --out "$OUT/h200x2_tp2_tiny.json" || echo "PART FAILED: tiny check"
       } > "$OUT/tiny.log" 2>&1 ;;
-    *) echo "unknown part $part (install, tp, q7w, tiny, bench7, dp, pad, tp1wf, tp2wf)"; exit 2 ;;
+    *) echo "unknown part $part (install, tp, q7w, tiny, bench7, dp, pad, tp1wf, tp2wf, race-prepare, race-full, race-racing, race-report)"; exit 2 ;;
   esac
   echo "== $part: $(( $(date +%s) - start )) s" | tee -a "$OUT/parts.txt"
 done
