@@ -25,6 +25,11 @@ def _figure(width: float = 6.4, height: float = 4.0) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def _cut_label(cut: dict) -> str:
+    """A top-k cut as people read it: 'top 10 % (k=6)'."""
+    return f"top {100 * cut['fraction']:g} % (k={cut['k']})"
+
+
 def train_reward_histogram(record: dict, ranking: pd.DataFrame) -> Figure:
     """One histogram of the members' train rewards per sigma, the base model's train reward as a line."""
     sigmas = sorted(ranking["sigma"].unique())
@@ -55,7 +60,7 @@ def train_reward_by_rank(record: dict, ranking: pd.DataFrame) -> Figure:
     ax.axhline(record["accuracy"]["base_train"], **BASE_STYLE, label="base")
     for cut in record["topk"]:
         ax.axvline(cut["k"] + 0.5, **CUT_STYLE)
-        ax.annotate(f"top {cut['fraction']:g} (k={cut['k']})", (cut["k"] + 0.5, 1.0), xycoords=("data", "axes fraction"),
+        ax.annotate(_cut_label(cut), (cut["k"] + 0.5, 1.0), xycoords=("data", "axes fraction"),
                     rotation=90, va="top", ha="right", fontsize=8, color=CUT_STYLE["color"])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("rank (1 = best train reward)")
@@ -66,25 +71,34 @@ def train_reward_by_rank(record: dict, ranking: pd.DataFrame) -> Figure:
 
 def k_curve(record: dict) -> Figure:
     """The ensemble's test accuracy for every k, the base model's as a line, and at each top-k cut the
-    gain's 95 % interval drawn around the base (base + ci95)."""
-    fig = _figure()
+    gain's 95 % interval drawn around the base (base + ci95). The y-range holds the base line and every
+    interval with a margin, and the legend sits below the axes, so neither hides a bar or a point (the
+    figure is shown in the README)."""
+    fig = _figure(6.4, 4.6)
     ax = fig.subplots()
     ks = [p["k"] for p in record["k_curve"]]
-    ax.plot(ks, [p["ensemble_test"] for p in record["k_curve"]], marker="o", markersize=3, label="ensemble of top k")
+    curve = [p["ensemble_test"] for p in record["k_curve"]]
+    ax.plot(ks, curve, marker="o", markersize=3, label="ensemble of the top k (majority vote)")
     base = record["accuracy"]["base_test"]
-    ax.axhline(base, **BASE_STYLE, label=f"base {base:.3f}")
+    ax.axhline(base, **BASE_STYLE, label=f"base model {base:.3f}")
     gains = record["statistics"]["ensemble_gain"]
+    n_test = gains[next(iter(gains))]["n_test"]
+    ends = [base, *curve]
     for cut in record["topk"]:
         gain = gains[repr(cut["fraction"])]
         low, high = gain["ci95"]
+        ends += [base + low, base + high]
         ax.errorbar([cut["k"]], [base + gain["gain"]], yerr=[[gain["gain"] - low], [high - gain["gain"]]],
-                    fmt="s", capsize=4,
-                    label=f"top {cut['fraction']:g} (k={cut['k']}): gain {gain['gain']:+.3f} "
-                          f"[{low:+.3f}, {high:+.3f}], p={gain['p_value']:.2g}")
+                    fmt="s", capsize=5, elinewidth=2,
+                    label=f"{_cut_label(cut)}: gain {gain['gain']:+.3f}, 95 % interval "
+                          f"[{low:+.3f}, {high:+.3f}], p = {gain['p_value']:.2g}")
+    pad = max(0.08 * (max(ends) - min(ends)), 0.5 / n_test)
+    ax.set_ylim(min(ends) - pad, max(ends) + pad)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("k (members voting, best-ranked first)")
-    ax.set_ylabel(f"test accuracy ({gains[next(iter(gains))]['n_test']} problems)")
-    ax.legend(fontsize=8, loc="best")
+    ax.set_ylabel(f"test accuracy ({n_test} problems)")
+    ax.set_title("Top-k vote against the base model (bars: the gain's 95 % interval)", fontsize=9)
+    fig.legend(fontsize=8, loc="outside lower center")
     return fig
 
 

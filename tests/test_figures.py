@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from randopt.evaluate import BASE
-from randopt.figures import FIGURES, write_figures
+from randopt.figures import FIGURES, k_curve, write_figures
 from randopt.io import InputError
 from randopt.rank import rank_population, top_k
 from randopt.statistics import per_problem_results, record_statistics
@@ -75,3 +75,25 @@ def test_bpb_figure_names_members_without_bpb(tmp_path):
     record["bpb"]["members"].popitem()
     with pytest.raises(InputError, match="rerun score_bpb"):
         write_figures(record, vote, ranking, tmp_path, names=["bits_per_byte"])
+
+
+def test_k_curve_shows_the_base_line_and_every_interval_and_keeps_the_legend_off_them():
+    """The README shows this figure. As in the default run, every interval ends at the base line (gain
+    -2/40, never positive in a resample): the base line and each interval stay at least half an accuracy
+    step inside the y-range, not on the frame; the legend sits outside the axes; each cut is named as a
+    percentage with its numbers."""
+    record, _, _ = constructed_run()
+    base, step = record["accuracy"]["base_test"], 1 / N_TEST
+    for gain in record["statistics"]["ensemble_gain"].values():
+        gain.update(gain=-2 * step, ci95=[-4 * step, 0.0], p_value=0.5)
+    record["k_curve"] = [{"k": p["k"], "ensemble_test": base - 2 * step} for p in record["k_curve"]]
+    fig = k_curve(record)
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    assert low <= base - 4 * step - step / 2 and high >= base + step / 2
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    for cut in record["topk"]:
+        assert any(text.startswith(f"top {100 * cut['fraction']:g} % (k={cut['k']}): gain -0.050, 95 % interval "
+                                   "[-0.100, +0.000], p = 0.5") for text in labels), labels
+    assert ax.get_xlabel().startswith("k ") and ax.get_ylabel() == f"test accuracy ({N_TEST} problems)"
