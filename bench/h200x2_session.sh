@@ -59,7 +59,7 @@ padded() { prepared local; }
 # links it, and the engine runs (and vLLM compiles) it under that path, data/models/<key>/model.
 build_padded() {
   [ -n "$(smollm2)" ] || $SMK results/record.json --configfile bench/h200x2_dp.yaml --until prepare_model
-  timeout 200 python3 bench/pad_heads.py --src "$(smollm2)" --dst "$PADDED" --heads 12 --kv-heads 4 --reuse \
+  timeout 120 python3 bench/pad_heads.py --src "$(smollm2)" --dst "$PADDED" --heads 12 --kv-heads 4 --reuse \
     ${1:+--verify --out "$1"} || echo "PART FAILED: pad"
   [ -n "$(padded)" ] || $SMK results/record.json --configfile bench/h200x2_tp2.yaml --until prepare_model
 }
@@ -150,7 +150,7 @@ PY
         echo "padded model: $model -> $(readlink -f "$model")"
         timeout 170 python3 bench/vllm_tp.py reference --model "$model" --out "$OUT/h200x2_tp1_padded.json" \
           || echo "PART FAILED: padded reference"
-        timeout 280 python3 bench/vllm_tp.py check --tp 2 --model "$model" --reference "$OUT/h200x2_tp1_padded.json" \
+        timeout 270 python3 bench/vllm_tp.py check --tp 2 --model "$model" --reference "$OUT/h200x2_tp1_padded.json" \
           --out "$OUT/h200x2_tp2_padded.json" || echo "PART FAILED: padded check"
         # SmolLM2 itself at TP 1, fed the padded model's completions: an extra engine start, so only
         # when it fits in the call (600 s).
