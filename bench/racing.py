@@ -1,7 +1,7 @@
 """Full evaluation against racing on one population, in one run (issue 17).
 
     python bench/racing.py --configfile bench/racing_cpu.yaml --workdir DIR --out bench/racing_cpu_<cpu>.json
-    python bench/racing.py --configfile bench/racing_h200.yaml --workdir DIR --out bench/racing_h200.json \\
+    python bench/racing.py --configfile bench/racing_h200.yaml --workdir DIR --out bench/h200x2_racing.json \\
         [--racing '{"rule": "exact"}'] [--cores all] [--resources gpu=1]
 
 Both arms run the real workflow (python -m snakemake, this checkout's Snakefile) on the same overlay;
