@@ -46,3 +46,18 @@ def test_a_copy_outside_any_repository_records_no_commit(tmp_path):
     code = copy_code(tmp_path / "unpacked")
     assert git_commit(code) == {"sha": None, "dirty": None}
     assert len(code_sha256(code)) == 64
+
+
+def test_the_record_names_the_cpu_from_cpuinfo():
+    """platform.processor() is empty on Linux; the record's hardware names the CPU from /proc/cpuinfo."""
+    from pathlib import Path
+
+    import pytest
+
+    from randopt.record import hardware
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+             if line.lower().startswith("model name")] if cpuinfo.is_file() else []
+    if not names:
+        pytest.skip("no model name in /proc/cpuinfo on this machine")
+    assert hardware()["cpu"] == names[0]
