@@ -377,6 +377,16 @@ def link_inputs(run_dir: Path, setup_dir: Path) -> None:
     shutil.copytree(setup_dir / "results" / "benchmarks", run_dir / "results" / "benchmarks")
 
 
+def reset_arm(run_dir: Path, setup_dir: Path) -> None:
+    """An arm's directory as new, before its search. A search cut off half way (a device's per-call
+    limit) or an arm run a second time leaves answers in the arm's cache: Snakemake would go on from
+    them, and the search would be timed at a fraction of its cost."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    link_inputs(run_dir, setup_dir)
+
+
 def write_overlay(path: Path, overlay: dict) -> Path:
     write_text_atomic(path, yaml.safe_dump(overlay, sort_keys=False))
     return path
@@ -457,13 +467,18 @@ def bench(args) -> dict | None:
 
     if "prepare" in phases:
         calls["setup"] = flow.run(setup, files["full"], "setup", "--until", *SETUP_RULES)
-        for run_dir in (warmup, *dirs.values()):
-            link_inputs(run_dir, setup)
+        link_inputs(warmup, setup)   # the arms get theirs when their phase starts (reset_arm)
         calls["warmup"] = flow.run(warmup, files["warmup"], "warmup", "--until", "rank")
         write_json_atomic(state_file, state)
     for arm in [a for a in order if a in phases]:
         if "warmup" not in calls:
             raise InputError("the prepare phase has not finished in this --workdir: run --phases prepare first")
+        # Forget an earlier run of this arm before touching its directory: if this call is cut off, the
+        # report must refuse (the arm has not run) rather than read a half-wiped one.
+        calls.pop(arm, None)
+        state["order"] = [a for a in state["order"] if a != arm]
+        write_json_atomic(state_file, state)
+        reset_arm(dirs[arm], workdir / "setup")
         calls[arm] = {"search": flow.run(dirs[arm], files[arm], "search", "--until", "rank"),
                       "rest": flow.run(dirs[arm], files[arm], "rest")}
         state["order"].append(arm)

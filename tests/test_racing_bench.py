@@ -197,6 +197,19 @@ def test_the_arms_differ_only_in_selection_mode():
         racing_bench.arm_overlays({}, {}, control=False, has_selection=False)
 
 
+def test_an_arm_starts_its_search_in_a_clean_directory(tmp_path):
+    setup = tmp_path / "setup"
+    (setup / "data" / "models").mkdir(parents=True)
+    (setup / "results" / "benchmarks" / "prepare_model").mkdir(parents=True)
+    (setup / "results" / "benchmarks" / "prepare_model" / "k.tsv").write_text("s\n1.0\n")
+    arm = tmp_path / "racing"
+    (arm / "results" / "shards" / "cache").mkdir(parents=True)      # answers of a search cut off half way
+    racing_bench.reset_arm(arm, setup)
+    assert not (arm / "results" / "shards").exists()
+    assert (arm / "data").resolve() == (setup / "data").resolve() and (arm / "data" / "models").is_dir()
+    assert (arm / "results" / "benchmarks" / "prepare_model" / "k.tsv").read_text() == "s\n1.0\n"
+
+
 @pytest.mark.slow
 def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir):
     """The whole script on the tiny workflow, racing in two rounds (2 then 4 problems): each arm reuses
@@ -213,6 +226,8 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     common = ["--configfile", str(overlay), "--workdir", str(tmp_path / "work"), "--out", str(out), "--cores", "2"]
     assert racing_bench.main([*common, "--phases", "report"]) == 2
     assert racing_bench.main([*common, "--phases", "prepare"]) == 0
+    assert racing_bench.main([*common, "--phases", "racing"]) == 0
+    # an arm run again (as after a call cut off at its limit) searches again from a clean directory
     assert racing_bench.main([*common, "--phases", "racing"]) == 0
     assert racing_bench.main([*common, "--phases", "report"]) == 2 and not out.exists()
     assert racing_bench.main([*common, "--phases", "full", "report"]) == 0
