@@ -17,7 +17,11 @@ first one's answers. What the arms share is only what does not depend on the sel
              the weights) are paid here, not by whichever arm runs first.
   3. arms    in --order (default full first), each as two Snakemake calls: `--until rank` (the
              search: every evaluate_shard or racing round, then rank; timed by wall clock), then the
-             rest (test answers of the top-k, vote, bpb, record; timed, not compared).
+             rest (test answers of the top-k, vote, bpb, record; timed, not compared). An arm's
+             directory is wiped before its search, so an arm run again searches from scratch.
+
+With --phases (prepare: setup and warm-up; full; racing; report) the run spans several calls of one
+--workdir, e.g. on a GPU machine lent 10 minutes a call; WORKDIR/bench_state.json keeps the calls.
 
 What it reports (the JSON at --out; compare_runs() computes the comparison from the two finished
 run directories and is what tests/test_racing_bench.py checks):
@@ -28,7 +32,11 @@ run directories and is what tests/test_racing_bench.py checks):
   partial members count their n_problems only), engine jobs of the search (Snakemake's job counts);
 - the recall of the full top-k by the racing top-k for each top-k fraction, with ties at the cut: a
   racing top-k member counts as recalled when its FULL-evaluation train reward is at or above the
-  full ranking's k-th reward; beside it each sigma's reward spread in the full ranking;
+  full ranking's k-th reward; beside it each sigma's reward spread in the full ranking, and a miss's
+  two causes apart: members at or above the k-th that racing stopped (its decisions), and complete
+  members the two arms rewarded differently (answer_agreement: how often the same (member, problem)
+  got another completion in the other arm, where the engine's greedy answer depends on which prompts
+  share its batch: full evaluation answers a member's problems in one batch, racing one per slice);
 - both ensembles' test accuracy per fraction; the paired bootstrap 95 % interval of racing minus full
   (randopt/statistics.py's ensemble_gain, 10,000 resamples of the test problems, fixed seed); and the
   issue's literal check, whether racing's accuracy lies inside the full ensemble's own bootstrap 95 %
@@ -57,6 +65,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from randopt import answer_cache  # noqa: E402
 from randopt import record as rec  # noqa: E402
 from randopt.config import ConfigError, load_schema, load_yaml, sigma_label, topk_size, validate  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
@@ -79,11 +88,13 @@ TARGETS = {"recall": 0.9, "seeds_per_s_ratio": 2.0}
 class ArmResult:
     """What the comparison reads from one finished run: rank's ranking table (rank, seed, sigma,
     train_reward, n_problems, gen_tokens[, partial]) and top-k lists, the vote stage's output
-    (problem_ids, ensemble_correct per fraction), and the record (optional: throughput, selection)."""
+    (problem_ids, ensemble_correct per fraction), the record (optional: throughput, selection), and
+    the answer cache's rows (optional: seed, sigma, problem, completion, correct)."""
     ranking: pd.DataFrame
     topk: list[dict]
     vote: dict
     record: dict | None = None
+    answers: pd.DataFrame | None = None
 
 
 def _members(frame: pd.DataFrame) -> list[tuple[int, float]]:
@@ -112,12 +123,19 @@ def kth_reward(rewards: pd.Series, k: int) -> float:
     return float(np.sort(rewards.to_numpy())[::-1][k - 1])
 
 
-def recall_with_ties(rewards: pd.Series, racing_topk: list[tuple[int, float]], k: int) -> dict:
+def recall_with_ties(rewards: pd.Series, racing_topk: list[tuple[int, float]], k: int,
+                     stopped: set[tuple[int, float]] = frozenset()) -> dict:
     """Recall of the full top-k by the racing top-k, ties at the cut counted as recalled.
 
     rewards: every member's full-evaluation train reward; racing_topk: the racing arm's top-k members
-    (seed, sigma), best first. A member is recalled when its full reward is at or above the full
-    ranking's k-th reward; recall = recalled / k (a racing list shorter than k loses the rest)."""
+    (seed, sigma), best first; stopped: the members racing stopped early. A member is recalled when its
+    full reward is at or above the full ranking's k-th reward; recall = recalled / k (a racing list
+    shorter than k loses the rest).
+
+    A miss has two possible causes, counted apart: racing stopped a member at or above the k-th
+    (stopped_at_or_above_kth: its decisions), or racing ranked its complete members otherwise than the
+    full arm did (the missed members are complete ones: their rewards differ between the arms when the
+    engine's answers depend on which problems share a batch; see answer_agreement)."""
     kth = kth_reward(rewards, k)
     if len(racing_topk) > k:
         raise ValueError(f"the racing top-{k} list has {len(racing_topk)} members")
@@ -130,6 +148,7 @@ def recall_with_ties(rewards: pd.Series, racing_topk: list[tuple[int, float]], k
     full_strict = set(rewards.sort_values(ascending=False, kind="mergesort").index[:k])
     return {"k": k, "kth_reward": kth, "recall": recalled / k, "recalled": int(recalled),
             "members_at_or_above_kth": int((rewards >= kth - REWARD_ATOL).sum()),
+            "stopped_at_or_above_kth": int(sum(rewards[m] >= kth - REWARD_ATOL for m in stopped)),
             "missed": [{"seed": s, "sigma": g, "full_reward": r}
                        for (s, g), r in zip(racing_topk, got) if r < kth - REWARD_ATOL],
             # The same lists member for member (no credit for ties): how much of the difference is
@@ -209,6 +228,23 @@ def reward_agreement(rewards: pd.Series, racing: pd.DataFrame) -> dict:
             "max_abs_difference": float(diff.max()) if diff.size else 0.0}
 
 
+def answer_agreement(full: pd.DataFrame, racing: pd.DataFrame) -> dict:
+    """The same (member, problem) answered in both arms: how often the completion (and its correctness)
+    differs. Full evaluation answers a member's problems in one batch, racing in one batch per slice; an
+    engine whose greedy answer depends on the batch's other prompts (bf16 kernels, padding) shows it here."""
+    key = ["seed", "sigma", "problem"]
+    both = full[key + ["completion", "correct"]].merge(racing[key + ["completion", "correct"]], on=key,
+                                                      suffixes=("_full", "_racing"))
+    if len(both) != len(racing):
+        raise InputError(f"{len(racing) - len(both)} of racing's answers have no full-arm answer to compare with")
+    completions = int((both["completion_full"] != both["completion_racing"]).sum())
+    correct = int((both["correct_full"] != both["correct_racing"]).sum())
+    n = len(both)
+    return {"pairs_compared": n, "completions_differing": completions, "correct_differing": correct,
+            "share_completions_differing": completions / n if n else 0.0,
+            "share_correct_differing": correct / n if n else 0.0}
+
+
 def compare(full: ArmResult, racing: ArmResult) -> dict:
     """The whole comparison of two finished arms on one population (see the module docstring)."""
     rewards = full_rewards(full.ranking)
@@ -234,7 +270,7 @@ def compare(full: ArmResult, racing: ArmResult) -> dict:
         if in_topk_stopped:
             raise InputError(f"racing top-k list {fraction} holds members that stopped early {in_topk_stopped[:3]}; "
                              f"top-k lists take complete members only")
-        recall[fraction] = recall_with_ties(rewards, racing_topk, k)
+        recall[fraction] = recall_with_ties(rewards, racing_topk, k, stopped)
     n_train = int(full.ranking["n_problems"].iloc[0])
     return {
         "population": len(rewards), "n_train": n_train,
@@ -243,6 +279,8 @@ def compare(full: ArmResult, racing: ArmResult) -> dict:
         "accuracy": {fraction: accuracy_comparison(full.vote, racing.vote, fraction) for fraction in ks},
         "cost": {"full": search_cost(full, n_train), "racing": search_cost(racing, n_train)},
         "racing_complete_rewards_vs_full": reward_agreement(rewards, racing.ranking),
+        "answer_agreement": (answer_agreement(full.answers, racing.answers)
+                             if full.answers is not None and racing.answers is not None else None),
         "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "method": "percentile, paired"},
     }
 
@@ -264,8 +302,12 @@ def load_arm(run_dir: Path) -> ArmResult:
     for name, path in paths.items():
         if not path.is_file():
             raise InputError(f"{path} is missing ({name}): the run's files do not match its record's config")
-    return ArmResult(ranking=pd.read_parquet(paths["ranking"]), topk=read_json(paths["topk"])["topk"],
-                     vote=read_json(paths["vote"]), record=record)
+    ranking = pd.read_parquet(paths["ranking"])
+    cache = run_dir / layout(run_keys(record["config"]))["answer_cache"]
+    answers = pd.concat([answer_cache.load(cache, seed, sigma) for seed, sigma in _members(ranking)],
+                        ignore_index=True)
+    return ArmResult(ranking=ranking, topk=read_json(paths["topk"])["topk"], vote=read_json(paths["vote"]),
+                     record=record, answers=answers)
 
 
 def compare_runs(full_dir: Path, racing_dir: Path) -> dict:
@@ -358,7 +400,9 @@ class Workflow:
                                f"{log_path}:\n{output[-4000:]}")
         print(f"[racing bench] {run_dir.name}: {name} took {seconds:.1f} s", flush=True)
         return {"seconds": seconds, "started_at": started_at, "ended_at": started_at + seconds,
-                "jobs": job_counts(output), "command": cmd}
+                "jobs": job_counts(output), "command": cmd,
+                # phases can run at different commits (calls days apart): each says which code it ran
+                "commit": rec.git_commit(REPO), "code_sha256": rec.code_sha256(REPO)}
 
 
 def fresh_dir(path: Path) -> Path:
@@ -534,10 +578,15 @@ def print_summary(report: dict) -> None:
     r = report["ratios_racing_over_full"]
     print(f"racing/full seeds/s: {r['seeds_per_s'] or float('nan'):.2f} (record), {r['seeds_per_s_call']:.2f} (call); "
           f"slots {r['slots_full_over_racing']:.2f}x fewer")
+    agreement = report.get("answer_agreement")
+    if agreement:
+        print(f"same (member, problem) in both arms: {agreement['share_completions_differing']:.1%} of completions and "
+              f"{agreement['share_correct_differing']:.1%} of correctness differ ({agreement['pairs_compared']} pairs)")
     for fraction, rc in report["recall"].items():
         acc = report["accuracy"][fraction]
         lo, hi = acc["difference_ci95"]
-        print(f"top {fraction}: k {rc['k']} recall {rc['recall']:.3f} (k-th reward {rc['kth_reward']:.3f}); test "
+        print(f"top {fraction}: k {rc['k']} recall {rc['recall']:.3f} (k-th reward {rc['kth_reward']:.3f}; racing "
+              f"stopped {rc['stopped_at_or_above_kth']} of the {rc['members_at_or_above_kth']} at or above it); test "
               f"full {acc['full_test']:.3f} racing {acc['racing_test']:.3f}, racing - full {acc['difference']:+.3f} "
               f"[{lo:+.3f}, {hi:+.3f}]; inside full's interval {acc['full_ci95']}: {acc['racing_inside_full_ci95']}")
     for sigma, s in report["sigma_spread"].items():

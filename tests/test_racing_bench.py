@@ -107,9 +107,28 @@ def test_recall_judges_racing_members_by_their_full_reward_not_their_racing_rewa
     result = compare(full_arm(), racing)
     assert [m["seed"] for m in racing.topk[0]["members"]] == [5, 0]
     assert result["recall"]["0.25"]["recall"] == 0.5
+    # seed 1 (full reward 0.7, tied with the k-th) was stopped: racing's own loss, counted apart
+    assert result["recall"]["0.25"]["stopped_at_or_above_kth"] == 1
+    assert compare(full_arm(), full_arm())["recall"]["0.25"]["stopped_at_or_above_kth"] == 0
+    json.dumps(result, allow_nan=False)      # the report is plain JSON (no numpy scalars)
     assert result["racing_complete_rewards_vs_full"]["members_differing"] == 1
     assert result["sigma_spread"]["0.002"]["stopped_by_racing"] == 1
     assert result["sigma_spread"]["0.002"]["by_fraction"]["0.25"]["stopped_by_racing"] == 1
+
+
+def test_answer_agreement_counts_pairs_answered_otherwise_in_the_two_arms():
+    rows = [(s, 0.002, p, f"c{s}-{p}", p % 2 == 0) for s in range(3) for p in range(4)]
+    full = pd.DataFrame(rows, columns=["seed", "sigma", "problem", "completion", "correct"])
+    racing = full[full["problem"] < 2].copy()                    # racing answered problems 0 and 1 only
+    racing.loc[(racing["seed"] == 1) & (racing["problem"] == 0), ["completion", "correct"]] = ["other", False]
+    racing.loc[(racing["seed"] == 2) & (racing["problem"] == 1), "completion"] = "other, as wrong"
+    agreement = racing_bench.answer_agreement(full, racing)
+    assert agreement == {"pairs_compared": 6, "completions_differing": 2, "correct_differing": 1,
+                         "share_completions_differing": 2 / 6, "share_correct_differing": 1 / 6}
+    arm = full_arm()
+    assert compare(arm, arm)["answer_agreement"] is None         # no answers given: not compared
+    with pytest.raises(InputError):
+        racing_bench.answer_agreement(full[full["seed"] != 2], racing)
 
 
 def test_sigma_spread_reports_each_sigmas_rewards_beside_the_cut():
@@ -242,6 +261,7 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     assert full["slots_evaluated"] == full["slots_full"] == 8 * 4 == full["selection"]["slots_evaluated"]
     assert racing["slots_evaluated"] == racing["selection"]["slots_evaluated"] <= 8 * 4
     assert racing["selection"]["mode"] == "racing" and len(racing["selection"]["rounds"]) == 2
+    assert report["answer_agreement"]["pairs_compared"] == racing["slots_evaluated"]
     assert full["seeds_per_s"] > 0 and racing["seeds_per_s"] > 0 and report["ratios_racing_over_full"]["seeds_per_s"] > 0
     assert all(s["reward_best"] == 0.0 for s in report["sigma_spread"].values())
     for fraction in ("0.25", "0.5"):
