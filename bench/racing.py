@@ -455,6 +455,7 @@ def arm_summary(arm: ArmResult, calls: dict, cost: dict) -> dict:
         # were all cached, starts none), as the record counts them
         "engine_starts": throughput.get("engine_starts_search"),
         "timings_s": record.get("timings_s"), "throughput": throughput,
+        "engine": record.get("engine"),   # with the compute dtype the search ran in (the CPU's bf16 or fp32)
         # the record's own account: problems per member, rounds and drops, slots and tokens against full
         "selection": record.get("selection"),
     }
@@ -546,7 +547,11 @@ def bench(args) -> dict | None:
               "slots_full_over_racing": arms["full"]["slots_evaluated"] / arms["racing"]["slots_evaluated"]}
     return {
         "what": "bench/racing.py: full evaluation against racing on one population (issue 17)",
+        # wall_s: from the prepare phase to this report, gaps between calls included; calls_s: the
+        # Snakemake calls' own seconds (setup, warm-up, each arm's search and rest)
         "created_utc": rec.now_utc(), "wall_s": time.time() - started,
+        "calls_s": calls["setup"]["seconds"] + calls["warmup"]["seconds"]
+        + sum(calls[arm][part]["seconds"] for arm in ARMS for part in ("search", "rest")),
         "control": args.control, "order": list(order),
         "warmup": "one seed at the first sigma through rank in its own directory, before both arms",
         "targets": {

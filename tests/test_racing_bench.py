@@ -262,6 +262,8 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     assert racing["slots_evaluated"] == racing["selection"]["slots_evaluated"] <= 8 * 4
     assert racing["selection"]["mode"] == "racing" and len(racing["selection"]["rounds"]) == 2
     assert report["answer_agreement"]["pairs_compared"] == racing["slots_evaluated"]
+    assert report["calls_s"] >= full["search_call_s"] + racing["search_call_s"] + full["rest_call_s"]
+    assert racing["engine"]["compute_dtype_resolved"]["dtype"] in ("bfloat16", "float32")
     assert full["seeds_per_s"] > 0 and racing["seeds_per_s"] > 0 and report["ratios_racing_over_full"]["seeds_per_s"] > 0
     assert all(s["reward_best"] == 0.0 for s in report["sigma_spread"].values())
     for fraction in ("0.25", "0.5"):
