@@ -67,6 +67,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from randopt import answer_cache  # noqa: E402
 from randopt import record as rec  # noqa: E402
+from randopt.jobstats import job_counts  # noqa: E402
 from randopt.config import ConfigError, load_schema, load_yaml, sigma_label, topk_size, validate  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.io import InputError, read_json, write_json_atomic, write_text_atomic  # noqa: E402
@@ -357,21 +358,6 @@ def warmup_overlay(config: dict, has_selection: bool) -> dict:
     if has_selection:
         overlay["selection"] = {"mode": "full"}
     return overlay
-
-
-def job_counts(output: str) -> dict[str, int]:
-    """Rule -> jobs Snakemake ran, from its 'Job stats' table (empty when nothing ran)."""
-    counts: dict[str, int] = {}
-    lines = output.splitlines()
-    if "Job stats:" not in lines:
-        return counts
-    for line in lines[lines.index("Job stats:") + 3:]:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break
-        if parts[0] not in ("total", "all"):
-            counts[parts[0]] = int(parts[1])
-    return counts
 
 
 class Workflow:

@@ -139,19 +139,9 @@ def file_states(root: Path, under: tuple[str, ...] = ("data", "results")) -> dic
 
 
 def jobs_run(proc: subprocess.CompletedProcess) -> dict[str, int]:
-    """Rule -> number of jobs Snakemake reports it ran (from its 'Job stats' table); the target rule
-    `all` runs nothing and is left out."""
-    counts: dict[str, int] = {}
-    lines = (proc.stdout + proc.stderr).splitlines()
-    if "Job stats:" not in lines:
-        return counts
-    for line in lines[lines.index("Job stats:") + 3:]:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break
-        if parts[0] not in ("total", "all"):
-            counts[parts[0]] = int(parts[1])
-    return counts
+    """Rule -> number of jobs Snakemake reports it ran (its 'Job stats' table); `all` left out."""
+    from randopt.jobstats import job_counts
+    return job_counts(proc.stdout + proc.stderr)
 
 
 def read_record(workdir: Path) -> dict:
