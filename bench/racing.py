@@ -68,7 +68,8 @@ sys.path.insert(0, str(REPO))
 from randopt import answer_cache  # noqa: E402
 from randopt import record as rec  # noqa: E402
 from randopt.jobstats import job_counts  # noqa: E402
-from randopt.config import ConfigError, load_schema, load_yaml, sigma_label, topk_size, validate  # noqa: E402
+from randopt.config import (ConfigError, effective_config, load_schema, load_yaml, sigma_label,  # noqa: E402
+                            topk_size)
 from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.io import InputError, read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from randopt.keys import run_keys  # noqa: E402
@@ -288,10 +289,10 @@ def compare(full: ArmResult, racing: ArmResult) -> dict:
 
 def run_paths(run_dir: Path, config: dict) -> dict[str, Path]:
     """The rank, vote and record files of a finished run, at the layout its config's keys give."""
-    keys = run_keys(config)
-    rank = run_dir / layout(keys)["rank"]
+    paths = layout(run_keys(config))
+    rank = run_dir / paths["rank"]
     return {"ranking": rank / "ranking.parquet", "topk": rank / "topk.json",
-            "vote": run_dir / "results" / "vote" / keys["eval"] / keys["population"] / "vote.json"}
+            "vote": run_dir / paths["vote"] / "vote.json"}
 
 
 def load_arm(run_dir: Path) -> ArmResult:
@@ -322,16 +323,6 @@ def compare_runs(full_dir: Path, racing_dir: Path) -> dict:
 def selection_in_schema() -> bool:
     """Whether this checkout's config has the `selection` block (racing)."""
     return "selection" in load_schema()["properties"]
-
-
-def effective_config(configfiles: list[Path]) -> dict:
-    """The config Snakemake runs: config/config.yaml with each file deep-merged over it in order (as
-    --configfile does), validated. Checked here so a bad overlay fails before any job runs."""
-    from snakemake.utils import update_config
-    config = load_yaml(REPO / "config" / "config.yaml")
-    for path in configfiles:
-        update_config(config, load_yaml(path))
-    return validate(config)
 
 
 def arm_overlays(base: dict, racing_knobs: dict, control: bool, has_selection: bool) -> dict[str, dict]:

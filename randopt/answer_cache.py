@@ -74,8 +74,9 @@ def load(cache_dir: str | Path, seed: int, sigma: float) -> pd.DataFrame:
     return table[COLUMNS].sort_values("problem", kind="mergesort").reset_index(drop=True)
 
 
-def write_part(cache_dir: str | Path, rows: pd.DataFrame) -> Path:
-    """Cache one evaluation of one member (rows of a single (seed, sigma)), atomically."""
+def write_part(cache_dir: str | Path, rows: pd.DataFrame) -> pd.DataFrame:
+    """Cache one evaluation of one member (rows of a single (seed, sigma)), atomically; the rows as
+    cached (with their part name), so a caller can add them to what it loaded without reading again."""
     members = rows[["seed", "sigma"]].drop_duplicates()
     if len(members) != 1:
         raise ValueError(f"a cache part holds one member's rows, got {len(members)} members")
@@ -85,7 +86,7 @@ def write_part(cache_dir: str | Path, rows: pd.DataFrame) -> Path:
     path = member_dir(cache_dir, seed, sigma) / f"{name}.parquet"
     with atomic_path(path) as tmp:
         rows.to_parquet(tmp, index=False)
-    return path
+    return rows
 
 
 def missing_problems(cached: pd.DataFrame, problems) -> list[int]:

@@ -69,6 +69,17 @@ def load_yaml(path: str | Path) -> dict:
 EXACT_MAX_PROBLEMS = 1000
 
 
+def effective_config(configfiles) -> dict:
+    """The config a workflow run uses: config/config.yaml with each --configfile deep-merged over it in
+    order (Snakemake's rule), validated. For tools that read a run without Snakemake (make status,
+    bench/racing.py)."""
+    from snakemake.utils import update_config
+    config = load_yaml(SCHEMA_PATH.parent / "config.yaml")
+    for path in configfiles:
+        update_config(config, load_yaml(path))
+    return validate(config)
+
+
 def population_size(config: dict) -> int:
     return config["population"]["n_seeds"] * len(config["population"]["sigmas"])
 

@@ -93,8 +93,9 @@ class CachedScorer:
             rows = evaluate_weights(engine, [self.prompts[i] for i in todo], [self.problems[i] for i in todo],
                                     self.spec, seed, sigma)
             rows.insert(2, "problem", todo)
-            answer_cache.write_part(self.cache_dir, rows)
-            cached = answer_cache.load(self.cache_dir, seed, sigma)
+            written = answer_cache.write_part(self.cache_dir, rows)
+            cached = (pd.concat([cached, written], ignore_index=True) if len(cached) else written) \
+                .sort_values("problem", kind="mergesort").reset_index(drop=True)
             self.slots_evaluated += len(todo)
             self.members_evaluated.append((int(seed), float(sigma)))
         wanted = set(int(i) for i in indices)

@@ -20,6 +20,7 @@ def layout(keys: dict[str, str]) -> dict[str, str]:
         "race": f"results/race/{keys['eval']}/{keys['race']}" if keys.get("race") else None,
         "rank": f"results/rank/{keys['eval']}/{keys['population']}",
         "members": f"results/members/{keys['eval']}",
+        "vote": f"results/vote/{keys['eval']}/{keys['population']}",
         "bpb": f"results/bpb/{keys['bpb']}",
         "export": f"results/export/{keys['eval']}/{keys['population']}",
         "benchmarks": "results/benchmarks",

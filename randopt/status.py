@@ -19,10 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from randopt.config import ConfigError, sigma_label, validate
+from randopt.config import ConfigError, effective_config, sigma_label
 from randopt.keys import run_keys
 
-REPO = Path(__file__).resolve().parents[1]
 # evaluate_shard's line per seed: "(T s)" when generated, "(cached)" when read back from the answer cache
 SEED_LINE = re.compile(r"\bseed (\d+) sigma \S+: reward \S+ \((?:([0-9.]+) s|cached)\)")
 FAILED = re.compile(r"^(error: |Traceback )", re.M)
@@ -44,16 +43,6 @@ class Shard:
     @property
     def stem(self) -> str:
         return f"sigma={self.sigma}/seeds_{self.first:04d}-{self.last:04d}"
-
-
-def effective_config(configfiles: list[str]) -> dict:
-    """The workflow's config: config/config.yaml, then each file merged over it (Snakemake's rule)."""
-    from snakemake.utils import update_config
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    for path in configfiles:
-        overlay = yaml.safe_load(Path(path).read_text()) or {}
-        update_config(config, overlay)
-    return validate(config)
 
 
 def shard_ranges(config: dict) -> list[tuple[int, int]]:

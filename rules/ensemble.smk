@@ -40,7 +40,7 @@ rule vote:
         topk=f"{RANK}/topk.json",
         test=f"{DATA_GSM8K}/test.jsonl",
     output:
-        vote=f"results/vote/{KEYS['eval']}/{KEYS['population']}/vote.json",
+        vote=f"{VOTE}/vote.json",
     log:
         "logs/vote.log",
     benchmark:
