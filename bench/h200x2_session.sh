@@ -38,6 +38,7 @@ PADDED=data/padded/smollm2-h12-kv4  # bench/h200x2_tp2.yaml's model.path
 mkdir -p "$OUT" "$KEEP"
 status=0
 SMK="python3 -m snakemake --cores 32"
+RACE_TAG=${RACE_TAG:-h200x2_racing}   # the racing parts' output names (bench/<tag>.json, <tag>_<arm>_record.json)
 
 # A prepared model dir, by its manifest: SmolLM2 from the wheel, or the padded model (source local).
 prepared() {
@@ -194,11 +195,11 @@ sys.exit(not (r['engine']['tensor_parallel_size'] == $tp and r['model']['source'
       # record is issue 14's larger protocol (frac_at_or_above_base per sigma, the gain's interval).
       phase=${part#race-}
       { timeout 580 python3 bench/racing.py --configfile bench/racing_h200.yaml --workdir /tmp/racing-h200 \
-          --out "$OUT/h200x2_racing.json" --cores 32 --resources gpu=2 --phases "$phase" \
+          --out "$OUT/${RACE_TAG}.json" --cores 32 --resources gpu=2 --phases "$phase" \
           || echo "PART FAILED: racing $phase"
         arm=/tmp/racing-h200/$phase
         if [ -f "$arm/results/record.json" ]; then
-          cp "$arm/results/record.json" "$OUT/h200x2_racing_${phase}_record.json"
+          cp "$arm/results/record.json" "$OUT/${RACE_TAG}_${phase}_record.json"
           tar -czf "$OUT/race-$phase-logs.tgz" -C "$arm" logs 2>/dev/null \
             $(cd "$arm" && ls -d results/rank results/race bench_*.log 2>/dev/null)
         fi

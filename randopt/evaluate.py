@@ -43,14 +43,20 @@ def score_completions(problems: list[dict], completions) -> list[dict]:
 
 
 def evaluate_weights(engine: Engine, prompts: list[str], problems: list[dict], spec: DecodeSpec,
-                     seed: int, sigma: float) -> pd.DataFrame:
-    """Set the weights to (seed, sigma), or base for seed == BASE, and score every problem."""
+                     seed: int, sigma: float, batches: list[list[int]] | None = None) -> pd.DataFrame:
+    """Set the weights to (seed, sigma), or base for seed == BASE, and score every problem.
+
+    batches: positions in prompts, one generate call each (the answer blocks of
+    randopt/answer_blocks.py), in the order the rows come out; None: one call for all prompts."""
     t0 = time.perf_counter()
     switch_weights(engine, seed, sigma)
     t1 = time.perf_counter()
-    completions = engine.generate(prompts, spec.max_tokens, list(spec.stop))
+    batches = batches if batches is not None else [list(range(len(prompts)))]
+    completions, order = [], [i for batch in batches for i in batch]
+    for batch in batches:
+        completions += engine.generate([prompts[i] for i in batch], spec.max_tokens, list(spec.stop))
     t2 = time.perf_counter()
-    rows = pd.DataFrame(score_completions(problems, completions))
+    rows = pd.DataFrame(score_completions([problems[i] for i in order], completions))
     rows.insert(0, "sigma", float(sigma))
     rows.insert(0, "seed", int(seed))
     rows["switch_s"] = t1 - t0
@@ -64,10 +70,14 @@ class CachedScorer:
     A member's answers already cached are read back; only the missing (member, problem) pairs are
     generated, and each member's new answers are cached as soon as it is done. The engine (and the
     prompts, which need its tokenizer) start on the first member that lacks an answer, so a job whose
-    members are all cached starts no engine."""
+    members are all cached starts no engine.
 
-    def __init__(self, make_engine, problems: list[dict], spec: DecodeSpec, cache_dir: str):
+    answer_blocks (randopt/answer_blocks.py): missing problems are generated block by block, each
+    block's in one engine call, so a problem's answer comes from the same batch in every mode."""
+
+    def __init__(self, make_engine, problems: list[dict], spec: DecodeSpec, cache_dir: str, answer_blocks):
         self._make_engine, self.problems, self.spec, self.cache_dir = make_engine, problems, spec, cache_dir
+        self.answer_blocks = answer_blocks
         self.engine: Engine | None = None
         self.prompts: list[str] | None = None
         self.load_s = 0.0
@@ -86,12 +96,16 @@ class CachedScorer:
         """Member (seed, sigma)'s rows for the problems at `indices` (rows of the frozen split), in
         problem order, generating those not cached yet."""
         from randopt import answer_cache
+        from randopt.answer_blocks import group_by_block
         cached = answer_cache.load(self.cache_dir, seed, sigma)
         todo = answer_cache.missing_problems(cached, indices)
         if todo:
             engine = self._ensure_engine()
+            groups = group_by_block(todo, self.answer_blocks)
+            todo = [i for group in groups for i in group]
+            position = {problem: i for i, problem in enumerate(todo)}
             rows = evaluate_weights(engine, [self.prompts[i] for i in todo], [self.problems[i] for i in todo],
-                                    self.spec, seed, sigma)
+                                    self.spec, seed, sigma, [[position[i] for i in g] for g in groups])
             rows.insert(2, "problem", todo)
             written = answer_cache.write_part(self.cache_dir, rows)
             cached = (pd.concat([cached, written], ignore_index=True) if len(cached) else written) \

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from randopt import answer_blocks
 from randopt.config import gsm8k_source, heldout_source
 from randopt.engines import compute_dtype
 from randopt.io import canonical_json
@@ -70,6 +71,10 @@ def run_keys(config: dict) -> dict[str, str]:
     # What changes the numbers an engine produces: not the device count of a job, but its numerics.
     numerics = {k: e[k] for k in ("kind", "device", "batch_size", "tensor_parallel_size")}
     numerics["compute_dtype"] = compute_dtype.for_config(config)[0]  # resolved: auto differs between CPUs
+    # The torch engine answers in fixed blocks of a seeded problem order (randopt/answer_blocks.py): the
+    # order's seed decides which problems share a batch, and so the answers.
+    if answer_blocks.block_size(e) is not None:
+        numerics["answer_order_seed"] = (config.get("selection") or {}).get("order_seed", 0)
     # The delta switch's drift changes the weights a seed gets (only when chosen: default keys stay).
     if config["perturbation"]["switch"] != "reconstruct":
         numerics["switch"] = config["perturbation"]["switch"]

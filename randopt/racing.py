@@ -62,7 +62,9 @@ at most once, since each round's slice is disjoint from every earlier one.
 
 Rounds: the checkpoints (problems seen per member) grow geometrically, first_slice, first_slice *
 growth, ... up to n, so a round costs about the same as the previous one while the field shrinks;
-a last slice under half the previous one is folded into it (one round = one wave of jobs).
+a last slice under half the previous one is folded into it (one round = one wave of jobs). With the
+torch engine each checkpoint is rounded up to whole answer blocks of engine.batch_size problems
+(randopt/answer_blocks.py), so a slice is batched exactly as full evaluation batches it.
 
 The knobs, their defaults and meanings: config/schema.yaml, block selection (the one source of
 defaults); docs/racing.md says how the rounds become Snakemake jobs (rules/racing.smk).
@@ -76,6 +78,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from randopt.answer_blocks import problem_order
 from randopt.config import EXACT_MAX_PROBLEMS, load_schema  # rule exact's tables: about 10 s at 1000 problems
 from randopt.io import InputError
 
@@ -96,6 +99,10 @@ class RacingConfig:
     miss_budget: float = DEFAULTS["miss_budget"]
     delta: float = DEFAULTS["delta"]
     order_seed: int = DEFAULTS["order_seed"]
+    # Not a selection key: the engine's fixed answer block (randopt/answer_blocks.py; 1 for vLLM).
+    # Checkpoints are whole blocks, so a racing slice batches each problem with the same problems
+    # as full evaluation does.
+    block: int = 1
 
     def __post_init__(self):
         if self.rule not in RULES:
@@ -111,17 +118,20 @@ class RacingConfig:
                 raise InputError(f"selection.{key} must lie strictly between 0 and 1, got {value!r}")
         if not _is_int(self.order_seed) or self.order_seed < 0:
             raise InputError(f"selection.order_seed must be an integer >= 0, got {self.order_seed!r}")
+        if not _is_int(self.block) or self.block < 1:
+            raise InputError(f"the answer block must be an integer >= 1 (engine.batch_size), got {self.block!r}")
 
     @classmethod
-    def from_selection(cls, selection: dict) -> "RacingConfig":
-        """From the config's selection block (mode must be racing; unknown keys are errors)."""
+    def from_selection(cls, selection: dict, block: int | None = None) -> "RacingConfig":
+        """From the config's selection block (mode must be racing; unknown keys are errors) and the
+        engine's answer block (answer_blocks.block_size: None or 1 for vLLM)."""
         unknown = sorted(set(selection) - set(DEFAULTS))
         if unknown:
             raise InputError(f"selection has unknown keys {unknown}; the known ones are {sorted(DEFAULTS)}")
         mode = selection.get("mode", DEFAULTS["mode"])
         if mode != "racing":
             raise InputError(f"selection.mode is {mode!r}: racing knobs apply only with mode: racing")
-        return cls(**{k: v for k, v in selection.items() if k != "mode"})
+        return cls(**{k: v for k, v in selection.items() if k != "mode"}, block=int(block or 1))
 
 
 def _is_int(value) -> bool:
@@ -135,13 +145,15 @@ def _is_number(value) -> bool:
 # ----------------------------------------------------------------------------------------- rounds
 
 def checkpoints(n_problems: int, config: RacingConfig) -> list[int]:
-    """Problems seen per racing member after each round: first_slice, *growth, ..., n_problems."""
+    """Problems seen per racing member after each round: first_slice, *growth, ..., n_problems, each
+    rounded up to whole answer blocks (config.block)."""
     if not _is_int(n_problems) or n_problems < 1:
         raise InputError(f"racing needs at least one train problem, got n_problems={n_problems!r}")
     marks, m = [], float(config.first_slice)
     while round(m) < n_problems:
-        if not marks or round(m) > marks[-1]:
-            marks.append(int(round(m)))
+        mark = -(-int(round(m)) // config.block) * config.block
+        if mark < n_problems and (not marks or mark > marks[-1]):
+            marks.append(mark)
         m *= config.growth
     # A last slice under half the previous one buys little and costs a round (a wave of jobs):
     # fold it into the previous round.
@@ -156,7 +168,7 @@ def plan_rounds(n_problems: int, config: RacingConfig) -> list[np.ndarray]:
     The slices together hold every problem exactly once. The order is random (seeded by
     config.order_seed) because both rules treat the problems seen so far as a random sample.
     """
-    order = np.random.default_rng(config.order_seed).permutation(n_problems)
+    order = problem_order(n_problems, config.order_seed)
     marks = [0] + checkpoints(n_problems, config)
     return [np.sort(order[a:b]) for a, b in zip(marks[:-1], marks[1:])]
 
@@ -412,15 +424,18 @@ def population_members(n_seeds: int, sigmas: list[float]) -> list[Member]:
     return [(seed, float(sigma)) for sigma in sigmas for seed in range(n_seeds)]
 
 
-def chunk_members(racing: list[Member], chunk: int, chunk_size: int) -> list[Member]:
+def chunk_members(racing: list[Member], chunk: int, chunk_size: int, parallel: int = 1) -> list[Member]:
     """The members race_slice job `chunk` of a round evaluates.
 
-    A round has a fixed number of chunk jobs (known at DAG build: the population over chunk_size), but
-    only ceil(racing / chunk_size) of them get members, split evenly: as the field thins, fewer jobs
-    start an engine (the others write an empty table), and those that do share the work alike."""
-    if chunk_size < 1 or chunk < 0:
-        raise InputError(f"chunk {chunk} of size {chunk_size}: both must be positive (chunk from 0)")
-    active = math.ceil(len(racing) / chunk_size)
+    A round has a fixed number of chunk jobs (known at DAG build: the population over chunk_size, and
+    at least `parallel`, the jobs that can run side by side, e.g. one per GPU). The racing members are
+    split evenly over ceil(racing / chunk_size) of them, but over no fewer than `parallel` (while there
+    are members to split): a round then keeps every GPU busy, and as the field thins, fewer jobs start
+    an engine (the others write an empty table)."""
+    if chunk_size < 1 or chunk < 0 or parallel < 1:
+        raise InputError(f"chunk {chunk} of size {chunk_size}, {parallel} side by side: sizes must be positive "
+                         "(chunk from 0)")
+    active = min(len(racing), max(math.ceil(len(racing) / chunk_size), parallel))
     if chunk >= active:
         return []
     return [tuple(m) for m in np.array_split(np.array(racing, dtype=object), active)[chunk].tolist()]

@@ -92,9 +92,11 @@ def racing_report(run_dir: Path, config: dict) -> str:
     """Under selection.mode racing: the rounds decided so far and the members still racing."""
     from randopt.config import population_size
     from randopt.io import read_json
+    from randopt.answer_blocks import block_size
     from randopt.racing import RacingConfig, checkpoints
     keys = run_keys(config)
-    marks = checkpoints(config["gsm8k"]["n_train"], RacingConfig.from_selection(config["selection"]))
+    marks = checkpoints(config["gsm8k"]["n_train"],
+                        RacingConfig.from_selection(config["selection"], block_size(config["engine"])))
     race = run_dir / "results" / "race" / keys["eval"] / keys["race"]
     decided = [read_json(p) for p in sorted(race.glob("round=*/survivors.json"))]
     racing = len(decided[-1]["keep"]) if decided else population_size(config)

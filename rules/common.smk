@@ -11,6 +11,7 @@ from randopt.config import (ConfigError, check_model_files, gsm8k_source, heldou
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.keys import code_version, run_keys
 from randopt.paths import layout
+from randopt.answer_blocks import block_size
 from randopt.racing import RacingConfig, checkpoints
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
@@ -97,20 +98,6 @@ def get_shard_stems():
 
 def get_shards(suffix=".parquet"):
     return [f"{SHARDS}/{stem}{suffix}" for stem in get_shard_stems()]
-
-
-# Racing (selection.mode racing, rules/racing.smk): the rounds are a pure function of the split size and
-# the knobs, so the whole DAG is known at build time; each round has RACE_CHUNKS race_slice jobs.
-RACING = config["selection"]["mode"] == "racing"
-if RACING:
-    try:
-        RACE_CONFIG = RacingConfig.from_selection(config["selection"])
-    except ValueError as err:
-        raise WorkflowError(f"invalid config: {err}")
-    RACE_ROUNDS = len(checkpoints(config["gsm8k"]["n_train"], RACE_CONFIG))
-    RACE_CHUNKS = -(-population_size(config) // config["population"]["shard_size"])
-    # k of the largest top-k: every smaller top-k list lies inside it
-    RACE_K = max(topk_size(f, population_size(config)) for f in config["topk"]["fractions"])
 
 
 def race_chunk_stems(round_index):
@@ -201,6 +188,32 @@ def local_gpus():
 # cluster (the scheduler assigns devices) and without --resources gpu=N.
 LOCAL_GPUS = local_gpus()
 GPU_SLOTS = f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else ""
+
+
+# The torch engine answers train problems in fixed blocks of a seeded order (randopt/answer_blocks.py),
+# so a problem's answer never depends on the mode that asked for it; None (vLLM): one block.
+ANSWER_BLOCK = block_size(config["engine"])
+ORDER_SEED = config["selection"]["order_seed"]
+
+
+# Racing (selection.mode racing, rules/racing.smk): the rounds are a pure function of the split size and
+# the knobs, so the whole DAG is known at build time; each round has RACE_CHUNKS race_slice jobs.
+RACING = config["selection"]["mode"] == "racing"
+if RACING:
+    try:
+        RACE_CONFIG = RacingConfig.from_selection(config["selection"], ANSWER_BLOCK)
+    except ValueError as err:
+        raise WorkflowError(f"invalid config: {err}")
+    RACE_ROUNDS = len(checkpoints(config["gsm8k"]["n_train"], RACE_CONFIG))
+    # race_slice jobs that can run side by side: one per GPU group under --resources gpu=N. A round splits
+    # its members over at least that many jobs, so no GPU idles while another races (on the CPU a job
+    # takes every core: one at a time; on a cluster the shard size alone decides).
+    RACE_PARALLEL = LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1
+    RACE_CHUNKS = max(-(-population_size(config) // config["population"]["shard_size"]), RACE_PARALLEL)
+    # k of the largest top-k: every smaller top-k list lies inside it
+    RACE_K = max(topk_size(f, population_size(config)) for f in config["topk"]["fractions"])
+
+
 
 
 def job_threads(gpu_stage=True):

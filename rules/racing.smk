@@ -29,6 +29,8 @@ rule race_slice:
         round=lambda wc: int(wc.round),
         chunk=lambda wc: int(wc.chunk),
         chunk_size=config["population"]["shard_size"],
+        parallel=RACE_PARALLEL,
+        block_size=ANSWER_BLOCK or 0,
         survivors=lambda wc, input: f"--survivors {input.survivors}" if input.survivors else "",
         cache=ANSWER_CACHE,
         code=code_version("engine", "eval"),
@@ -44,7 +46,8 @@ rule race_slice:
     shell:
         "{PY} scripts.race_slice {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
         " --selection {params.selection} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
-        " --round {params.round} --chunk {params.chunk} --chunk-size {params.chunk_size} {params.survivors}"
+        " --round {params.round} --chunk {params.chunk} --chunk-size {params.chunk_size}"
+        " --parallel {params.parallel} --block-size {params.block_size} {params.survivors}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
 
@@ -58,6 +61,7 @@ rule race_round:
     params:
         selection=q(config["selection"]),
         n_train=config["gsm8k"]["n_train"],
+        block_size=ANSWER_BLOCK or 0,
         k=RACE_K,
         n_seeds=config["population"]["n_seeds"],
         sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
@@ -68,5 +72,5 @@ rule race_round:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.race_round --tables {input.tables} {params.survivors} --selection {params.selection}"
-        " --n-train {params.n_train} --k {params.k} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
+        " --block-size {params.block_size} --n-train {params.n_train} --k {params.k} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
         " --round {params.round} --out {output.survivors} 2> {log}"

@@ -15,6 +15,8 @@ rule evaluate_shard:
         first=lambda wc: int(wc.first),
         last=lambda wc: int(wc.last),
         cache=ANSWER_CACHE,
+        block_size=ANSWER_BLOCK or 0,
+        order_seed=ORDER_SEED,
         code=code_version("engine", "eval"),
     threads: job_threads()
     resources:
@@ -29,6 +31,7 @@ rule evaluate_shard:
     shell:
         "{PY} scripts.evaluate_shard {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
+        " --block-size {params.block_size} --order-seed {params.order_seed}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
 

@@ -21,6 +21,10 @@ def parse_args(argv=None):
     p.add_argument("--round", type=int, required=True, help="the round (0 first)")
     p.add_argument("--chunk", type=int, required=True, help="which chunk of the round's racing members (0 first)")
     p.add_argument("--chunk-size", type=int, required=True, help="racing members per chunk at most")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="race_slice jobs that can run side by side (GPUs): a round splits its members over at least this many")
+    p.add_argument("--block-size", type=int, default=0,
+                   help="problems per fixed answer block, each one engine call (randopt/answer_blocks.py); 0: one block")
     p.add_argument("--survivors", default=None, help="the previous round's survivors JSON (not in round 0)")
     p.add_argument("--cache-dir", required=True, help="the answer cache shared with evaluate_shard")
     p.add_argument("--out", required=True, help="parquet: the chunk's rows on the round's problems")
@@ -33,7 +37,8 @@ def main(argv=None) -> int:
     return run_stage("race_slice", partial(
         race_slice.run, make_engine=partial(engine_from_args, args), decode=args.decode, train=args.train,
         selection=args.selection, n_seeds=args.n_seeds, sigmas=args.sigmas, round_index=args.round,
-        chunk=args.chunk, chunk_size=args.chunk_size, survivors=args.survivors, cache_dir=args.cache_dir,
+        chunk=args.chunk, chunk_size=args.chunk_size, parallel=args.parallel, block_size=args.block_size or None,
+        survivors=args.survivors, cache_dir=args.cache_dir,
         out=args.out, timings=args.timings))
 
 

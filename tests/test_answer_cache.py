@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from randopt import answer_cache
+from randopt.answer_blocks import blocks
 from randopt.io import InputError
 
 
@@ -66,13 +67,64 @@ def test_the_scorer_generates_only_what_is_missing_and_starts_no_engine_when_all
         starts.append(1)
         return make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=4)
 
-    scorer = CachedScorer(engine, problems, spec, str(tmp_path))
+    scorer = CachedScorer(engine, problems, spec, str(tmp_path), blocks(4, 0, None))
     first = scorer.answers(7, 0.02, [0, 2])
     assert first["problem"].tolist() == [0, 2] and scorer.slots_evaluated == 2
     both = scorer.answers(7, 0.02, [0, 1, 2, 3])
     assert both["problem"].tolist() == [0, 1, 2, 3] and scorer.slots_evaluated == 4  # 1 and 3 only
     assert both[both["problem"].isin([0, 2])].reset_index(drop=True).equals(first)  # read back, not redone
     assert len(starts) == 1 and scorer.members_evaluated == [(7, 0.02), (7, 0.02)]
-    again = CachedScorer(engine, problems, spec, str(tmp_path))
+    again = CachedScorer(engine, problems, spec, str(tmp_path), blocks(4, 0, None))
     assert again.answers(7, 0.02, [3, 1])["problem"].tolist() == [1, 3]
     assert again.engine is None and again.slots_evaluated == 0 and len(starts) == 1
+
+
+class BatchSpy:
+    """The real torch engine, with a record of the prompts of each generate call."""
+
+    def __init__(self, engine):
+        self.engine, self.calls = engine, []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def generate(self, prompts, max_tokens, stop):
+        self.calls.append(list(prompts))
+        return self.engine.generate(prompts, max_tokens, stop)
+
+
+def test_every_answer_comes_from_its_fixed_block_whatever_was_asked_before(tmp_path, tiny_model_dir):
+    """The torch engine's answer depends on the prompts batched with it, so the scorer batches by
+    fixed blocks of the seeded order: racing's slices and full evaluation's whole split, in any
+    order through the cache, give each problem the same batch and so the same answer."""
+    from randopt.engines import make_engine
+    from randopt.evaluate import CachedScorer, DecodeSpec
+    problems = [{"id": f"train-{i}", "question": f"What is {i} + {2 * i}?", "answer": f"#### {3 * i}"}
+                for i in range(10)]
+    spec = DecodeSpec.from_config({"max_tokens": 4})
+    cut = blocks(10, 3, 4)                   # blocks of 4, 4 and 2 problems of a seeded order
+    block_of = {int(p): b for b, block in enumerate(cut) for p in block}
+    spies = []
+
+    def engine():
+        spies.append(BatchSpy(make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=4)))
+        return spies[-1]
+
+    def prompt_blocks(scorer, calls):
+        index = {prompt: i for i, prompt in enumerate(scorer.prompts)}
+        return [sorted(block_of[index[p]] for p in call) for call in calls]
+
+    whole = CachedScorer(engine, problems, spec, str(tmp_path / "full"), cut)
+    full = whole.answers(5, 0.02, range(10))
+    # three calls, each exactly one block's prompts in the block's order
+    assert prompt_blocks(whole, spies[0].calls) == [[0] * 4, [1] * 4, [2] * 2]
+    assert [[whole.prompts.index(p) for p in call] for call in spies[0].calls] == [b.tolist() for b in cut]
+
+    # racing: the first block, then the rest, through the cache
+    raced = CachedScorer(engine, problems, spec, str(tmp_path / "racing"), cut)
+    first = raced.answers(5, 0.02, cut[0])
+    rest = raced.answers(5, 0.02, range(10))
+    assert prompt_blocks(raced, spies[1].calls) == [[0] * 4, [1] * 4, [2] * 2]
+    columns = ["problem", "completion", "correct", "n_tokens", "finish"]   # answer: None or NaN after parquet
+    assert rest[columns].to_dict("list") == full[columns].to_dict("list")
+    assert rest[rest["problem"].isin(cut[0].tolist())][columns].to_dict("list") == first[columns].to_dict("list")

@@ -230,6 +230,42 @@ def test_chunks_split_the_racing_members_evenly_over_as_few_jobs_as_the_chunk_si
         chunk_members(racing, 0, 0)
 
 
+def test_a_round_splits_its_members_over_every_job_that_can_run_side_by_side():
+    """With two GPUs a round's members go to at least two jobs, however large the chunk size, so
+    neither GPU idles while the other races (bench/h200x2_racing.json measured one job on one GPU)."""
+    from randopt.racing import chunk_members, population_members
+    racing = population_members(5, [0.01, 0.02])
+    assert [len(chunk_members(racing, c, 100, parallel=2)) for c in range(2)] == [5, 5]
+    assert [len(chunk_members(racing, c, 100)) for c in range(2)] == [10, 0]
+    assert [len(chunk_members(racing, c, 4, parallel=2)) for c in range(3)] == [4, 3, 3]
+    assert [len(chunk_members(racing[:1], c, 100, parallel=2)) for c in range(2)] == [1, 0]
+    with pytest.raises(InputError):
+        chunk_members(racing, 0, 4, parallel=0)
+
+
+@pytest.mark.parametrize("n_problems,first_slice,growth,block,marks", [
+    (64, 16, 2.0, 16, [16, 32, 64]),
+    (64, 10, 2.0, 16, [16, 32, 48, 64]),  # 10, 20, 40 rounded up to 16, 32, 48
+    (128, 20, 2.0, 32, [32, 64, 96, 128]),
+    (100, 30, 3.0, 32, [32, 100]),        # 30 -> 32, 90 -> 96, whose last slice of 4 is folded in
+    (24, 6, 2.0, 8, [8, 16, 24]),
+    (16, 20, 2.0, 64, [16]),              # one block holds the split: one round, no decision
+])
+def test_checkpoints_are_whole_answer_blocks(n_problems, first_slice, growth, block, marks):
+    config = RacingConfig(first_slice=first_slice, growth=growth, block=block)
+    got = checkpoints(n_problems, config)
+    assert all(m % block == 0 for m in got[:-1]) and got[-1] == n_problems
+    assert got == marks
+    slices = plan_rounds(n_problems, config)
+    assert sorted(np.concatenate(slices).tolist()) == list(range(n_problems))
+    # each slice is whole blocks of the seeded order the scorer batches by
+    from randopt.answer_blocks import blocks
+    cut = [set(b.tolist()) for b in blocks(n_problems, config.order_seed, block)]
+    for slice_ in slices:
+        members = set(slice_.tolist())
+        assert all(b <= members or not (b & members) for b in cut)
+
+
 def test_racing_ranks_complete_members_first_and_marks_the_stopped_ones_partial():
     from randopt.rank import rank_population, top_k
     table = []

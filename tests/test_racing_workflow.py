@@ -26,13 +26,16 @@ from tests.workflow import effective_config, jobs_run, read_record, run_workflow
 pytestmark = pytest.mark.slow
 
 N_TRAIN = 24
+BLOCK = 6
 RACING = {"mode": "racing", "first_slice": 6, "growth": 2.0, "miss_budget": 0.2}   # checkpoints 6, 12, 24
 STRONG = {(0, 0.01), (1, 0.01), (0, 0.02), (1, 0.02)}
 
 
 def config_with(model_dir, selection: dict) -> dict:
-    # 4 seeds x 2 sigmas = 8 members, top 25 % and 50 % (k = 2 and 4); chunks of 4 members: 2 jobs a round
-    return tiny_config(model_dir, gsm8k={"n_train": N_TRAIN}, population={"shard_size": 4}, selection=selection)
+    # 4 seeds x 2 sigmas = 8 members, top 25 % and 50 % (k = 2 and 4); chunks of 4 members: 2 jobs a round.
+    # Batches of 6: the torch engine answers in fixed blocks of 6 problems, so the slices are whole blocks.
+    return tiny_config(model_dir, gsm8k={"n_train": N_TRAIN}, population={"shard_size": 4}, selection=selection,
+                       engine={"batch_size": BLOCK})
 
 
 def paths_of(config: dict) -> dict:
@@ -42,7 +45,7 @@ def paths_of(config: dict) -> dict:
 
 def seed_first_round(workdir, config: dict) -> list[int]:
     """Round 0's answers of every member in the answer cache: the strong members right, the others wrong."""
-    first = plan_rounds(N_TRAIN, RacingConfig.from_selection(RACING))[0].tolist()
+    first = plan_rounds(N_TRAIN, RacingConfig.from_selection(RACING, BLOCK))[0].tolist()
     cache = workdir / paths_of(config)["answer_cache"]
     for seed in range(4):
         for sigma in (0.01, 0.02):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from randopt import answer_cache
+from randopt import answer_blocks, answer_cache
 from randopt.cli import log
 from randopt.engines.args import engine_compute_dtype
 from randopt.engines.base import Engine
@@ -22,13 +22,14 @@ from randopt.progress import progress
 
 
 def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: float, first_seed: int,
-        last_seed: int, cache_dir: str, out: str, timings: str) -> None:
+        last_seed: int, block_size: int | None, order_seed: int, cache_dir: str, out: str, timings: str) -> None:
     if last_seed < first_seed or first_seed < 0:
         raise ValueError(f"bad seed range {first_seed}..{last_seed}")
     started_at, start = time.time(), time.perf_counter()
     verify_against_manifest(train)
     problems = read_jsonl(train, required=("id", "question", "answer"))
-    scorer = CachedScorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir)
+    scorer = CachedScorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir,
+                          answer_blocks.blocks(len(problems), order_seed, block_size))
     everything = range(len(problems))
     frames = []
     seeds = range(first_seed, last_seed + 1)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from randopt import answer_cache
+from randopt import answer_blocks, answer_cache
 from randopt.cli import log
 from randopt.engines.base import Engine
 from randopt.evaluate import CachedScorer, DecodeSpec
@@ -19,10 +19,10 @@ from randopt.stages.evaluate_shard import scoring_timings
 
 
 def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, selection: dict, n_seeds: int,
-        sigmas: list[float], round_index: int, chunk: int, chunk_size: int, survivors: str | None,
-        cache_dir: str, out: str, timings: str) -> None:
+        sigmas: list[float], round_index: int, chunk: int, chunk_size: int, parallel: int, block_size: int | None,
+        survivors: str | None, cache_dir: str, out: str, timings: str) -> None:
     started_at, start = time.time(), time.perf_counter()
-    config = RacingConfig.from_selection(selection)
+    config = RacingConfig.from_selection(selection, block_size)
     verify_against_manifest(train)
     problems = read_jsonl(train, required=("id", "question", "answer"))
     slices = plan_rounds(len(problems), config)
@@ -33,11 +33,12 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, selectio
         raise InputError("round 0 races the whole population (no --survivors); a later round needs the previous "
                          "round's survivors")
     racing = read_racing(read_json(survivors) if survivors else None, n_seeds, sigmas)
-    members = chunk_members(racing, chunk, chunk_size)
+    members = chunk_members(racing, chunk, chunk_size, parallel)
     slice_ = slices[round_index]
     log.info("round %d chunk %d: %d of %d racing members on %d problems", round_index, chunk, len(members),
              len(racing), len(slice_))
-    scorer = CachedScorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir)
+    scorer = CachedScorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir,
+                          answer_blocks.blocks(len(problems), config.order_seed, block_size))
     frames = []
     for seed, sigma in progress(members, total=len(members), desc=f"round {round_index}", unit="member"):
         frames.append(scorer.answers(seed, sigma, slice_))
