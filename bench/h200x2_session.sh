@@ -39,6 +39,7 @@ mkdir -p "$OUT" "$KEEP"
 status=0
 SMK="python3 -m snakemake --cores 32"
 RACE_TAG=${RACE_TAG:-h200x2_racing}   # the racing parts' output names (bench/<tag>.json, <tag>_<arm>_record.json)
+# RACE_KNOBS: racing's knobs over the overlay's, a JSON object (bench/racing.py --racing), e.g. {"first_slice": 32, "growth": 4.0}
 
 # A prepared model dir, by its manifest: SmolLM2 from the wheel, or the padded model (source local).
 prepared() {
@@ -195,7 +196,7 @@ sys.exit(not (r['engine']['tensor_parallel_size'] == $tp and r['model']['source'
       # record is issue 14's larger protocol (frac_at_or_above_base per sigma, the gain's interval).
       phase=${part#race-}
       { timeout 580 python3 bench/racing.py --configfile bench/racing_h200.yaml --workdir /tmp/racing-h200 \
-          --out "$OUT/${RACE_TAG}.json" --cores 32 --resources gpu=2 --phases "$phase" \
+          --out "$OUT/${RACE_TAG}.json" --cores 32 --resources gpu=2 --phases "$phase" ${RACE_KNOBS:+--racing "$RACE_KNOBS"} \
           || echo "PART FAILED: racing $phase"
         arm=/tmp/racing-h200/$phase
         if [ -f "$arm/results/record.json" ]; then
