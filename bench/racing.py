@@ -2,11 +2,11 @@
 
     python bench/racing.py --configfile bench/racing_cpu.yaml --workdir DIR --out bench/racing_cpu_<cpu>.json
     python bench/racing.py --configfile bench/racing_h200.yaml --workdir DIR --out bench/h200x2_racing.json \\
-        [--racing '{"rule": "exact"}'] [--cores all] [--resources gpu=1]
+        [--racing '{"rule": "exact"}'] [--set '{"gsm8k": {"n_train": 128}}'] [--cores all] [--resources gpu=1]
 
-Both arms run the real workflow (python -m snakemake, this checkout's Snakefile) on the same overlay;
-they differ only in `selection.mode` (full | racing; --racing's knobs go over the overlay's
-`selection` block). Each arm runs in its own working directory, DIR/full and DIR/racing: the
+Both arms run the real workflow (python -m snakemake, this checkout's Snakefile) on the same overlay
+(and --set's variant of it); they differ only in `selection.mode` (full | racing; --racing's knobs
+go over the overlay's `selection` block). Each arm runs in its own working directory, DIR/full and DIR/racing: the
 per-member answer cache lives under results/, so in one directory the second arm would reuse the
 first one's answers. What the arms share is only what does not depend on the selection:
 
@@ -50,6 +50,7 @@ check the harness itself, or on a checkout without racing.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -325,27 +326,31 @@ def selection_in_schema() -> bool:
     return "selection" in load_schema()["properties"]
 
 
-def arm_overlays(base: dict, racing_knobs: dict, control: bool, has_selection: bool) -> dict[str, dict]:
-    """Each arm's overlay over the user's: selection.mode (the overlay's other selection knobs, then
-    --racing's, go to the racing arm) and a run name that says which arm a record is."""
+def arm_overlays(base: dict, racing_knobs: dict, control: bool, has_selection: bool,
+                 variant: dict | None = None) -> dict[str, dict]:
+    """Each arm's overlay over the user's: --set's variant of the protocol (both arms alike),
+    selection.mode (the overlay's other selection knobs, then --racing's, go to the racing arm) and a
+    run name that says which arm a record is."""
     if not has_selection and not control:
         raise ConfigError("this checkout's config has no `selection` block (racing is not in it): run with "
                           "--control for an A/A check of the harness, or on a checkout with racing")
     if "mode" in racing_knobs:
         raise ConfigError("--racing sets racing's knobs; the arms' modes are the benchmark's to set (leave out 'mode')")
+    if "selection" in (variant or {}):
+        raise ConfigError("--set varies the protocol of both arms; racing's knobs go to --racing")
     name = base.get("run_name", "randopt")
-    overlays = {arm: {"run_name": f"{name}-{arm}"} for arm in ARMS}
+    overlays = {arm: copy.deepcopy(variant or {}) | {"run_name": f"{name}-{arm}"} for arm in ARMS}
     if has_selection:
         overlays["full"]["selection"] = {"mode": "full"}
         overlays["racing"]["selection"] = {"mode": "full"} if control else {"mode": "racing", **racing_knobs}
     return overlays
 
 
-def warmup_overlay(config: dict, has_selection: bool) -> dict:
+def warmup_overlay(config: dict, has_selection: bool, variant: dict | None = None) -> dict:
     """One seed at the first sigma, the same engine and data: it pays the engine's first-start costs."""
-    overlay = {"run_name": "warmup",
-               "population": {"n_seeds": 1, "sigmas": config["population"]["sigmas"][:1], "shard_size": 1},
-               "topk": {"fractions": [1.0]}}
+    overlay = copy.deepcopy(variant or {}) | {
+        "run_name": "warmup", "population": {"n_seeds": 1, "sigmas": config["population"]["sigmas"][:1], "shard_size": 1},
+        "topk": {"fractions": [1.0]}}
     if has_selection:
         overlay["selection"] = {"mode": "full"}
     return overlay
@@ -465,7 +470,10 @@ def bench(args) -> dict | None:
     if not isinstance(racing_knobs, dict):
         raise ConfigError(f"--racing must be a JSON object of selection knobs, got {args.racing!r}")
     base_overlay = load_yaml(configfile)
-    overlays = arm_overlays(base_overlay, racing_knobs, args.control, has_selection)
+    variant = json.loads(args.set) if args.set else {}
+    if not isinstance(variant, dict):
+        raise ConfigError(f"--set must be a JSON object over the protocol's overlay, got {args.set!r}")
+    overlays = arm_overlays(base_overlay, racing_knobs, args.control, has_selection, variant)
     state_file = workdir / "bench_state.json"
     phases = [p for p in PHASES if p in args.phases]
     order = ARMS if args.order == "full-first" else ARMS[::-1]
@@ -482,7 +490,7 @@ def bench(args) -> dict | None:
     dirs = {arm: workdir / arm for arm in ARMS}
     files = {arm: write_overlay(workdir / f"{arm}.yaml", overlays[arm]) for arm in ARMS}
     configs = {arm: effective_config([configfile, files[arm]]) for arm in ARMS}  # fails before any job
-    files["warmup"] = write_overlay(workdir / "warmup.yaml", warmup_overlay(configs["full"], has_selection))
+    files["warmup"] = write_overlay(workdir / "warmup.yaml", warmup_overlay(configs["full"], has_selection, variant))
     effective_config([configfile, files["warmup"]])
     flow = Workflow(configfile, args.cores, args.resources or [])
     calls = state["calls"]
@@ -543,7 +551,8 @@ def bench(args) -> dict | None:
         **comparison,
         "calls": {"setup": calls["setup"], "warmup": calls["warmup"]},
         "commit": rec.git_commit(REPO), "code_sha256": rec.code_sha256(REPO),
-        "configs": {"overlay_file": str(configfile), "overlay": base_overlay, "racing_knobs": racing_knobs,
+        "configs": {"overlay_file": str(configfile), "overlay": base_overlay, "variant": variant,
+                    "racing_knobs": racing_knobs,
                     "arm_overlays": overlays, "effective": configs},
         "machine": machine(), "versions": rec.package_versions(),
         # 1/5/15-minute load averages: on cores shared with other work the timings are that machine's
@@ -582,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configfile", required=True, help="the protocol: an overlay over config/config.yaml")
     parser.add_argument("--racing", default=None,
                         help="racing's selection knobs as a JSON object, over the overlay's selection block")
+    parser.add_argument("--set", default=None,
+                        help="a variant of the protocol for both arms, as a JSON object deep-merged over the overlay "
+                             "(e.g. '{\"gsm8k\": {\"n_train\": 128}}'); recorded in the report")
     parser.add_argument("--workdir", required=True, help="a new directory for setup/, warmup/, full/, racing/")
     parser.add_argument("--out", required=True, help="the report's JSON file")
     parser.add_argument("--cores", default="all", help="snakemake --cores (default: all)")

@@ -205,6 +205,12 @@ if RACING:
     except ValueError as err:
         raise WorkflowError(f"invalid config: {err}")
     RACE_ROUNDS = len(checkpoints(config["gsm8k"]["n_train"], RACE_CONFIG))
+    if RACE_ROUNDS == 1:
+        # Not an error (the run is full evaluation in racing's clothes), but not what racing is for.
+        print(f"randopt: racing has a single round here, so no member can stop: gsm8k.n_train "
+              f"({config['gsm8k']['n_train']}) is within selection.first_slice ({RACE_CONFIG.first_slice}) or one "
+              f"answer block (engine.batch_size {ANSWER_BLOCK}, torch engine). Lower them, or use selection.mode full.",
+              file=sys.stderr)
     # race_slice jobs that can run side by side: one per GPU group under --resources gpu=N. A round splits
     # its members over at least that many jobs, so no GPU idles while another races (on the CPU a job
     # takes every core: one at a time; on a cluster the shard size alone decides).

@@ -249,3 +249,34 @@ def test_dry_run_cpu_default_is_unchanged_by_gpu_resources(tiny_model_dir, tmp_p
     assert plain == with_gpus
     for rule in GPU_RULES:
         assert all(t == "4" and "--gpu-slots" not in c for t, c in plain[rule]), plain[rule]
+
+
+@pytest.mark.slow
+def test_dry_run_racing_rounds_use_every_gpu(tiny_model_dir, tmp_path):
+    """A racing round splits its members over at least one job per GPU, however large the shard size
+    (bench/h200x2_racing.json had every round on one GPU of two: 0.50x full evaluation's seeds/s)."""
+    racing = tiny_config(tiny_model_dir, engine={"kind": "vllm", "device": "cuda", "tensor_parallel_size": 1},
+                         gsm8k={"n_train": 24}, population={"shard_size": 64},
+                         selection={"mode": "racing", "first_slice": 6, "growth": 2.0})   # rounds of 6, 12, 24
+    pair = dry_run(tmp_path, racing, "--resources", "gpu=2")
+    assert len(pair["race_slice"]) == 3 * 2 and len(pair["race_round"]) == 3
+    assert all(" --parallel 2 " in c and " --gpu-slots 2 " in c for _, c in pair["race_slice"])
+    one = dry_run(tmp_path, racing)            # one GPU job at a time: one chunk a round
+    assert len(one["race_slice"]) == 3 and all(" --parallel 1 " in c for _, c in one["race_slice"])
+
+
+@pytest.mark.slow
+def test_racing_that_cannot_stop_anyone_says_so_at_dag_build(tiny_model_dir, tmp_path):
+    """With the torch engine the checkpoints are whole answer blocks of engine.batch_size: a split
+    within one block is a single round, and the DAG build says why no member can stop."""
+    racing = tiny_config(tiny_model_dir, gsm8k={"n_train": 8}, selection={"mode": "racing", "first_slice": 4})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(racing))   # tiny_config's batches of 8
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path / "w"),
+                           "--configfile", str(tmp_path / "c.yaml"), "--cores", "2", "-n"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "single round" in proc.stderr and "engine.batch_size 8" in proc.stderr
+    racing["engine"] = dict(racing["engine"], batch_size=4)       # blocks of 4: rounds of 4 and 8
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(racing))
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path / "w"),
+                           "--configfile", str(tmp_path / "c.yaml"), "--cores", "2", "-n"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "single round" not in proc.stderr, proc.stderr[-2000:]

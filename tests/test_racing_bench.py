@@ -214,6 +214,15 @@ def test_the_arms_differ_only_in_selection_mode():
         racing_bench.arm_overlays({}, {"mode": "full"}, control=False, has_selection=True)
     with pytest.raises(ConfigError, match="--control"):
         racing_bench.arm_overlays({}, {}, control=False, has_selection=False)
+    # --set varies the protocol for both arms alike, never the selection
+    variant = {"gsm8k": {"n_train": 128}}
+    varied = racing_bench.arm_overlays({"run_name": "x"}, {}, control=False, has_selection=True, variant=variant)
+    assert varied["full"]["gsm8k"] == varied["racing"]["gsm8k"] == {"n_train": 128}
+    assert varied["racing"]["selection"] == {"mode": "racing"} and variant == {"gsm8k": {"n_train": 128}}
+    with pytest.raises(ConfigError, match="--racing"):
+        racing_bench.arm_overlays({}, {}, control=False, has_selection=True, variant={"selection": {"growth": 3}})
+    warmup = racing_bench.warmup_overlay({"population": {"sigmas": [0.002, 0.008]}}, True, variant)
+    assert warmup["gsm8k"] == {"n_train": 128} and warmup["population"]["n_seeds"] == 1
 
 
 def test_an_arm_starts_its_search_in_a_clean_directory(tmp_path):
@@ -236,8 +245,9 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     and the comparison reads both runs. The tiny random model answers nothing right, so every member
     ties at the cut and racing's top-k is recalled whole."""
     from tests.workflow import tiny_config
+    # batches of 2: the torch engine's answer blocks, so racing's checkpoints can be 2 and 4
     config = tiny_config(tiny_model_dir, population={"n_seeds": 4, "sigmas": [0.01, 0.02], "shard_size": 4},
-                         selection={"first_slice": 2, "growth": 2.0})
+                         selection={"first_slice": 2, "growth": 2.0}, engine={"batch_size": 2})
     overlay = tmp_path / "tiny.yaml"
     overlay.write_text(yaml.safe_dump(config))
     out = tmp_path / "report.json"
@@ -246,8 +256,7 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     assert racing_bench.main([*common, "--phases", "report"]) == 2
     assert racing_bench.main([*common, "--phases", "prepare"]) == 0
     assert racing_bench.main([*common, "--phases", "racing"]) == 0
-    # an arm run again (as after a call cut off at its limit) searches again from a clean directory
-    assert racing_bench.main([*common, "--phases", "racing"]) == 0
+    # (an arm run again starts from a clean directory: test_an_arm_starts_its_search_in_a_clean_directory)
     assert racing_bench.main([*common, "--phases", "report"]) == 2 and not out.exists()
     assert racing_bench.main([*common, "--phases", "full", "report"]) == 0
     report = json.loads(out.read_text())
