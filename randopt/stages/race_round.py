@@ -10,8 +10,8 @@ from randopt.io import InputError, read_json, write_json_atomic
 from randopt.racing import RacingConfig, checkpoints, read_racing, survivors as decide_round
 
 
-def run(*, tables: list[str], survivors_in: str | None, selection: dict, block_size: int | None, n_train: int, k: int, n_seeds: int,
-        sigmas: list[float], round_index: int, out: str) -> None:
+def run(*, tables: list[str], survivors_in: str | None, selection: dict, block_size: int | None, n_train: int,
+        k: int, n_seeds: int, sigmas: list[float], round_index: int, out: str) -> None:
     start = time.perf_counter()
     config = RacingConfig.from_selection(selection, block_size)
     racing = read_racing(read_json(survivors_in) if survivors_in else None, n_seeds, sigmas)
