@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from randopt import answer_cache
+from randopt.answer_blocks import group_by_block
 from randopt.config import check_decode
 from randopt.engines.base import Engine
 from randopt.data.gsm8k import extract_answer, is_correct
@@ -95,8 +97,6 @@ class CachedScorer:
     def answers(self, seed: int, sigma: float, indices) -> pd.DataFrame:
         """Member (seed, sigma)'s rows for the problems at `indices` (rows of the frozen split), in
         problem order, generating those not cached yet."""
-        from randopt import answer_cache
-        from randopt.answer_blocks import group_by_block
         cached = answer_cache.load(self.cache_dir, seed, sigma)
         todo = answer_cache.missing_problems(cached, indices)
         if todo:

@@ -220,8 +220,6 @@ if RACING:
     RACE_K = max(topk_size(f, population_size(config)) for f in config["topk"]["fractions"])
 
 
-
-
 def job_threads(gpu_stage=True):
     """A heavy stage's threads: on a local run every core given with --cores, or with --resources
     gpu=N a GPU job's share of them (cores x its GPUs / N, so that N / its GPUs jobs run side by side);
