@@ -41,7 +41,9 @@ run directories and is what tests/test_racing_bench.py checks):
   (randopt/statistics.py's ensemble_gain, 10,000 resamples of the test problems, fixed seed); and the
   issue's literal check, whether racing's accuracy lies inside the full ensemble's own bootstrap 95 %
   interval (the same resamples, so the two intervals are paired);
-- the ratio racing/full of seeds/s, the machine, versions, and every config used.
+- the ratio racing/full of seeds/s, the machine, versions, and every config used;
+- oracle_bound (bench/racing_bound.py): the slots of an oracle that stops every member below the
+  largest k's k-th reward after the first slice, and the share of its saving racing made.
 
 `--control` runs the second arm with selection.mode full as well (an A/A run): the comparison must
 then give recall 1.0, identical accuracies and a difference of 0 with interval [0, 0]; use it to
@@ -66,6 +68,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.racing_bound import report_bound, share_text  # noqa: E402
 from randopt import answer_cache  # noqa: E402
 from randopt import record as rec  # noqa: E402
 from randopt.jobstats import job_counts  # noqa: E402
@@ -530,7 +533,7 @@ def bench(args) -> dict | None:
     ratios = {"seeds_per_s": ratio("seeds_per_s"), "seeds_per_s_call": ratio("seeds_per_s_call"),
               "gen_tokens_full_over_racing": arms["full"]["gen_tokens"] / arms["racing"]["gen_tokens"],
               "slots_full_over_racing": arms["full"]["slots_evaluated"] / arms["racing"]["slots_evaluated"]}
-    return {
+    report = {
         "what": "bench/racing.py: full evaluation against racing on one population (issue 17)",
         # wall_s: from the prepare phase to this report, gaps between calls included; calls_s: the
         # Snakemake calls' own seconds (setup, warm-up, each arm's search and rest)
@@ -559,6 +562,9 @@ def bench(args) -> dict | None:
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "phases_run_in_calls": "one call" if len(phases) == len(PHASES) else "several calls (--phases)",
     }
+    # The most any rule could have saved on this population and plan (bench/racing_bound.py).
+    report["oracle_bound"] = report_bound(report)
+    return report
 
 
 def print_summary(report: dict) -> None:
@@ -580,6 +586,10 @@ def print_summary(report: dict) -> None:
               f"stopped {rc['stopped_at_or_above_kth']} of the {rc['members_at_or_above_kth']} at or above it); test "
               f"full {acc['full_test']:.3f} racing {acc['racing_test']:.3f}, racing - full {acc['difference']:+.3f} "
               f"[{lo:+.3f}, {hi:+.3f}]; inside full's interval {acc['full_ci95']}: {acc['racing_inside_full_ci95']}")
+    bound = report["oracle_bound"]
+    print(f"an oracle (stops all {bound['population'] - bound['members_at_or_above_kth']} members below the k-th after "
+          f"{bound['first_checkpoint']} problems): slots {bound['slot_speedup']['oracle']:.2f}x fewer; racing: "
+          f"{share_text(bound)}")
     for sigma, s in report["sigma_spread"].items():
         print(f"sigma {sigma}: reward mean {s['reward_mean']:.3f} sd {s['reward_sd'] or 0:.3f} best {s['reward_best']:.3f}"
               f" at 0: {s['share_at_zero']:.2f}; stopped by racing {s['stopped_by_racing']}/{s['n']}")

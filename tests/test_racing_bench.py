@@ -275,6 +275,9 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     assert racing["engine"]["compute_dtype_resolved"]["dtype"] in ("bfloat16", "float32")
     assert full["seeds_per_s"] > 0 and racing["seeds_per_s"] > 0 and report["ratios_racing_over_full"]["seeds_per_s"] > 0
     assert all(s["reward_best"] == 0.0 for s in report["sigma_spread"].values())
+    # every member ties at the cut, so even an oracle keeps them all: nothing to save
+    assert report["oracle_bound"]["members_at_or_above_kth"] == 8
+    assert report["oracle_bound"]["slots"]["oracle"] == 8 * 4 and report["oracle_bound"]["slot_speedup"]["oracle"] == 1.0
     for fraction in ("0.25", "0.5"):
         assert report["recall"][fraction]["recall"] == 1.0
         assert set(report["accuracy"][fraction]) >= {"full_test", "racing_test", "difference_ci95", "full_ci95"}
