@@ -77,7 +77,7 @@ def measure(engine, prompts: list[str], counts: list[int], seeds: int, sigma: fl
     return {"curve": curve, "rows": rows}
 
 
-def bench() -> None:
+def bench(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=MODELS, default=None,
                         help="smollm2: the wheel's SmolLM2-135M-Instruct; qwen7b: a random Qwen2.5-7B-shaped model")
@@ -89,9 +89,12 @@ def bench() -> None:
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.002, 0.016],
                         help="natural mode's scales (smollm2): narrow members stop early, broken ones ramble")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if (args.model is None) == (args.model_dir is None):
         parser.error("give one of --model and --model-dir")
+    if args.model_dir and not (Path(args.model_dir) / "config.json").is_file():
+        parser.error(f"--model-dir {args.model_dir}: no config.json there; give a model directory "
+                     "(e.g. data/models/<key>/model after prepare_model)")
     if sorted(set(args.prompts)) != args.prompts or args.prompts[0] < 1:
         parser.error("--prompts must be distinct positive counts in increasing order")
     import torch
@@ -100,6 +103,7 @@ def bench() -> None:
     from randopt.data.synth import generate_problems
     from randopt.engines import make_engine
     from randopt.evaluate import DecodeSpec, build_prompts
+    from randopt.io import write_json_atomic
 
     t0 = time.perf_counter()
     if args.model_dir:
@@ -132,7 +136,6 @@ def bench() -> None:
               "curves": curves, "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from randopt.io import write_json_atomic
     write_json_atomic(out / f"call_cost_{args.model or model_dir.name}.json", result)
 
 

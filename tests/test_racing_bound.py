@@ -85,3 +85,17 @@ def test_call_cost_table_and_the_cli(tmp_path, capsys):
     assert written["reports"]["race.json"]["slots"]["oracle"] == 44
     assert "fixed" in written["call_cost"]["cost.json"]
     assert "1.82x oracle" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "give one of --model and --model-dir"),
+    (["--model", "smollm2", "--model-dir", "x"], "give one of --model and --model-dir"),
+    (["--model-dir", "/nonexistent/model"], "no config.json there"),
+    (["--model", "smollm2", "--prompts", "64", "16"], "distinct positive counts in increasing order"),
+    (["--model", "smollm2", "--prompts", "0", "16"], "distinct positive counts in increasing order"),
+])
+def test_call_cost_refuses_bad_arguments_before_any_engine(argv, message, capsys):
+    from bench import vllm_call_cost
+    with pytest.raises(SystemExit) as exit_:
+        vllm_call_cost.bench(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
