@@ -2,8 +2,8 @@
 
 An oracle knows every member's full-split reward. It stops every member below the largest top-k's
 k-th reward after the first slice and sends the rest (those at or above it, ties included) on to the
-end. No rule that keeps the full top-k can do less work, so its speed-up bounds racing's on that
-population and plan. Two currencies, because the machines differ in what a member costs:
+end. No rule that keeps every member at or above that reward can do less work with the same first
+slice, so its speed-up bounds racing's on that population and plan. Two currencies, because the machines differ in what a member costs:
 
 - slots (member x problem pairs): what a member costs on a CPU, where seconds follow the problems
   answered (bench/racing_cpu_*.json: 1.54x the seeds/s for 1.75x fewer slots);
@@ -131,6 +131,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="shares of the population at or above the k-th reward (the oracle keeps them)")
     parser.add_argument("--out", default=None, help="write the bounds here as JSON")
     args = parser.parse_args(argv)
+    try:
+        result = bounds(args)
+    except (ValueError, KeyError, OSError) as err:
+        print(f"error: {err!s}" if not isinstance(err, KeyError) else
+              f"error: a report lacks {err}: give bench/racing.py reports and bench/vllm_call_cost.py results",
+              file=sys.stderr)
+        return 2
+    if args.out:
+        write_json_atomic(Path(args.out), result)
+    return 0
+
+
+def bounds(args) -> dict:
+    """Every report's and every curve's bound, printed a line each."""
     result = {"reports": {}, "call_cost": {}}
     for path in args.reports:
         b = result["reports"][Path(path).name] = report_bound(json.loads(Path(path).read_text()))
@@ -145,11 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         table = result["call_cost"][Path(path).name] = call_cost_table(json.loads(Path(path).read_text()), args.n, args.share)
         for label, t in table.items():
             ratios = ", ".join(f"{m}: {r:.2f}" for m, r in t["c_ratio_to_n"].items())
-            bounds = ", ".join(f"keep {s}: {v:.2f}x (first {t['oracle_best_first'][s]})" for s, v in t["oracle_speedup"].items())
-            print(f"{Path(path).name} {label}: c(m)/c({t['n']}) {ratios}; oracle, two rounds: {bounds}")
-    if args.out:
-        write_json_atomic(Path(args.out), result)
-    return 0
+            best = ", ".join(f"keep {s}: {v:.2f}x (first {t['oracle_best_first'][s]})" for s, v in t["oracle_speedup"].items())
+            print(f"{Path(path).name} {label}: c(m)/c({t['n']}) {ratios}; oracle, two rounds: {best}")
+    return result
 
 
 if __name__ == "__main__":

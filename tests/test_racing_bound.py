@@ -85,6 +85,12 @@ def test_call_cost_table_and_the_cli(tmp_path, capsys):
     assert written["reports"]["race.json"]["slots"]["oracle"] == 44
     assert "fixed" in written["call_cost"]["cost.json"]
     assert "1.82x oracle" in capsys.readouterr().out
+    # a split longer than the curve measured, or a file that is no report: a clear error, nothing written
+    out.unlink()
+    assert racing_bound.main(["--call-cost", str(tmp_path / "cost.json"), "--n", "300", "--out", str(out)]) == 2
+    assert "outside the measured 8..128" in capsys.readouterr().err and not out.exists()
+    assert racing_bound.main([str(tmp_path / "cost.json")]) == 2
+    assert "a report lacks" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
