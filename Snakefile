@@ -27,7 +27,7 @@
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed
 #   once (make env; docs/gpu.md for vLLM); no conda channel is reachable where this is built and tested,
 #   so a conda: directive could be neither resolved nor tested here.
-#   lint: GPU_SLOTS in the three GPU stages' commands (rules/common.smk, LOCAL_GPUS).
+#   lint: LOCAL_ENGINE in the engine stages' commands (rules/common.smk says why).
 #   lint: PY in every stage's command (rules/common.smk says why).
 import os
 
@@ -61,3 +61,13 @@ include: "rules/ensemble.smk"
 include: "rules/record.smk"
 include: "rules/export.smk"
 include: "rules/report.smk"
+
+
+# Resident engines (engine.keep_loaded_s; randopt/resident.py) serve the engine jobs of this run only:
+# stop them when it ends, however it ends (a killed run's exit after keep_loaded_s idle seconds).
+onsuccess:
+    stop_resident_engines()
+
+
+onerror:
+    stop_resident_engines()

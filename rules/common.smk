@@ -13,6 +13,7 @@ from randopt.keys import code_version, run_keys
 from randopt.paths import layout
 from randopt.answer_blocks import block_size
 from randopt.racing import RacingConfig, checkpoints
+from randopt.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
 # model dir exists; the tensor-parallel size divides its attention heads).
@@ -182,12 +183,16 @@ def local_gpus():
     return n
 
 
-# The GPU stages' flags for claiming their GPUs among N (in the shell command, not in params: a run
-# with or without --resources gpu=N finds the same outputs up to date; so `snakemake --lint` reports
-# it as a variable from outside the rule, on purpose). Empty on the CPU, on a
-# cluster (the scheduler assigns devices) and without --resources gpu=N.
+# The engine stages' flags for sharing this host on a local run (in the shell command, not in params:
+# neither changes a result, so a run with other values finds the same outputs up to date; `snakemake
+# --lint` reports LOCAL_ENGINE as a variable from outside the rule, on purpose). Empty on a cluster.
+#   --gpu-slots N: claim the job's GPUs among N (randopt/gpu_slots.py); with --resources gpu=N only.
+#   --keep-loaded-s S: use the device's resident engine (randopt/resident.py), so jobs after the first
+#   start no engine; engine.keep_loaded_s, 0 turns it off. The Snakefile's onsuccess/onerror stop them.
 LOCAL_GPUS = local_gpus()
-GPU_SLOTS = f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else ""
+KEEP_LOADED_S = 0 if on_cluster() else config["engine"]["keep_loaded_s"]
+LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else "") \
+    + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "")
 
 
 # The torch engine answers train problems in fixed blocks of a seeded order (randopt/answer_blocks.py),

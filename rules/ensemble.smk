@@ -27,9 +27,9 @@ rule evaluate_members:
     benchmark:
         f"{BENCH}/evaluate_members/{KEYS['eval']}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: GPU_SLOTS comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.evaluate_members {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --test {input.test}"
+        "{PY} scripts.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
 
@@ -70,7 +70,7 @@ rule score_bpb:
     benchmark:
         f"{BENCH}/score_bpb/{KEYS['bpb']}/{KEYS['eval']}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: GPU_SLOTS comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.score_bpb {params.engine}{GPU_SLOTS} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
+        "{PY} scripts.score_bpb {params.engine}{LOCAL_ENGINE} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
         " --cache-dir {params.cache} --out {output.bpb} 2> {log}"

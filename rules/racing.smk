@@ -42,9 +42,9 @@ rule race_slice:
     benchmark:
         f"{BENCH}/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: GPU_SLOTS comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.race_slice {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} scripts.race_slice {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --train {input.train}"
         " --selection {params.selection} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
         " --round {params.round} --chunk {params.chunk} --chunk-size {params.chunk_size}"
         " --parallel {params.parallel} --block-size {params.block_size} {params.survivors}"

@@ -26,10 +26,10 @@ rule evaluate_shard:
     benchmark:
         f"{BENCH}/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: GPU_SLOTS comes from outside the rule on purpose (rules/common.smk says why: in params, a run
-    # with --resources gpu=N would rerun every job a run without it had finished).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
+    # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
     shell:
-        "{PY} scripts.evaluate_shard {params.engine}{GPU_SLOTS} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} scripts.evaluate_shard {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
         " --block-size {params.block_size} --order-seed {params.order_seed}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"

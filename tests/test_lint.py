@@ -1,6 +1,6 @@
 """`snakemake --lint` on the workflow: no lint but the three justified where they stand (Snakefile:
 no conda: environment, whose channels cannot be reached here; rules/common.smk: PY in every stage's
-command and GPU_SLOTS in the GPU stages' commands, both kept out of params on purpose). Any other lint, or one of these on a rule without
+command and LOCAL_ENGINE in the GPU stages' commands, both kept out of params on purpose). Any other lint, or one of these on a rule without
 its justifying comment, fails."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from tests.conftest import REPO
 
 CONDA = "Specify a conda environment or container for each rule."
-GPU_SLOTS = "Shell command directly uses variable GPU_SLOTS from outside of the rule"
+LOCAL_ENGINE = "Shell command directly uses variable LOCAL_ENGINE from outside of the rule"
 PY = "Shell command directly uses variable PY from outside of the rule"
 GPU_RULES = {"evaluate_shard", "evaluate_members", "score_bpb"}
 
@@ -48,7 +48,7 @@ def test_only_the_justified_lints_remain():
     assert found, "snakemake --lint reported nothing: the parser no longer matches its output"
     unjustified = {}
     for where, titles in found.items():
-        allowed = {CONDA, PY} | ({GPU_SLOTS} if where in GPU_RULES else set())
+        allowed = {CONDA, PY} | ({LOCAL_ENGINE} if where in GPU_RULES else set())
         if titles - allowed:
             unjustified[where] = sorted(titles - allowed)
     assert not unjustified, f"lints with no justification: {unjustified}"
@@ -57,5 +57,5 @@ def test_only_the_justified_lints_remain():
         if PY in titles:
             assert "# lint: PY comes from outside the rule on purpose" in rule_source(rule), rule
     for rule in GPU_RULES & set(found):
-        if GPU_SLOTS in found[rule]:
-            assert "# lint: GPU_SLOTS comes from outside the rule on purpose" in rule_source(rule), rule
+        if LOCAL_ENGINE in found[rule]:
+            assert "# lint: LOCAL_ENGINE comes from outside the rule on purpose" in rule_source(rule), rule

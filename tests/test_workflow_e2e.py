@@ -75,6 +75,20 @@ def test_record_times_evaluate_shard_by_its_wall_clock_span(finished_run):
     assert record["throughput"]["evaluate_shard_jobs_s"] == pytest.approx(sum(s["seconds"] for s in shards))
 
 
+def test_engine_jobs_share_a_resident_engine_that_the_run_stops(finished_run):
+    """engine.keep_loaded_s (default 300): the first engine job loads the engine, the others reuse it,
+    and the run's end stops every server it started (randopt/resident.py)."""
+    workdir, _ = finished_run
+    shards = [json.loads(p.read_text()) for p in (workdir / "results" / "shards").rglob("*.timings.json")]
+    assert all(s["engine_started"] for s in shards)
+    assert sum(not s["engine_reused"] for s in shards) <= 1
+    assert read_record(workdir)["throughput"]["engine_starts_search"] == sum(not s["engine_reused"] for s in shards)
+    engines = workdir / ".snakemake" / "engines"
+    log = (engines / "cpu.log").read_text()
+    assert log.count("serving a torch engine") == log.count("stopping: asked to stop") >= 1
+    assert not list(engines.glob("*.sock")) and not list(engines.glob("*.pid"))
+
+
 def test_members_are_the_top_of_the_rank_table(finished_run):
     workdir, _ = finished_run
     record = read_record(workdir)

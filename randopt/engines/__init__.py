@@ -22,6 +22,11 @@ def make_engine(kind: str, model_dir: str, **options) -> Engine:
         engine = VllmEngine(model_dir, **options)
     else:
         raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
+    return track(engine)
+
+
+def track(engine: Engine) -> Engine:
+    """Close this engine (or handle on a resident one, randopt/resident.py) when the stage CLI exits."""
     _OPEN.append(engine)
     return engine
 
@@ -31,4 +36,4 @@ def close_engines() -> None:
         _OPEN.pop().close()
 
 
-__all__ = ["Completion", "Engine", "TextLogprobs", "close_engines", "make_engine"]
+__all__ = ["Completion", "Engine", "TextLogprobs", "close_engines", "make_engine", "track"]

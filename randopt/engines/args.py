@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from randopt.cli import json_arg
+from randopt.cli import json_arg, log
 from randopt.config import check_engine_options
-from randopt.engines import Engine, make_engine
+from randopt import resident
+from randopt.engines import Engine, make_engine, track
 from randopt.gpu_slots import DEFAULT_LOCK_DIR, assign_gpus
 
 
@@ -23,6 +24,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "run with --resources gpu=N")
     p.add_argument("--gpu-lock-dir", default=DEFAULT_LOCK_DIR, help="lock files of --gpu-slots (one per GPU)")
     p.add_argument("--gpu-wait", type=float, default=600.0, help="seconds to wait for a free GPU group")
+    p.add_argument("--keep-loaded-s", type=float, default=0.0, metavar="S",
+                   help="use this device's resident engine (randopt/resident.py), started if there is none, and keep "
+                        "it loaded S idle seconds for the next job; 0: load an engine for this job only. The workflow "
+                        "passes engine.keep_loaded_s on a local run")
+    p.add_argument("--resident-dir", default=resident.DEFAULT_DIR, help="sockets and logs of --keep-loaded-s")
 
 
 def engine_from_args(args) -> Engine:
@@ -33,6 +39,11 @@ def engine_from_args(args) -> Engine:
         options["threads"] = args.threads
     # Before the engine, so that CUDA (in this process and in vLLM's) sees only the claimed GPUs.
     assign_gpus(args.engine, options, args.gpu_slots, args.gpu_lock_dir, timeout=args.gpu_wait)
+    if args.keep_loaded_s > 0:
+        shareable, why = resident.uses_resident(args.engine, options)
+        if shareable:
+            return track(resident.connect(args.engine, args.model_dir, options, args.resident_dir, args.keep_loaded_s))
+        log.info("no resident engine: %s", why)
     return make_engine(args.engine, args.model_dir, **options)
 
 

@@ -55,13 +55,15 @@ def scoring_timings(stage: str, scorer: CachedScorer, table: pd.DataFrame, start
 
     switch_s, generate_s and gen_tokens cover the answers in the table, whenever they were generated (a
     resumed seed keeps the times of the run that generated it); slots_evaluated and members_evaluated
-    count what this job generated itself, and engine_started whether it needed an engine at all."""
+    count what this job generated itself, engine_started whether it needed an engine at all, and
+    engine_reused whether that engine was a resident one already loaded (randopt/resident.py)."""
     evaluations = answer_cache.per_evaluation(table)
     return {
         "stage": stage, "load_s": scorer.load_s, "switch_s": float(evaluations["switch_s"].sum()),
         "generate_s": float(evaluations["generate_s"].sum()), "gen_tokens": int(table["n_tokens"].sum()),
         "slots": len(table), "slots_evaluated": scorer.slots_evaluated,
         "members_evaluated": [list(m) for m in scorer.members_evaluated], "engine_started": scorer.engine is not None,
+        "engine_reused": bool(getattr(scorer.engine, "reused", False)),
         "seconds": time.perf_counter() - start,
         "compute_dtype": engine_compute_dtype(scorer.engine) if scorer.engine is not None else None,
         "drift": engine_drift(scorer.engine),

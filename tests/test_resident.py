@@ -1,0 +1,155 @@
+"""Resident engines (randopt/resident.py): a job's engine calls go to a server that outlives it, and
+nothing a job computes may differ from what its own engine would have computed."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from randopt import resident
+from randopt.engines import make_engine
+from tests.conftest import REPO
+
+OPTIONS = {"device": "cpu", "batch_size": 4}
+PROMPTS = ["What is 2 + 3?", "Tom has 4 apples and eats one. How many are left?"]
+
+
+def gone(pid: int, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not resident._alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def engines(tmp_path):
+    """A private engines folder; every server started in it is stopped after the test."""
+    directory = tmp_path / "engines"
+    yield directory
+    resident.stop_all(directory, timeout=60)
+
+
+def answers(engine, members):
+    prompts = [engine.chat_prompt(p) for p in PROMPTS]
+    out = []
+    for seed, sigma in members:
+        engine.set_weights(seed, sigma)
+        out.append(engine.generate(prompts, 6, ["\n"]))
+    engine.restore_base()
+    out.append(engine.generate(prompts, 6, ["\n"]))
+    out.append([lp.logprobs.tolist() for lp in engine.token_logprobs(PROMPTS)])
+    return out
+
+
+def test_a_reused_server_answers_exactly_as_a_local_engine(tiny_model_dir, engines):
+    first = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    assert not first.reused
+    answers(first, [(5, 0.02), (9, 0.01)])  # a walk of other members before the compared ones
+    first.close()
+    again = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    assert again.reused and again.pid == first.pid
+    remote = answers(again, [(3, 0.01), (3, 0.02)])
+    names = again.perturbable_names()
+    again.close()
+    local = make_engine("torch", str(tiny_model_dir), **OPTIONS)
+    assert remote == answers(local, [(3, 0.01), (3, 0.02)])
+    assert names == local.perturbable_names()
+
+
+def test_another_engine_stops_the_old_server_first(tiny_model_dir, engines):
+    old = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    old.close()
+    new = resident.connect("torch", str(tiny_model_dir), OPTIONS | {"batch_size": 2}, engines, keep_loaded_s=60)
+    assert not new.reused and new.pid != old.pid
+    assert gone(old.pid, timeout=0.1)  # stopped before the new one started: one engine per device
+    new.close()
+
+
+def test_a_job_killed_mid_call_leaves_the_server_to_the_next_job(tiny_model_dir, engines):
+    job = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; from randopt import resident; "
+         f"e = resident.connect('torch', {str(tiny_model_dir)!r}, {OPTIONS!r}, {str(engines)!r}, keep_loaded_s=60); "
+         "print(e.pid, flush=True); e.set_weights(1, 0.01); e.generate(['count to a thousand'] * 4, 4000, [])"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    pid = int(job.stdout.readline())
+    time.sleep(1.0)  # inside the long generate call
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    nxt = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    assert nxt.reused and nxt.pid == pid
+    local = make_engine("torch", str(tiny_model_dir), **OPTIONS)
+    assert answers(nxt, [(2, 0.02)]) == answers(local, [(2, 0.02)])
+    nxt.close()
+
+
+def test_an_idle_server_exits_and_removes_its_socket_and_pid_file(tiny_model_dir, engines):
+    engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=1)
+    engine.close()
+    assert gone(engine.pid)
+    assert not (engines / "cpu.sock").exists() and not (engines / "cpu.pid").exists()
+    again = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    assert not again.reused
+    again.close()
+
+
+def test_a_server_that_cannot_load_fails_the_job_with_the_end_of_its_log(tmp_path, engines):
+    empty = tmp_path / "no-model"
+    empty.mkdir()
+    with pytest.raises(resident.ResidentEngineError, match=r"exited \(1\) before it was ready(?s:.*)no-model"):
+        resident.connect("torch", str(empty), OPTIONS, engines, keep_loaded_s=60)
+
+
+def test_an_engine_failure_stops_the_server_and_a_bad_input_does_not(tiny_model_dir, engines):
+    engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    with pytest.raises(ValueError, match="unknown request"):
+        engine._call("close")  # not a protocol call a job may make: refused, the server goes on
+    assert engine.perturbable_names()
+    with pytest.raises(resident.ResidentEngineError, match="failed in generate: TypeError.*next job starts a fresh one"):
+        engine._call("generate")  # a broken call: the server stops rather than serve a suspect engine
+    assert gone(engine.pid)
+    fresh = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    assert not fresh.reused and fresh.pid != engine.pid
+    fresh.close()
+
+
+def test_the_key_names_what_changes_an_engine(tiny_model_dir, monkeypatch):
+    key = resident.engine_key("torch", str(tiny_model_dir), OPTIONS)
+    assert key == resident.engine_key("torch", str(tiny_model_dir), dict(OPTIONS))
+    assert key != resident.engine_key("torch", str(tiny_model_dir), OPTIONS | {"threads": 1})
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a numerics cap (docs: the AVX2-only EPYC)
+    assert key != resident.engine_key("torch", str(tiny_model_dir), OPTIONS)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert resident.device_name() == "gpu1"
+    assert key != resident.engine_key("torch", str(tiny_model_dir), OPTIONS)
+
+
+def test_the_delta_switch_never_uses_a_resident_engine():
+    assert resident.uses_resident("torch", {"switch": "reconstruct"}) == (True, "")
+    shareable, why = resident.uses_resident("torch", {"switch": "delta"})
+    assert not shareable and "depend on the walk" in why
+
+
+def test_stop_all_stops_every_server_and_forgets_dead_sockets(tiny_model_dir, engines):
+    engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    engine.close()
+    (engines / "gpu7.sock").write_text("")  # a dead server's socket
+    assert resident.stop_all(engines) == 1
+    assert gone(engine.pid, timeout=0.1)
+    assert not list(engines.glob("*.sock"))
+
+
+def test_the_stop_command_line(tiny_model_dir, engines):
+    engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    engine.close()
+    out = subprocess.run([sys.executable, "-m", "randopt.resident", "stop", str(engines)], cwd=REPO,
+                         capture_output=True, text=True, check=True, env=os.environ | {"PYTHONPATH": str(REPO)})
+    assert "stopped 1 resident engine" in out.stdout and gone(engine.pid, timeout=0.1)
