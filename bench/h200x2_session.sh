@@ -39,6 +39,7 @@ mkdir -p "$OUT" "$KEEP"
 status=0
 SMK="python3 -m snakemake --cores 32"
 RACE_TAG=${RACE_TAG:-h200x2_racing}   # the racing parts' output names (bench/<tag>.json, <tag>_<arm>_record.json)
+RACE_GPUS=${RACE_GPUS:-2}             # --resources gpu=N of the racing parts (1 on a single H200)
 # RACE_KNOBS: racing's knobs over the overlay's, a JSON object (bench/racing.py --racing), e.g. {"first_slice": 32, "growth": 4.0}
 
 # A prepared model dir, by its manifest: SmolLM2 from the wheel, or the padded model (source local).
@@ -192,11 +193,11 @@ sys.exit(not (r['engine']['tensor_parallel_size'] == $tp and r['model']['source'
       } 2>&1 | tee "$OUT/$part.log" ;;
     race-prepare|race-full|race-racing|race-report)
       # Issue 17's benchmark (bench/racing.py on bench/racing_h200.yaml: 768 members, 128 train and 256
-      # test problems) with two engines at once, one phase per call in one work dir; the full arm's
+      # test problems) with RACE_GPUS engines at once, one phase per call in one work dir; the full arm's
       # record is issue 14's larger protocol (frac_at_or_above_base per sigma, the gain's interval).
       phase=${part#race-}
       { timeout 580 python3 bench/racing.py --configfile bench/racing_h200.yaml --workdir /tmp/racing-h200 \
-          --out "$OUT/${RACE_TAG}.json" --cores 32 --resources gpu=2 --phases "$phase" ${RACE_KNOBS:+--racing "$RACE_KNOBS"} \
+          --out "$OUT/${RACE_TAG}.json" --cores "$(nproc)" --resources gpu="$RACE_GPUS" --phases "$phase" ${RACE_KNOBS:+--racing "$RACE_KNOBS"} \
           || echo "PART FAILED: racing $phase"
         arm=/tmp/racing-h200/$phase
         if [ -f "$arm/results/record.json" ]; then
