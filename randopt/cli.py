@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from randopt.io import InputError
+from randopt.resident import ResidentEngineError
 
 log = logging.getLogger("randopt")
 
@@ -45,7 +46,7 @@ def run_stage(name: str, body: Callable[[], None]) -> int:
     start = time.perf_counter()
     try:
         body()
-    except (InputError, FileNotFoundError, ValueError) as err:
+    except (InputError, FileNotFoundError, ValueError, ResidentEngineError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:

@@ -19,8 +19,12 @@ kept does not rerun what they computed.
 
 Safety: one client at a time (a second waits for the first to disconnect); a job killed mid-call
 leaves the server to finish the call and wait for the next job; an engine error that is not a bad
-input stops the server, so the next job starts a fresh engine. The socket folder is private (0700)
-and connections are authenticated with a key file only this user can read.
+input stops the server, so the next job starts a fresh engine. One engine per GPU: a server on GPUs
+that a new one needs (another device name, e.g. after a killed run under another tensor-parallel
+size) is stopped first. Servers are stopped by signal to their process group (they lead their own
+session, so vLLM's engine core and workers go too), loading, idle or busy alike, and a job waits
+until the whole group is gone before it starts another. The socket folder is private (0700) and
+connections are authenticated with a key file only this user can read.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ import sys
 import threading
 import time
 import traceback
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
@@ -52,8 +57,12 @@ METHODS = ("set_weights", "restore_base", "chat_prompt", "generate", "token_logp
 # Errors that mean a bad input, not a broken engine: the server reports them and keeps serving.
 INPUT_ERRORS = {"InputError": InputError, "ValueError": ValueError, "FileNotFoundError": FileNotFoundError}
 # Environment variables that can change an engine's numbers or devices: part of the key.
-ENV_PREFIXES = ("CUDA_", "ONEDNN_", "ATEN_", "OMP_", "MKL_", "TORCH", "PYTORCH_", "TRITON_", "VLLM_", "NCCL_",
-                "HF_", "TRANSFORMERS_")
+ENV_PREFIXES = ("CUDA_", "ONEDNN_", "DNNL_", "ATEN_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "TORCH",
+                "PYTORCH_", "TRITON_", "VLLM_", "NCCL_", "NVIDIA_", "CUBLAS_", "HF_", "TRANSFORMERS_", "LD_")
+# Packages whose version changes what an engine computes: part of the key.
+PACKAGES = ("torch", "transformers", "vllm", "triton", "safetensors")
+# An AF_UNIX socket path must fit in 108 bytes (104 on macOS).
+MAX_SOCKET_PATH = 100
 
 
 class ResidentEngineError(RuntimeError):
@@ -64,9 +73,39 @@ class ResidentEngineError(RuntimeError):
 
 def device_name() -> str:
     """The device a job's engine runs on, as a file name: gpu<ids> for the GPUs this job may see
-    (randopt/gpu_slots.py set CUDA_VISIBLE_DEVICES to its claim), else cpu."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    return "gpu" + "-".join(visible.replace(" ", "").split(",")) if visible else "cpu"
+    (randopt/gpu_slots.py set CUDA_VISIBLE_DEVICES to its claim; ids that are no plain numbers, such as
+    UUIDs, as gpu-<hash>), else cpu (CUDA_VISIBLE_DEVICES unset: the CPU, or every GPU)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "").strip(",")
+    if not visible:
+        return "cpu"
+    ids = visible.split(",")
+    if all(i.isdigit() for i in ids):
+        return "gpu" + "-".join(ids)
+    return "gpu-" + hashlib.sha1(visible.encode()).hexdigest()[:12]
+
+
+def _gpu_ids(device: str) -> set[str] | None:
+    """The GPU ids a device name covers; None: possibly every GPU (cpu, or ids given as UUIDs)."""
+    if device == "cpu" or device.startswith("gpu-"):
+        return None
+    return set(device.removeprefix("gpu").split("-"))
+
+
+def overlaps(device: str, other: str) -> bool:
+    """Whether two devices may share a GPU (then only one of them may hold a resident engine)."""
+    a, b = _gpu_ids(device), _gpu_ids(other)
+    return a is None or b is None or bool(a & b)
+
+
+def _versions() -> dict:
+    from importlib import metadata
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def engine_key(kind: str, model_dir: str, options: dict) -> str:
@@ -78,7 +117,7 @@ def engine_key(kind: str, model_dir: str, options: dict) -> str:
         if model.is_dir() else []
     env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
     spec = {"kind": kind, "model": str(model), "files": files, "options": options, "env": env,
-            "python": sys.executable, "code": code_version("engine")}
+            "python": sys.executable, "packages": _versions(), "code": code_version("engine")}
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
 
 
@@ -148,8 +187,12 @@ class ResidentEngine:
 
 def _private_dir(directory: str | Path) -> Path:
     path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+    except OSError as err:
+        raise ResidentEngineError(f"cannot keep resident engines in {path} ({err}); it must be this user's: remove "
+                                  f"it, or set engine.keep_loaded_s: 0 to load an engine in each job") from None
     return path
 
 
@@ -182,8 +225,12 @@ def _hello(address: str, authkey: bytes):
     """(connection, reply) from the server at address, or None when there is none (or it just left)."""
     try:
         conn = Client(address, family="AF_UNIX", authkey=authkey)
-    except (FileNotFoundError, ConnectionRefusedError):
+    except (OSError, EOFError):  # none listens, or it left during the handshake (idle timeout, a failure)
         return None
+    except AuthenticationError:
+        raise ResidentEngineError(f"the resident engine at {address} does not know this folder's key (its authkey was "
+                                  f"replaced while it ran): stop it with `python -m randopt.resident stop "
+                                  f"{Path(address).parent}` and rerun") from None
     try:
         conn.send(("hello",))
         return conn, conn.recv()
@@ -192,18 +239,41 @@ def _hello(address: str, authkey: bytes):
         return None
 
 
-def _stop(conn, info: dict, timeout: float = 600.0) -> None:
-    """Ask a server to exit and wait until it has, so its memory (a GPU's) is free for the next one."""
-    with contextlib.suppress(EOFError, OSError):
-        conn.send(("shutdown",))
-        conn.recv()
-    conn.close()
-    deadline = time.monotonic() + timeout
-    while _alive(info["pid"]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _alive(info["pid"]):
-        raise ResidentEngineError(f"the resident engine (pid {info['pid']}) did not exit within {timeout:.0f} s "
-                                  "of being asked to; stop it (kill) and rerun")
+def _terminate(pid: int, why: str, timeout: float = 60.0) -> None:
+    """Stop a server and every process it started (it leads its own session, so vLLM's engine core and
+    workers share its process group), and wait until all are gone, so their memory (a GPU's) is free
+    for the next one: SIGTERM (the server closes its engine and exits), then SIGKILL."""
+    log.info("resident engine: stopping pid %d (%s)", pid, why)
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 30.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while _group_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _group_alive(pid):
+            return
+    raise ResidentEngineError(f"the resident engine pid {pid} (or a process it started) survived SIGKILL; stop it by "
+                              "hand and rerun")
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of this process group runs (zombies count as gone)."""
+    if not Path("/proc").is_dir():  # no procfs (macOS): signal 0 says whether one exists
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 def _alive(pid: int) -> bool:
@@ -231,13 +301,17 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def _server_pid(directory: Path, device: str) -> int | None:
-    """The pid of a resident server of this device that is still running (starting, serving or
-    stopping), from its pid file; None if there is none."""
+    """The pid of this device's resident server if it, or a process it started, still runs (loading,
+    serving or stopping), from the pid file its job wrote; None if there is none."""
     with contextlib.suppress(OSError, ValueError):
         pid = int((directory / f"{device}.pid").read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline")  # a reused pid is not ours (no procfs: trust the pid)
-        if _alive(pid) and (not Path("/proc").is_dir() or b"randopt.resident" in cmdline.read_bytes()):
-            return pid
+        if _alive(pid):
+            # the pid may have been reused by another program (no procfs: trust it)
+            cmdline = Path(f"/proc/{pid}/cmdline")
+            return pid if not Path("/proc").is_dir() or b"randopt.resident" in cmdline.read_bytes() else None
+        # the server is gone; processes it started (vLLM's) may still hold the GPU: its group id is
+        # not given to another process while one of them lives
+        return pid if _group_alive(pid) else None
     return None
 
 
@@ -250,8 +324,18 @@ def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DE
     directory = _private_dir(directory)
     device, key = device_name(), engine_key(kind, model_dir, options)
     address, log_path = str(directory / f"{device}.sock"), directory / f"{device}.log"
+    if len(os.fsencode(address)) > MAX_SOCKET_PATH:
+        raise ResidentEngineError(f"the resident engine's socket path {address} is longer than a Unix socket allows "
+                                  f"({MAX_SOCKET_PATH} bytes); run from a shorter folder, or set engine.keep_loaded_s: 0")
     authkey = _authkey(directory)
     with _device_lock(directory, device):
+        # One engine per GPU: a server of another device name on the same GPUs (a killed run's, one
+        # under another tensor_parallel_size) would leave this one no memory. Jobs on overlapping
+        # GPUs never run at once (randopt/gpu_slots.py), so such a server serves nobody now.
+        for pid_file in directory.glob("*.pid"):
+            other = pid_file.stem
+            if other != device and overlaps(device, other) and (pid := _server_pid(directory, other)):
+                _terminate(pid, f"it holds {other}, which shares GPUs with {device}")
         deadline = time.monotonic() + start_timeout_s
         while True:
             found = _hello(address, authkey)
@@ -261,8 +345,8 @@ def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DE
                     log.info("resident engine: reusing pid %d on %s (loaded in %.1f s; log %s)", info["pid"],
                              device, info["load_s"], log_path)
                     return ResidentEngine(conn, info, True, log_path)
-                log.info("resident engine: pid %d on %s holds another engine; stopping it", info["pid"], device)
-                _stop(conn, info)
+                conn.close()
+                _terminate(info["pid"], f"it holds another engine on {device}")
                 continue
             # No answer: none runs, or one is still loading (its job was killed while waiting) or
             # stopping (idle). Wait for it to answer or to be gone, so two never share a device.
@@ -279,6 +363,9 @@ def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DE
         return _start(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s)
 
 
+OFF_HINT = "engine.keep_loaded_s: 0 loads an engine in each job instead"
+
+
 def _start(kind, model_dir, options, key, address, authkey, log_path: Path, keep_loaded_s, start_timeout_s):
     start = time.perf_counter()
     with open(log_path, "ab") as log_file:
@@ -293,11 +380,15 @@ def _start(kind, model_dir, options, key, address, authkey, log_path: Path, keep
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             env=os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
                                                                          os.environ.get("PYTHONPATH")]))})
+    # Written here, under the device lock: a job that comes while it loads waits for it.
+    write_text_atomic(Path(address).with_suffix(".pid"), str(proc.pid))
     log.info("resident engine: started pid %d on %s (log %s)", proc.pid, device_name(), log_path)
     while True:
         if proc.poll() is not None:
-            raise ResidentEngineError(f"the resident engine exited ({proc.returncode}) before it was ready; the end "
-                                      f"of its log {log_path}:\n{_tail(log_path)}")
+            if _group_alive(proc.pid):
+                _terminate(proc.pid, "it failed to start")
+            raise ResidentEngineError(f"the resident engine exited ({proc.returncode}) before it was ready ({OFF_HINT}); "
+                                      f"the end of its log {log_path}:\n{_tail(log_path)}")
         found = _hello(address, authkey)
         if found is not None:
             conn, (status, info) = found
@@ -306,27 +397,32 @@ def _start(kind, model_dir, options, key, address, authkey, log_path: Path, keep
             log.info("resident engine: ready in %.1f s", time.perf_counter() - start)
             return ResidentEngine(conn, info, False, log_path)
         if time.perf_counter() - start > start_timeout_s:
-            proc.kill()
-            raise ResidentEngineError(f"the resident engine was not ready within {start_timeout_s:.0f} s; the end "
-                                      f"of its log {log_path}:\n{_tail(log_path)}")
+            _terminate(proc.pid, f"not ready within {start_timeout_s:.0f} s")
+            raise ResidentEngineError(f"the resident engine was not ready within {start_timeout_s:.0f} s ({OFF_HINT}); "
+                                      f"the end of its log {log_path}:\n{_tail(log_path)}")
         time.sleep(0.2)
 
 
-def stop_all(directory: str | Path = DEFAULT_DIR, timeout: float = 600.0) -> int:
-    """Stop every resident engine in directory (the run's end); returns how many were stopped."""
+def stop_all(directory: str | Path = DEFAULT_DIR, timeout: float = 60.0) -> int:
+    """Stop every resident engine in directory, loading, idle or busy (the run's end); returns how
+    many were stopped. By signal, not by request, so a server busy with a killed job's call or still
+    loading is stopped too; never raises (the Snakefile's onsuccess/onerror call it)."""
     directory = Path(directory)
     if not directory.is_dir():
         return 0
-    authkey, stopped = (directory / "authkey").read_bytes() if (directory / "authkey").exists() else b"", 0
-    for sock in sorted(directory.glob("*.sock")):
-        found = _hello(str(sock), authkey) if authkey else None
-        if found is None:
-            with contextlib.suppress(FileNotFoundError):
-                sock.unlink()
+    stopped = 0
+    for pid_file in sorted(directory.glob("*.pid")):
+        pid = _server_pid(directory, pid_file.stem)
+        try:
+            if pid is not None:
+                _terminate(pid, "the run ended", timeout)
+                stopped += 1
+        except ResidentEngineError as err:
+            log.warning("%s", err)
             continue
-        conn, (_, info) = found
-        _stop(conn, info, timeout)
-        stopped += 1
+        for stale in (pid_file, pid_file.with_suffix(".sock")):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
     return stopped
 
 
@@ -338,8 +434,6 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s resident %(levelname)s %(message)s",
                         stream=sys.stderr)
-    pid_file = Path(address).with_suffix(".pid")
-    write_text_atomic(pid_file, str(os.getpid()))  # before loading: a job that finds no socket waits for us
     start = time.perf_counter()
     engine = make_engine(kind, model_dir, **options)
     dtype = getattr(engine, "compute_dtype", None)
@@ -354,15 +448,13 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
 
     def finish(why: str) -> None:
         log.info("stopping: %s", why)
-        # Remove our socket and pid file, never a successor's (the files are looked up by name).
+        # Remove our socket, never a successor's (looked up by name). The pid file stays: a job checks
+        # whether the pid still runs, and vLLM's processes may outlive this one for a moment.
         with contextlib.suppress(OSError):
             if os.stat(address).st_ino == socket_inode:
                 os.unlink(address)
         with contextlib.suppress(Exception):
             engine.close()
-        with contextlib.suppress(OSError, ValueError):
-            if int(pid_file.read_text()) == os.getpid():
-                pid_file.unlink()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # vLLM's exit-time finalizers were seen to abort (randopt/cli.py)
@@ -374,7 +466,7 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
                 if time.monotonic() - last[0] > keep_loaded_s:
                     finish(f"idle for {keep_loaded_s:g} s")
 
-    signal.signal(signal.SIGTERM, lambda *_: finish("SIGTERM"))
+    signal.signal(signal.SIGTERM, lambda *_: finish("asked to stop (SIGTERM)"))
     threading.Thread(target=idle_watch, daemon=True).start()
     while True:
         try:
@@ -396,9 +488,6 @@ def _serve_connection(conn, engine, info: dict) -> str | None:
             message = conn.recv()
             if message[0] == "hello":
                 conn.send(("ok", info))
-            elif message[0] == "shutdown":
-                conn.send(("ok", None))
-                return "asked to stop"
             elif message[0] == "call" and message[1] in METHODS:
                 _, method, args = message
                 try:

@@ -3,7 +3,6 @@ nothing a job computes may differ from what its own engine would have computed."
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -48,6 +47,16 @@ def answers(engine, members):
     return out
 
 
+def job(tiny_model_dir, engines, then: str) -> subprocess.Popen:
+    """A job in its own process that connects (starting the server) and then runs `then`."""
+    return subprocess.Popen(
+        [sys.executable, "-c",
+         "from randopt import resident; "
+         f"e = resident.connect('torch', {str(tiny_model_dir)!r}, {OPTIONS!r}, {str(engines)!r}, keep_loaded_s=60); "
+         f"print(e.pid, flush=True); {then}"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+
+
 def test_a_reused_server_answers_exactly_as_a_local_engine(tiny_model_dir, engines):
     first = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     assert not first.reused
@@ -73,16 +82,11 @@ def test_another_engine_stops_the_old_server_first(tiny_model_dir, engines):
 
 
 def test_a_job_killed_mid_call_leaves_the_server_to_the_next_job(tiny_model_dir, engines):
-    job = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys; from randopt import resident; "
-         f"e = resident.connect('torch', {str(tiny_model_dir)!r}, {OPTIONS!r}, {str(engines)!r}, keep_loaded_s=60); "
-         "print(e.pid, flush=True); e.set_weights(1, 0.01); e.generate(['count to a thousand'] * 4, 4000, [])"],
-        cwd=REPO, stdout=subprocess.PIPE, text=True)
-    pid = int(job.stdout.readline())
+    killed = job(tiny_model_dir, engines, "e.set_weights(1, 0.01); e.generate(['count to a thousand'] * 4, 4000, [])")
+    pid = int(killed.stdout.readline())
     time.sleep(1.0)  # inside the long generate call
-    job.send_signal(signal.SIGKILL)
-    job.wait()
+    killed.kill()
+    killed.wait()
     nxt = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     assert nxt.reused and nxt.pid == pid
     local = make_engine("torch", str(tiny_model_dir), **OPTIONS)
@@ -90,14 +94,11 @@ def test_a_job_killed_mid_call_leaves_the_server_to_the_next_job(tiny_model_dir,
     nxt.close()
 
 
-def test_an_idle_server_exits_and_removes_its_socket_and_pid_file(tiny_model_dir, engines):
+def test_an_idle_server_exits_and_removes_its_socket(tiny_model_dir, engines):
     engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=1)
     engine.close()
     assert gone(engine.pid)
-    assert not (engines / "cpu.sock").exists() and not (engines / "cpu.pid").exists()
-    again = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
-    assert not again.reused
-    again.close()
+    assert not (engines / "cpu.sock").exists() and resident._server_pid(engines, "cpu") is None
 
 
 def test_a_server_that_cannot_load_fails_the_job_with_the_end_of_its_log(tmp_path, engines):
@@ -114,10 +115,7 @@ def test_an_engine_failure_stops_the_server_and_a_bad_input_does_not(tiny_model_
     assert engine.perturbable_names()
     with pytest.raises(resident.ResidentEngineError, match="failed in generate: TypeError.*next job starts a fresh one"):
         engine._call("generate")  # a broken call: the server stops rather than serve a suspect engine
-    assert gone(engine.pid)
-    fresh = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
-    assert not fresh.reused and fresh.pid != engine.pid
-    fresh.close()
+    assert gone(engine.pid) and not (engines / "cpu.sock").exists()  # the next job finds none: it starts one
 
 
 def test_the_key_names_what_changes_an_engine(tiny_model_dir, monkeypatch):
@@ -138,13 +136,71 @@ def test_the_delta_switch_never_uses_a_resident_engine():
     assert not shareable and "depend on the walk" in why
 
 
-def test_stop_all_stops_every_server_and_forgets_dead_sockets(tiny_model_dir, engines):
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stop_all_stops_every_server_and_forgets_dead_ones(tiny_model_dir, engines):
     engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     engine.close()
-    (engines / "gpu7.sock").write_text("")  # a dead server's socket
+    (engines / "gpu7.pid").write_text(str(dead_pid()))  # a dead server's files
+    (engines / "gpu7.sock").write_text("")
     assert resident.stop_all(engines) == 1
     assert gone(engine.pid, timeout=0.1)
-    assert not list(engines.glob("*.sock"))
+    assert not list(engines.glob("*.sock")) and not list(engines.glob("*.pid"))
+
+
+def test_stop_all_stops_a_server_busy_with_a_killed_jobs_call(tiny_model_dir, engines):
+    busy = job(tiny_model_dir, engines, "e.set_weights(1, 0.01); e.generate(['count to a thousand'] * 4, 4000, [])")
+    pid = int(busy.stdout.readline())
+    time.sleep(1.0)  # inside the long call
+    busy.kill()
+    busy.wait()
+    assert resident.stop_all(engines) == 1  # no request: a busy server could not answer one
+    assert gone(pid, timeout=0.1) and not resident._group_alive(pid)
+
+
+def test_stop_all_stops_a_server_still_loading(tiny_model_dir, engines):
+    loading = job(tiny_model_dir, engines, "")
+    deadline = time.monotonic() + 60
+    while not (engines / "cpu.pid").exists():  # written at the server's start, before it loads
+        assert time.monotonic() < deadline and loading.poll() is None
+        time.sleep(0.01)
+    pid = int((engines / "cpu.pid").read_text())
+    loading.kill()  # the run is stopped while the first job waits for the engine
+    loading.wait()
+    assert resident.stop_all(engines) == 1
+    assert gone(pid, timeout=0.1) and not list(engines.glob("*.pid"))
+
+
+def test_a_server_on_shared_gpus_is_stopped_before_another_starts(tiny_model_dir, engines, monkeypatch):
+    assert resident.overlaps("gpu0", "gpu0-1") and resident.overlaps("cpu", "gpu3")
+    assert not resident.overlaps("gpu0", "gpu1") and resident.overlaps("gpu-3f2a", "gpu1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the engine runs on the CPU; only the name counts here
+    one = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    one.close()
+    (engines / "gpu5.pid").write_text(str(dead_pid()))  # gone already: nothing to stop
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # e.g. tensor_parallel_size 2 after a killed run
+    both = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    assert gone(one.pid, timeout=0.1) and not both.reused
+    both.close()
+
+
+def test_a_replaced_key_is_a_clear_error_and_stop_still_works(tiny_model_dir, engines):
+    engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    engine.close()
+    (engines / "authkey").write_bytes(b"x" * 32)
+    with pytest.raises(resident.ResidentEngineError, match="does not know this folder's key.*randopt.resident stop"):
+        resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    assert resident.stop_all(engines) == 1 and gone(engine.pid, timeout=0.1)
+
+
+def test_a_socket_path_too_long_is_a_clear_error(tiny_model_dir, tmp_path):
+    deep = tmp_path / ("d" * 120)
+    with pytest.raises(resident.ResidentEngineError, match="longer than a Unix socket allows.*keep_loaded_s: 0"):
+        resident.connect("torch", str(tiny_model_dir), OPTIONS, deep, keep_loaded_s=60)
 
 
 def test_the_stop_command_line(tiny_model_dir, engines):
