@@ -218,7 +218,9 @@ def test_dry_run_local_gpu_slots(tiny_model_dir, tmp_path):
     for rule in GPU_RULES:
         for threads, command in jobs[rule]:
             assert threads == "2", (rule, threads)  # 4 cores x 1 GPU / 2 GPUs: two jobs side by side
-            assert " --gpu-slots 2 --gpu-lock-dir .snakemake/gpu-locks --threads 2 " in command, command
+            # its GPUs among 2, and the device's resident engine (engine.keep_loaded_s, default 300)
+            assert (" --gpu-slots 2 --gpu-lock-dir .snakemake/gpu-locks --keep-loaded-s 300 --resident-dir "
+                    ".snakemake/engines --threads 2 ") in command, command
     assert jobs["prepare_model"][0][0] == "4"   # a CPU stage keeps every core
     assert all("--gpu-slots" not in c for rule in jobs for _, c in jobs[rule] if rule not in GPU_RULES)
 
@@ -227,8 +229,13 @@ def test_dry_run_local_gpu_slots(tiny_model_dir, tmp_path):
         assert all(t == "4" and "--gpu-slots" not in c for t, c in plain[rule]), plain[rule]
     # The same outputs either way (the flags are outside params and keys): same commands but the flags.
     strip = lambda jobs_: sorted(c.replace(" --gpu-slots 2 --gpu-lock-dir .snakemake/gpu-locks", "")
+                                 .replace(" --keep-loaded-s 300 --resident-dir .snakemake/engines", "")
                                  .replace("--threads 2", "--threads 4") for r in GPU_RULES for _, c in jobs_[r])
     assert strip(jobs) == strip(plain)
+    # keep_loaded_s 0: each job loads its own engine; only the flag goes (no key, no param changes)
+    own = dry_run(tmp_path, dict(vllm, engine=dict(vllm["engine"], keep_loaded_s=0)))
+    assert all("--keep-loaded-s" not in c for r in GPU_RULES for _, c in own[r])
+    assert strip(own) == strip(plain)
 
     tp2 = dict(vllm, engine=dict(vllm["engine"], tensor_parallel_size=2))
     for rule, runs in dry_run(tmp_path, tp2, "--resources", "gpu=4").items():
