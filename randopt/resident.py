@@ -46,7 +46,7 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
-from randopt.io import InputError, canonical_json, write_text_atomic
+from randopt.io import InputError, canonical_json, process_alive, write_text_atomic
 
 log = logging.getLogger("randopt")
 
@@ -258,14 +258,8 @@ def _terminate(pid: int, why: str, timeout: float = 60.0) -> None:
 
 def _group_alive(pgid: int) -> bool:
     """Whether a process of this process group runs (zombies count as gone)."""
-    if not Path("/proc").is_dir():  # no procfs (macOS): signal 0 says whether one exists
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+    if not Path("/proc").is_dir():  # no procfs (macOS, where no vLLM runs): the leader stands for its group
+        return process_alive(pgid)
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
@@ -280,13 +274,7 @@ def _alive(pid: int) -> bool:
     """Whether pid runs; a zombie (exited, not yet reaped by a parent that lives on, such as a test
     process that started the server) counts as gone."""
     if not Path("/proc").is_dir():  # no procfs (macOS): signal 0 says whether it exists
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return process_alive(pid)
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
