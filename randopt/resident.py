@@ -121,7 +121,7 @@ def engine_key(kind: str, model_dir: str, options: dict) -> str:
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
 
 
-def uses_resident(kind: str, options: dict) -> tuple[bool, str]:
+def uses_resident(options: dict) -> tuple[bool, str]:
     """(whether this engine may be resident, why not): only the reconstruct switch's weights are
     independent of the members served before."""
     if options.get("switch", "reconstruct") != "reconstruct":
@@ -141,7 +141,6 @@ class ResidentEngine:
         self.pid = info["pid"]
         self.compute_dtype = info.get("compute_dtype")
         self.compute_dtype_reason = info.get("compute_dtype_reason")
-        self.load_s = info.get("load_s")
 
     def _call(self, method: str, *args):
         try:
@@ -222,7 +221,8 @@ def _device_lock(directory: Path, device: str):
 
 
 def _hello(address: str, authkey: bytes):
-    """(connection, reply) from the server at address, or None when there is none (or it just left)."""
+    """(connection, the server's info: pid, key, load_s, ...) from the server at address, or None when
+    there is none (or it just left)."""
     try:
         conn = Client(address, family="AF_UNIX", authkey=authkey)
     except (OSError, EOFError):  # none listens, or it left during the handshake (idle timeout, a failure)
@@ -233,7 +233,7 @@ def _hello(address: str, authkey: bytes):
                                   f"{Path(address).parent}` and rerun") from None
     try:
         conn.send(("hello",))
-        return conn, conn.recv()
+        return conn, conn.recv()[1]
     except (EOFError, OSError):  # it exited between accept and reply (idle timeout)
         conn.close()
         return None
@@ -328,7 +328,7 @@ def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DE
         while True:
             found = _hello(address, authkey)
             if found is not None:
-                conn, (_, info) = found
+                conn, info = found
                 if info["key"] == key:
                     log.info("resident engine: reusing pid %d on %s (loaded in %.1f s; log %s)", info["pid"],
                              device, info["load_s"], log_path)
@@ -379,7 +379,7 @@ def _start(kind, model_dir, options, key, address, authkey, log_path: Path, keep
                                       f"the end of its log {log_path}:\n{_tail(log_path)}")
         found = _hello(address, authkey)
         if found is not None:
-            conn, (status, info) = found
+            conn, info = found
             if info["key"] != key:  # cannot happen under the device lock; say so if it does
                 raise ResidentEngineError(f"another resident engine answered at {address}")
             log.info("resident engine: ready in %.1f s", time.perf_counter() - start)

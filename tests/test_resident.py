@@ -131,8 +131,8 @@ def test_the_key_names_what_changes_an_engine(tiny_model_dir, monkeypatch):
 
 
 def test_the_delta_switch_never_uses_a_resident_engine():
-    assert resident.uses_resident("torch", {"switch": "reconstruct"}) == (True, "")
-    shareable, why = resident.uses_resident("torch", {"switch": "delta"})
+    assert resident.uses_resident({"switch": "reconstruct"}) == (True, "")
+    shareable, why = resident.uses_resident({"switch": "delta"})
     assert not shareable and "depend on the walk" in why
 
 

@@ -40,7 +40,7 @@ def engine_from_args(args) -> Engine:
     # Before the engine, so that CUDA (in this process and in vLLM's) sees only the claimed GPUs.
     assign_gpus(args.engine, options, args.gpu_slots, args.gpu_lock_dir, timeout=args.gpu_wait)
     if args.keep_loaded_s > 0:
-        shareable, why = resident.uses_resident(args.engine, options)
+        shareable, why = resident.uses_resident(options)
         if shareable:
             return track(resident.connect(args.engine, args.model_dir, options, args.resident_dir, args.keep_loaded_s))
         log.info("no resident engine: %s", why)
