@@ -41,6 +41,7 @@ SMK="python3 -m snakemake --cores 32"
 RACE_TAG=${RACE_TAG:-h200x2_racing}   # the racing parts' output names (bench/<tag>.json, <tag>_<arm>_record.json)
 RACE_GPUS=${RACE_GPUS:-2}             # --resources gpu=N of the racing parts (1 on a single H200)
 # RACE_KNOBS: racing's knobs over the overlay's, a JSON object (bench/racing.py --racing), e.g. {"first_slice": 32, "growth": 4.0}
+# RACE_SET: a variant of the overlay for both arms, a JSON object (bench/racing.py --set), e.g. {"gsm8k": {"n_train": 512}}
 
 # A prepared model dir, by its manifest: SmolLM2 from the wheel, or the padded model (source local).
 prepared() {
@@ -198,6 +199,7 @@ sys.exit(not (r['engine']['tensor_parallel_size'] == $tp and r['model']['source'
       phase=${part#race-}
       { timeout 580 python3 bench/racing.py --configfile bench/racing_h200.yaml --workdir /tmp/racing-h200 \
           --out "$OUT/${RACE_TAG}.json" --cores "$(nproc)" --resources gpu="$RACE_GPUS" --phases "$phase" ${RACE_KNOBS:+--racing "$RACE_KNOBS"} \
+          ${RACE_SET:+--set "$RACE_SET"} \
           || echo "PART FAILED: racing $phase"
         arm=/tmp/racing-h200/$phase
         if [ -f "$arm/results/record.json" ]; then
