@@ -485,11 +485,16 @@ def bench(args) -> dict | None:
         setup, warmup = fresh_dir(workdir / "setup"), fresh_dir(workdir / "warmup")
         for arm in ARMS:
             fresh_dir(workdir / arm)
-        state = {"started": time.time(), "load_before": list(os.getloadavg()), "calls": {}, "order": []}
+        state = {"started": time.time(), "load_before": list(os.getloadavg()), "calls": {}, "order": [],
+                 "overlays": overlays}
     elif not state_file.is_file():
         raise InputError(f"{state_file} is missing: run --phases prepare first, with the same --workdir")
     else:
         state = read_json(state_file)
+        # A later phase with other --set or --racing would compare arms of two protocols.
+        if state.get("overlays", overlays) != overlays:
+            raise InputError(f"--set / --racing differ from the prepare phase's in {workdir}: pass the same ones "
+                             f"in every phase (prepare ran with {state['overlays']}), or start again with --phases prepare")
     dirs = {arm: workdir / arm for arm in ARMS}
     files = {arm: write_overlay(workdir / f"{arm}.yaml", overlays[arm]) for arm in ARMS}
     configs = {arm: effective_config([configfile, files[arm]]) for arm in ARMS}  # fails before any job

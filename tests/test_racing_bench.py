@@ -255,6 +255,10 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     common = ["--configfile", str(overlay), "--workdir", str(tmp_path / "work"), "--out", str(out), "--cores", "2"]
     assert racing_bench.main([*common, "--phases", "report"]) == 2
     assert racing_bench.main([*common, "--phases", "prepare"]) == 0
+    # a later phase of another protocol would compare arms of two protocols: refused, nothing run
+    other = ["--set", json.dumps({"gsm8k": {"n_train": 2}})]
+    assert racing_bench.main([*common, *other, "--phases", "racing"]) == 2
+    assert not (tmp_path / "work" / "racing" / "results").exists()
     assert racing_bench.main([*common, "--phases", "racing"]) == 0
     # (an arm run again starts from a clean directory: test_an_arm_starts_its_search_in_a_clean_directory)
     assert racing_bench.main([*common, "--phases", "report"]) == 2 and not out.exists()
