@@ -6,7 +6,7 @@
 # The run, in order: freeze the GSM8K splits and the held-out text; prepare the model; score every
 # (seed, sigma) of the population on the train split, shard by shard (or in racing rounds); rank; let the top-k members
 # answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
-# write the record (with its statistics: randopt/statistics.py) and draw the report's figures.
+# write the record (with its statistics: randopt/report/statistics.py) and draw the report's figures.
 # Output paths carry content keys (randopt/keys.py), so finished work is reused.
 # Inputs (frozen data, prepared models) go to data/, what the search computes to results/.
 #
@@ -19,9 +19,9 @@
 #   evaluate_members, vote,       rules/ensemble.smk  scripts/<stage>.py  randopt/stages/<stage>.py
 #   score_bpb
 #   record                        rules/record.smk    scripts/<stage>.py  randopt/stages/record.py
-#   export (a member as a model)  rules/export.smk    scripts/export_member.py  randopt/export.py
+#   export (a member as a model)  rules/export.smk    scripts/export_member.py  randopt/model/export.py
 #   figures                       rules/report.smk    scripts/<stage>.py  randopt/stages/figures.py
-# The engines (randopt/engines/) perturb weights through randopt/perturb.py and kernels/.
+# The engines (randopt/engines/) perturb weights through randopt/engines/perturb.py and kernels/.
 #
 # snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed
@@ -63,7 +63,7 @@ include: "rules/export.smk"
 include: "rules/report.smk"
 
 
-# Resident engines (engine.keep_loaded_s; randopt/resident.py) serve the engine jobs of this run only:
+# Resident engines (engine.keep_loaded_s; randopt/runtime/resident.py) serve the engine jobs of this run only:
 # stop them when it ends, however it ends (a killed run's exit after keep_loaded_s idle seconds).
 onsuccess:
     stop_resident_engines()

@@ -26,14 +26,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from randopt import model_prep  # noqa: E402
+from randopt.model import prepare as model_prep  # noqa: E402
 from randopt.config import gsm8k_source, load_yaml, validate  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
-from randopt.engines import make_engine  # noqa: E402
-from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402
+from randopt.engines.factory import make_engine  # noqa: E402
+from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402
 from randopt.data.gsm8k import freeze_splits  # noqa: E402
 from randopt.io import write_json_atomic  # noqa: E402
-from randopt.record import hardware, package_versions  # noqa: E402
+from randopt.report.record import hardware, package_versions  # noqa: E402
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 

@@ -30,7 +30,7 @@
 set -uo pipefail
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# Each stage claims its own GPUs (randopt/gpu_slots.py); a preset list would make them share.
+# Each stage claims its own GPUs (randopt/runtime/gpu_slots.py); a preset list would make them share.
 unset CUDA_VISIBLE_DEVICES
 OUT=${OUT:-/tmp/randopt-out}
 KEEP=${KEEP:-/tmp/randopt-keep}   # what a later call of the same lease needs ($OUT is emptied per call)
@@ -123,7 +123,7 @@ while [ $# -gt 0 ]; do
         tar_logs dp2
         python3 - "$OUT/h200x2_dp.json" <<'PY'
 import glob, json, re, sys
-from randopt.record import job_intervals, wall_clock_span
+from randopt.report.record import job_intervals, wall_clock_span
 def stage(root, logs):
     timings = [json.load(open(p)) for p in sorted(glob.glob(f"{root}/*/*/*.timings.json"))]
     gpus = {}

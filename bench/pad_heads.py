@@ -1,4 +1,4 @@
-"""A model with padded attention heads (randopt/head_padding.py), and a check that it is the same model.
+"""A model with padded attention heads (bench/tensor_parallel/head_padding.py), and a check that it is the same model.
 
   python bench/pad_heads.py --src data/models/<key>/model --dst data/padded/smollm2-h12-kv4 \\
       --heads 12 --kv-heads 4 [--reuse] [--verify] [--out pad.json]
@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from randopt.head_padding import PADDING_FILE, pad_attention_heads  # noqa: E402
-from randopt.model_prep import combined_sha256, weights_sha256  # noqa: E402
+from bench.tensor_parallel.head_padding import PADDING_FILE, pad_attention_heads  # noqa: E402
+from randopt.model.prepare import combined_sha256, weights_sha256  # noqa: E402
 
 
 def existing(src: str, dst: str, heads: int, kv_heads: int) -> dict | None:

@@ -1,4 +1,4 @@
-"""Does a resident engine (randopt/resident.py) decode slower than one in the job's own process?
+"""Does a resident engine (randopt/runtime/resident.py) decode slower than one in the job's own process?
 
     python bench/resident_ab.py --model-dir DIR --train train.jsonl [--problems 16] [--reps 4]
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from randopt import resident  # noqa: E402
-from randopt.engines import make_engine  # noqa: E402
-from randopt.evaluate import DecodeSpec, build_prompts  # noqa: E402
+from randopt.runtime import resident  # noqa: E402
+from randopt.engines.factory import make_engine  # noqa: E402
+from randopt.scoring.scorer import DecodeSpec, build_prompts  # noqa: E402
 from randopt.io import read_jsonl, write_json_atomic  # noqa: E402
 
 

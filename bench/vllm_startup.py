@@ -26,7 +26,7 @@ def child(model: str) -> None:
     t0 = time.perf_counter()
     import vllm  # noqa: F401
 
-    from randopt.engines import close_engines, make_engine
+    from randopt.engines.factory import close_engines, make_engine
     t1 = time.perf_counter()
     engine = make_engine("vllm", model, batch_size=256, max_context=1024)
     t2 = time.perf_counter()
@@ -37,7 +37,7 @@ def child(model: str) -> None:
     t4 = time.perf_counter()
     print(json.dumps({"import_s": t1 - t0, "engine_s": t2 - t1, "first_generate_s": t3 - t2, "close_s": t4 - t3,
                       "total_s": t4 - t0}), flush=True)
-    os._exit(0)  # as the stage CLIs do (randopt/cli.py): vLLM's exit-time finalizers can abort
+    os._exit(0)  # as the stage CLIs do (randopt/runtime/cli.py): vLLM's exit-time finalizers can abort
 
 
 def run_child(model: str, multiprocessing: str) -> dict:

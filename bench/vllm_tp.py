@@ -45,7 +45,7 @@ def log(*args):
 
 
 def make(model: str, tp: int):
-    from randopt.engines import make_engine
+    from randopt.engines.factory import make_engine
     t0 = time.perf_counter()
     engine = make_engine("vllm", model, device="cuda", batch_size=256, tensor_parallel_size=tp,
                          gpu_memory_utilization=os.environ.get("RANDOPT_TP_GPU_UTIL", "auto"))
@@ -132,7 +132,7 @@ def free_running(a: list[list[int]], b: list[list[int]]) -> dict:
 def bpb(engine) -> dict:
     import numpy as np
 
-    from randopt.bpb import model_bpb
+    from randopt.ensemble.bpb import model_bpb
     from randopt.data.heldout import synthetic_heldout
     texts = [d["text"] for d in synthetic_heldout(32, 7)]  # the default protocol's held-out text
     try:
@@ -257,7 +257,7 @@ def main() -> int:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
     summary = {k: v for k, v in report.items() if k not in ("prompt_ids", "runs")}
     log(json.dumps(summary, default=str)[:3000])
-    from randopt.engines import close_engines
+    from randopt.engines.factory import close_engines
     close_engines()
     sys.stdout.flush()
     os._exit(0)  # as the stage CLIs do: vLLM's exit-time finalizers can abort a finished run

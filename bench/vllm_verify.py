@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kernels.noise_ref import reconstruct_reference_  # noqa: E402
-from randopt.bpb import model_bpb  # noqa: E402
-from randopt.engines import make_engine  # noqa: E402
-from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402
+from randopt.ensemble.bpb import model_bpb  # noqa: E402
+from randopt.engines.factory import make_engine  # noqa: E402
+from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402
 from randopt.data.heldout import synthetic_heldout  # noqa: E402
 from randopt.data.synth import generate_problems  # noqa: E402
 

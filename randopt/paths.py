@@ -14,7 +14,7 @@ def layout(keys: dict[str, str]) -> dict[str, str]:
         "heldout": f"data/heldout/{keys['heldout']}",
         "model": f"data/models/{keys['model']}",
         "shards": f"results/shards/{keys['eval']}",
-        # every member's train answers, per problem (randopt/answer_cache.py): full and racing share it
+        # every member's train answers, per problem (randopt/scoring/answer_cache.py): full and racing share it
         "answer_cache": f"results/shards/{keys['eval']}/cache",
         # racing's rounds (selection.mode racing; None under full evaluation)
         "race": f"results/race/{keys['eval']}/{keys['race']}" if keys.get("race") else None,

@@ -6,14 +6,15 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from randopt.config import (ConfigError, check_model_files, gsm8k_source, heldout_source, population_size,
-                            sigma_label, topk_size, validate)
+from randopt.config import ConfigError, check_model_files, gsm8k_source, heldout_source, validate
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
-from randopt.keys import code_version, run_keys
+from randopt.code_keys import code_version
+from randopt.keys import key_code, run_keys
 from randopt.paths import layout
-from randopt.answer_blocks import block_size
-from randopt.racing import RacingConfig, checkpoints
-from randopt.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
+from randopt.population import Population, sigma_label
+from randopt.scoring.answer_blocks import block_size
+from randopt.selection.plan import RacePlan
+from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
 # model dir exists; the tensor-parallel size divides its attention heads).
@@ -25,6 +26,8 @@ except ConfigError as err:
 
 KEYS = run_keys(config)
 REPO = workflow.basedir
+# Members, shards and k per fraction: one object (randopt/population.py), read by the stages too.
+POPULATION = Population.from_config(config)
 
 
 # Stage CLIs run as modules of this checkout, whatever directory the workflow runs in; a PYTHONPATH
@@ -81,28 +84,17 @@ def q(obj):
     return shlex.quote(obj if isinstance(obj, str) else json.dumps(obj))
 
 
-def get_shard_ranges():
-    """Fixed seed ranges [k*S, (k+1)*S - 1], clipped to the population: growing the population adds
-    shards and leaves finished ones alone."""
-    n, size = config["population"]["n_seeds"], config["population"]["shard_size"]
-    return [(a, min(a + size, n) - 1) for a in range(0, n, size)]
-
-
-# One shard's path below its stage folder; {sigma}, {first} and {last} are wildcards in rules.
+# One shard's path below its stage folder (POPULATION.shard_stems() spells each one); {sigma},
+# {first} and {last} are wildcards in rules.
 SHARD_STEM = "sigma={sigma}/seeds_{first}-{last}"
 
 
-def get_shard_stems():
-    return [SHARD_STEM.format(sigma=sigma_label(s), first=f"{a:04d}", last=f"{b:04d}")
-            for s in config["population"]["sigmas"] for a, b in get_shard_ranges()]
-
-
 def get_shards(suffix=".parquet"):
-    return [f"{SHARDS}/{stem}{suffix}" for stem in get_shard_stems()]
+    return [f"{SHARDS}/{stem}{suffix}" for stem in POPULATION.shard_stems()]
 
 
 def race_chunk_stems(round_index):
-    return [f"round={round_index:02d}/chunk_{c:03d}" for c in range(RACE_CHUNKS)]
+    return [f"round={round_index:02d}/chunk_{c:03d}" for c in range(RACE_PLAN.chunks)]
 
 
 def race_survivors(round_index):
@@ -113,12 +105,12 @@ def get_search_tables(suffix=".parquet"):
     """The tables the ranking reads: full evaluation's shards, or every racing round's chunk tables."""
     if not RACING:
         return get_shards(suffix)
-    return [f"{RACE}/{stem}{suffix}" for r in range(RACE_ROUNDS) for stem in race_chunk_stems(r)]
+    return [f"{RACE}/{stem}{suffix}" for r in range(RACE_PLAN.rounds) for stem in race_chunk_stems(r)]
 
 
 def get_race_rounds():
     """Racing: each round's survivors file, round 0 first (rank reads their reports); else none."""
-    return [race_survivors(r) for r in range(RACE_ROUNDS)] if RACING else []
+    return [race_survivors(r) for r in range(RACE_PLAN.rounds)] if RACING else []
 
 
 # auto resolved here, on the host that builds the DAG: jobs get a concrete dtype, the one in the keys.
@@ -170,7 +162,7 @@ def job_gpus():
 def local_gpus():
     """N of `--resources gpu=N` on a local run with a GPU engine (the GPUs of this host the run may
     use), else None. Snakemake then runs GPU jobs side by side while their `gpu` resources (each
-    job's GPU count) sum to at most N, and each job claims its own GPUs (randopt/gpu_slots.py)."""
+    job's GPU count) sum to at most N, and each job claims its own GPUs (randopt/runtime/gpu_slots.py)."""
     gpus = job_gpus()
     if on_cluster() or not gpus:
         return None
@@ -186,8 +178,8 @@ def local_gpus():
 # The engine stages' flags for sharing this host on a local run (in the shell command, not in params:
 # neither changes a result, so a run with other values finds the same outputs up to date; `snakemake
 # --lint` reports LOCAL_ENGINE as a variable from outside the rule, on purpose). Empty on a cluster.
-#   --gpu-slots N: claim the job's GPUs among N (randopt/gpu_slots.py); with --resources gpu=N only.
-#   --keep-loaded-s S: use the device's resident engine (randopt/resident.py), so jobs after the first
+#   --gpu-slots N: claim the job's GPUs among N (randopt/runtime/gpu_slots.py); with --resources gpu=N only.
+#   --keep-loaded-s S: use the device's resident engine (randopt/runtime/resident.py), so jobs after the first
 #   start no engine; engine.keep_loaded_s, 0 turns it off. The Snakefile's onsuccess/onerror stop them.
 LOCAL_GPUS = local_gpus()
 KEEP_LOADED_S = 0 if on_cluster() else config["engine"]["keep_loaded_s"]
@@ -195,34 +187,31 @@ LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks"
     + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "")
 
 
-# The torch engine answers train problems in fixed blocks of a seeded order (randopt/answer_blocks.py),
+# The torch engine answers train problems in fixed blocks of a seeded order (randopt/scoring/answer_blocks.py),
 # so a problem's answer never depends on the mode that asked for it; None (vLLM): one block.
 ANSWER_BLOCK = block_size(config["engine"])
 ORDER_SEED = config["selection"]["order_seed"]
 
 
 # Racing (selection.mode racing, rules/racing.smk): the rounds are a pure function of the split size and
-# the knobs, so the whole DAG is known at build time; each round has RACE_CHUNKS race_slice jobs.
+# the knobs, so the whole DAG is known at build time. The plan (randopt/selection/plan.py) is made here,
+# once, and every racing job reads it as JSON: rounds, checkpoints, k, and RACE_PLAN.chunks race_slice
+# jobs a round, split over at least one job per GPU group under --resources gpu=N, so no GPU idles
+# while another races (on the CPU a job takes every core: one at a time; on a cluster the shard size
+# alone decides).
 RACING = config["selection"]["mode"] == "racing"
+RACE_PLAN = None
 if RACING:
     try:
-        RACE_CONFIG = RacingConfig.from_selection(config["selection"], ANSWER_BLOCK)
+        RACE_PLAN = RacePlan.from_config(config, parallel=LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)
     except ValueError as err:
         raise WorkflowError(f"invalid config: {err}")
-    RACE_ROUNDS = len(checkpoints(config["gsm8k"]["n_train"], RACE_CONFIG))
-    if RACE_ROUNDS == 1:
+    if RACE_PLAN.rounds == 1:
         # Not an error (the run is full evaluation in racing's clothes), but not what racing is for.
         print(f"randopt: racing has a single round here, so no member can stop: gsm8k.n_train "
-              f"({config['gsm8k']['n_train']}) is within selection.first_slice ({RACE_CONFIG.first_slice}) or one "
+              f"({config['gsm8k']['n_train']}) is within selection.first_slice ({RACE_PLAN.config.first_slice}) or one "
               f"answer block (engine.batch_size {ANSWER_BLOCK}, torch engine). Lower them, or use selection.mode full.",
               file=sys.stderr)
-    # race_slice jobs that can run side by side: one per GPU group under --resources gpu=N. A round splits
-    # its members over at least that many jobs, so no GPU idles while another races (on the CPU a job
-    # takes every core: one at a time; on a cluster the shard size alone decides).
-    RACE_PARALLEL = LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1
-    RACE_CHUNKS = max(-(-population_size(config) // config["population"]["shard_size"]), RACE_PARALLEL)
-    # k of the largest top-k: every smaller top-k list lies inside it
-    RACE_K = max(topk_size(f, population_size(config)) for f in config["topk"]["fractions"])
 
 
 def job_threads(gpu_stage=True):
@@ -262,7 +251,7 @@ def get_benchmarks():
     paths = [f"{name}={rule.benchmark}" for name, rule in pairs]
     if RACING:
         paths += [f"race_slice={BENCH}/race_slice/{KEYS['race']}/{stem}.tsv"
-                  for r in range(RACE_ROUNDS) for stem in race_chunk_stems(r)]
+                  for r in range(RACE_PLAN.rounds) for stem in race_chunk_stems(r)]
     else:
-        paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in get_shard_stems()]
+        paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in POPULATION.shard_stems()]
     return paths

@@ -13,7 +13,7 @@ rule freeze_gsm8k:
         selection_seed=config["gsm8k"]["selection_seed"],
         pins=" ".join(f"--pinned-{split}-sha256 {config['gsm8k'][f'{split}_sha256']}"
                       for split in ("train", "test") if config["gsm8k"][f"{split}_sha256"]),
-        code=code_version("data"),
+        code=key_code("gsm8k"),
     log:
         "logs/freeze_gsm8k.log",
     benchmark:
@@ -32,7 +32,7 @@ rule fetch_fineweb:
     params:
         source=q(heldout_source(config)),
         pin=f"--pinned-sha256 {config['heldout']['sha256']}" if config["heldout"]["sha256"] else "",
-        code=code_version("data"),
+        code=key_code("heldout"),
     log:
         "logs/fetch_fineweb.log",
     benchmark:

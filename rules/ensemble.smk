@@ -18,7 +18,7 @@ rule evaluate_members:
         engine=get_engine_args(),
         decode=q(config["decode"]),
         cache=f"{MEMBERS}/cache",
-        code=code_version("engine", "eval"),
+        code=key_code("eval"),
     threads: job_threads()
     resources:
         **job_resources("evaluate_members"),
@@ -61,7 +61,7 @@ rule score_bpb:
     params:
         engine=get_engine_args(max_context=config["heldout"]["max_context"]),
         cache=f"{BPB}/cache",
-        code=code_version("engine", "bpb"),
+        code=key_code("bpb"),
     threads: job_threads()
     resources:
         **job_resources("score_bpb"),

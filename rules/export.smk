@@ -1,4 +1,4 @@
-# Using the result: a member of the ranking as a Hugging Face model dir (randopt/export.py).
+# Using the result: a member of the ranking as a Hugging Face model dir (randopt/model/export.py).
 #   snakemake --cores all export                    the ranks in config export.ranks (default: the best)
 #   snakemake --cores all results/export/<eval key>/<population key>/rank3    any rank (-n prints the keys)
 
@@ -16,6 +16,8 @@ rule export_member:
         member=directory(f"{EXPORT}/rank{{rank}}"),
     wildcard_constraints:
         rank=r"[1-9][0-9]*",
+    params:
+        code=code_version("export_member"),
     log:
         f"logs/export_member/{KEYS['eval']}/{KEYS['population']}/rank{{rank}}.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

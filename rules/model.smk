@@ -14,7 +14,7 @@ rule prepare_model:
         revision=f"--revision {q(config['model']['revision'])}" if config["model"]["revision"] else "",
         dtype=config["model"]["dtype"],
         pin=f"--pinned-sha256 {config['model']['sha256']}" if config["model"]["sha256"] else "",
-        code=code_version("model"),
+        code=key_code("model"),
     threads: job_threads(gpu_stage=False)
     resources:
         **job_resources("prepare_model", gpu_stage=False),

@@ -1,4 +1,4 @@
-# Racing (selection.mode racing; docs/racing.md, randopt/racing.py): every member answers a first slice
+# Racing (selection.mode racing; docs/racing.md, randopt/selection/): every member answers a first slice
 # of the train problems; after each round the members that can no longer reach the largest top-k stop,
 # the others answer the next, larger slice. The rounds are known at DAG build (RACE_ROUNDS, each with
 # RACE_CHUNKS race_slice jobs, rules/common.smk), so no checkpoint is needed: round r's jobs wait for
@@ -23,17 +23,12 @@ rule race_slice:
     params:
         engine=get_engine_args(),
         decode=q(config["decode"]),
-        selection=q(config["selection"]),
-        n_seeds=config["population"]["n_seeds"],
-        sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
+        plan=q(RACE_PLAN.to_json()),
         round=lambda wc: int(wc.round),
         chunk=lambda wc: int(wc.chunk),
-        chunk_size=config["population"]["shard_size"],
-        parallel=RACE_PARALLEL,
-        block_size=ANSWER_BLOCK or 0,
         survivors=lambda wc, input: f"--survivors {input.survivors}" if input.survivors else "",
         cache=ANSWER_CACHE,
-        code=code_version("engine", "eval"),
+        code=key_code("eval"),
     threads: job_threads()
     resources:
         **job_resources("evaluate_shard"),
@@ -45,9 +40,7 @@ rule race_slice:
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.race_slice {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --train {input.train}"
-        " --selection {params.selection} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
-        " --round {params.round} --chunk {params.chunk} --chunk-size {params.chunk_size}"
-        " --parallel {params.parallel} --block-size {params.block_size} {params.survivors}"
+        " --plan {params.plan} --round {params.round} --chunk {params.chunk} {params.survivors}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
 
@@ -59,18 +52,12 @@ rule race_round:
     output:
         survivors=f"{RACE}/round={{round}}/survivors.json",
     params:
-        selection=q(config["selection"]),
-        n_train=config["gsm8k"]["n_train"],
-        block_size=ANSWER_BLOCK or 0,
-        k=RACE_K,
-        n_seeds=config["population"]["n_seeds"],
-        sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
+        plan=q(RACE_PLAN.to_json()),
         round=lambda wc: int(wc.round),
         survivors=lambda wc, input: f"--survivors-in {input.survivors}" if input.survivors else "",
     log:
         f"logs/race_round/{KEYS['race']}/round={{round}}.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.race_round --tables {input.tables} {params.survivors} --selection {params.selection}"
-        " --block-size {params.block_size} --n-train {params.n_train} --k {params.k} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
+        "{PY} scripts.race_round --tables {input.tables} {params.survivors} --plan {params.plan}"
         " --round {params.round} --out {output.survivors} 2> {log}"

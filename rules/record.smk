@@ -20,6 +20,8 @@ rule record:
         repo=q(REPO),
         benchmarks=" ".join(get_benchmarks()),
         records_md=q(config["records_md"]),
+        # the record is under no content key: its own code reruns it (randopt/code_keys.py)
+        code=code_version("record"),
     log:
         "logs/record.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

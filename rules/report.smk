@@ -3,7 +3,7 @@
 # after a run embeds them with their captions (report/<name>.rst). rule all asks for them, so the
 # default target (make record) draws them.
 
-# Figure name (randopt/figures.py FIGURES) -> the report's category it is shown under.
+# Figure name (randopt/report/figures.py FIGURES) -> the report's category it is shown under.
 FIGURE_CATEGORIES = {
     "train_reward_histogram": "Search",
     "train_reward_by_rank": "Search",
@@ -26,6 +26,7 @@ rule figures:
     params:
         # the folder of the declared outputs, taken from them (no second spelling of the path to drift)
         out_dir=lambda wildcards, output: os.path.dirname(output.k_curve),
+        code=code_version("figures"),
     log:
         "logs/figures.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

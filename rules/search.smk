@@ -15,9 +15,10 @@ rule evaluate_shard:
         first=lambda wc: int(wc.first),
         last=lambda wc: int(wc.last),
         cache=ANSWER_CACHE,
-        block_size=ANSWER_BLOCK or 0,
+        # absent: one answer block (randopt/scoring/answer_blocks.py)
+        block=f"--block-size {ANSWER_BLOCK}" if ANSWER_BLOCK else "",
         order_seed=ORDER_SEED,
-        code=code_version("engine", "eval"),
+        code=key_code("eval"),
     threads: job_threads()
     resources:
         **job_resources("evaluate_shard"),
@@ -31,7 +32,7 @@ rule evaluate_shard:
     shell:
         "{PY} scripts.evaluate_shard {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
-        " --block-size {params.block_size} --order-seed {params.order_seed}"
+        " {params.block} --order-seed {params.order_seed}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from randopt.ask import ask, default_model_dir, read_questions
-from randopt.cli import run_stage
+from randopt.ensemble.ask import ask, default_model_dir, read_questions
+from randopt.runtime.cli import run_stage
 from randopt.io import write_text_atomic
 
 

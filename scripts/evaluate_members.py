@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from randopt.cli import add_decode_args, run_stage
-from randopt.engines.args import add_engine_args, engine_from_args
+from randopt.runtime.cli import add_decode_args, run_stage
+from randopt.runtime.engine_args import add_engine_args, engine_from_args
 from randopt.stages import evaluate_members
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from randopt.cli import add_decode_args, run_stage
-from randopt.engines.args import add_engine_args, engine_from_args
+from randopt.runtime.cli import add_decode_args, run_stage
+from randopt.runtime.engine_args import add_engine_args, engine_from_args
 from randopt.stages import evaluate_shard
 
 
@@ -18,8 +18,9 @@ def parse_args(argv=None):
     p.add_argument("--sigma", type=float, required=True)
     p.add_argument("--first-seed", type=int, required=True)
     p.add_argument("--last-seed", type=int, required=True, help="inclusive")
-    p.add_argument("--block-size", type=int, default=0,
-                   help="problems per fixed answer block, each one engine call (randopt/answer_blocks.py); 0: one block")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="problems per fixed answer block, each one engine call (randopt/scoring/answer_blocks.py); "
+                        "absent: one block")
     p.add_argument("--order-seed", type=int, default=0, help="seed of the problem order the blocks cut (selection.order_seed)")
     p.add_argument("--cache-dir", required=True,
                    help="the answer cache: each seed's answers are kept there as it finishes, and reused")
@@ -32,7 +33,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     return run_stage("evaluate_shard", partial(
         evaluate_shard.run, make_engine=partial(engine_from_args, args), decode=args.decode, train=args.train,
-        sigma=args.sigma, first_seed=args.first_seed, last_seed=args.last_seed, block_size=args.block_size or None,
+        sigma=args.sigma, first_seed=args.first_seed, last_seed=args.last_seed, block_size=args.block_size,
         order_seed=args.order_seed, cache_dir=args.cache_dir, out=args.out, timings=args.timings))
 
 

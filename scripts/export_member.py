@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from randopt.cli import run_stage
-from randopt.export import export_member, export_rank
+from randopt.runtime.cli import run_stage
+from randopt.model.export import export_member, export_rank
 
 
 def parse_args(argv=None):

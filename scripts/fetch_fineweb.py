@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from randopt.cli import run_stage, source_json_arg
+from randopt.runtime.cli import run_stage, source_json_arg
 from randopt.data.heldout import write_heldout
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from randopt.cli import run_stage
-from randopt.figures import FIGURES
+from randopt.runtime.cli import run_stage
+from randopt.report.figures import FIGURES
 from randopt.stages import figures
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from randopt.cli import run_stage, source_json_arg
+from randopt.runtime.cli import run_stage, source_json_arg
 from randopt.data.gsm8k import write_frozen
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from randopt.cli import run_stage
-from randopt.engines.args import add_engine_args, engine_from_args
+from randopt.runtime.cli import run_stage
+from randopt.runtime.engine_args import add_engine_args, engine_from_args
 from randopt.stages import score_bpb
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from randopt.cli import run_stage
+from randopt.runtime.cli import run_stage
 from randopt.stages import vote
 
 

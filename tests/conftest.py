@@ -35,10 +35,10 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def no_resident_engine_outlives_the_tests(tmp_path_factory):
-    """A run killed on purpose (the resume tests) leaves its resident engine (randopt/resident.py) to
+    """A run killed on purpose (the resume tests) leaves its resident engine (randopt/runtime/resident.py) to
     its idle timeout; stop every one the tests' folders still hold when the session ends."""
     yield
-    from randopt import resident
+    from randopt.runtime import resident
     for folder in tmp_path_factory.getbasetemp().rglob("engines"):
         if folder.is_dir() and (folder / "authkey").exists():
             resident.stop_all(folder, timeout=60)

@@ -1,12 +1,12 @@
-"""The answer cache (randopt/answer_cache.py) and the scorer that reads it before it generates
-(randopt/evaluate.py CachedScorer), on the real torch engine and the tests' tiny model."""
+"""The answer cache (randopt/scoring/answer_cache.py) and the scorer that reads it before it generates
+(randopt/scoring/scorer.py Scorer), on the real torch engine and the tests' tiny model."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from randopt import answer_cache
-from randopt.answer_blocks import blocks
+from randopt.scoring import answer_cache
+from randopt.scoring.answer_blocks import blocks
 from randopt.io import InputError
 
 
@@ -57,8 +57,8 @@ def test_a_part_from_other_code_is_an_error_naming_the_folder(tmp_path):
 
 
 def test_the_scorer_generates_only_what_is_missing_and_starts_no_engine_when_all_is_cached(tmp_path, tiny_model_dir):
-    from randopt.engines import make_engine
-    from randopt.evaluate import CachedScorer, DecodeSpec
+    from randopt.engines.factory import make_engine
+    from randopt.scoring.scorer import Scorer, DecodeSpec
     problems = [{"id": f"train-{i}", "question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in range(4)]
     spec = DecodeSpec.from_config({"max_tokens": 3})
     starts = []
@@ -67,14 +67,14 @@ def test_the_scorer_generates_only_what_is_missing_and_starts_no_engine_when_all
         starts.append(1)
         return make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=4)
 
-    scorer = CachedScorer(engine, problems, spec, str(tmp_path), blocks(4, 0, None))
+    scorer = Scorer(engine, problems, spec, str(tmp_path), blocks(4, 0, None))
     first = scorer.answers(7, 0.02, [0, 2])
     assert first["problem"].tolist() == [0, 2] and scorer.slots_evaluated == 2
     both = scorer.answers(7, 0.02, [0, 1, 2, 3])
     assert both["problem"].tolist() == [0, 1, 2, 3] and scorer.slots_evaluated == 4  # 1 and 3 only
     assert both[both["problem"].isin([0, 2])].reset_index(drop=True).equals(first)  # read back, not redone
     assert len(starts) == 1 and scorer.members_evaluated == [(7, 0.02), (7, 0.02)]
-    again = CachedScorer(engine, problems, spec, str(tmp_path), blocks(4, 0, None))
+    again = Scorer(engine, problems, spec, str(tmp_path), blocks(4, 0, None))
     assert again.answers(7, 0.02, [3, 1])["problem"].tolist() == [1, 3]
     assert again.engine is None and again.slots_evaluated == 0 and len(starts) == 1
 
@@ -97,8 +97,8 @@ def test_every_answer_comes_from_its_fixed_block_whatever_was_asked_before(tmp_p
     """The torch engine's answer depends on the prompts batched with it, so the scorer batches by
     fixed blocks of the seeded order: racing's slices and full evaluation's whole split, in any
     order through the cache, give each problem the same batch and so the same answer."""
-    from randopt.engines import make_engine
-    from randopt.evaluate import CachedScorer, DecodeSpec
+    from randopt.engines.factory import make_engine
+    from randopt.scoring.scorer import Scorer, DecodeSpec
     problems = [{"id": f"train-{i}", "question": f"What is {i} + {2 * i}?", "answer": f"#### {3 * i}"}
                 for i in range(10)]
     spec = DecodeSpec.from_config({"max_tokens": 4})
@@ -114,14 +114,14 @@ def test_every_answer_comes_from_its_fixed_block_whatever_was_asked_before(tmp_p
         index = {prompt: i for i, prompt in enumerate(scorer.prompts)}
         return [sorted(block_of[index[p]] for p in call) for call in calls]
 
-    whole = CachedScorer(engine, problems, spec, str(tmp_path / "full"), cut)
+    whole = Scorer(engine, problems, spec, str(tmp_path / "full"), cut)
     full = whole.answers(5, 0.02, range(10))
     # three calls, each exactly one block's prompts in the block's order
     assert prompt_blocks(whole, spies[0].calls) == [[0] * 4, [1] * 4, [2] * 2]
     assert [[whole.prompts.index(p) for p in call] for call in spies[0].calls] == [b.tolist() for b in cut]
 
     # racing: the first block, then the rest, through the cache
-    raced = CachedScorer(engine, problems, spec, str(tmp_path / "racing"), cut)
+    raced = Scorer(engine, problems, spec, str(tmp_path / "racing"), cut)
     first = raced.answers(5, 0.02, cut[0])
     rest = raced.answers(5, 0.02, range(10))
     assert prompt_blocks(raced, spies[1].calls) == [[0] * 4, [1] * 4, [2] * 2]

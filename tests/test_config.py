@@ -178,7 +178,7 @@ def dry_run(workdir, *configfiles) -> str:
     import os
     import subprocess
 
-    from tests.workflow import SNAKEMAKE
+    from tests.support.workflow import SNAKEMAKE
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(workdir / "hf")}
     extra = [arg for path in configfiles for arg in ("--configfile", str(path))]
     proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir / "run"),
@@ -197,7 +197,7 @@ def commands_of(out: str, rule: str) -> list[str]:
 def test_the_embedded_default_dry_runs_through_snakemake(tmp_path):
     """`make record`'s config (no --configfile): its DAG, with the generated GSM8K-style data and the
     synthetic held-out text it reads, whatever real data the machine has."""
-    from tests.workflow import jobs_run
+    from tests.support.workflow import jobs_run
     out = dry_run(tmp_path)
     default = validate(load_yaml(CONFIG_DIR / "config.yaml"))
     pop = default["population"]
@@ -214,7 +214,7 @@ def test_the_embedded_default_dry_runs_through_snakemake(tmp_path):
 
 @pytest.mark.slow
 def test_the_default_on_vllm_dry_runs_through_snakemake(tmp_path):
-    from tests.workflow import jobs_run
+    from tests.support.workflow import jobs_run
     out = dry_run(tmp_path, CONFIG_DIR / "default_vllm.yaml")
     jobs = jobs_run(subprocess_like(out))
     assert jobs["evaluate_shard"] == 2  # 32 seeds x 2 sigmas in shards of 32

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from randopt.engines import make_engine
+from randopt.engines.factory import make_engine
 from randopt.engines.torch_engine import TorchEngine
-from tests.engine_contract import *  # noqa: F401,F403  (the contract's tests run here)
+from tests.support.engine_contract import *  # noqa: F401,F403  (the contract's tests run here)
 
 
 # The contract holds whatever the engine computes in: in float32 the seed's weights are built in the

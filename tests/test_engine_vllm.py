@@ -10,8 +10,8 @@ if importlib.util.find_spec("vllm") is None:
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device: the vLLM engine runs on GPUs only", allow_module_level=True)
 
-from randopt.engines import make_engine  # noqa: E402
-from tests.engine_contract import *  # noqa: E402,F401,F403  (the contract's tests run here)
+from randopt.engines.factory import make_engine  # noqa: E402
+from tests.support.engine_contract import *  # noqa: E402,F401,F403  (the contract's tests run here)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""GPU slots on one host (randopt/gpu_slots.py) and how a local run with --resources gpu=N uses them.
+"""GPU slots on one host (randopt/runtime/gpu_slots.py) and how a local run with --resources gpu=N uses them.
 
-Claims are made by real processes (`python -m randopt.gpu_slots SIZE TOTAL LOCK_DIR TIMEOUT`, which
+Claims are made by real processes (`python -m randopt.runtime.gpu_slots SIZE TOTAL LOCK_DIR TIMEOUT`, which
 claims, prints its GPU ids and holds them until its stdin closes) on a lock directory with a fake GPU
 count: no GPU is needed. The workflow part is a dry run of the tiny config (`snakemake -n -p`)."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from randopt import gpu_slots
-from randopt.gpu_slots import GpuSlotError, claim, groups
+from randopt.runtime import gpu_slots
+from randopt.runtime.gpu_slots import GpuSlotError, claim, groups
 from tests.conftest import REPO
-from tests.workflow import SNAKEMAKE, tiny_config
+from tests.support.workflow import SNAKEMAKE, tiny_config
 
 
 def env_without_cvd(**extra) -> dict:
@@ -32,7 +32,7 @@ class Claimer:
 
     def __init__(self, lock_dir: Path, size: int, total: int, timeout: float = 30.0, env: dict | None = None):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "randopt.gpu_slots", str(size), str(total), str(lock_dir), str(timeout)],
+            [sys.executable, "-m", "randopt.runtime.gpu_slots", str(size), str(total), str(lock_dir), str(timeout)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env or env_without_cvd(), cwd=REPO)
 
@@ -129,7 +129,7 @@ def test_bad_sizes_are_clear_errors(size, total, message, tmp_path):
     with pytest.raises(GpuSlotError, match=message.replace("(", r"\(").replace(")", r"\)")):
         claim(size, total, tmp_path, env={})
     assert not any(tmp_path.iterdir())
-    proc = subprocess.run([sys.executable, "-m", "randopt.gpu_slots", str(size), str(total), str(tmp_path), "1"],
+    proc = subprocess.run([sys.executable, "-m", "randopt.runtime.gpu_slots", str(size), str(total), str(tmp_path), "1"],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env_without_cvd(), cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
 
@@ -143,7 +143,7 @@ def test_cuda_visible_devices_already_set_claims_nothing(claimers, tmp_path):
 
 STAGE = """
 import json, logging, os, sys
-import randopt.engines.args as engine_args
+import randopt.runtime.engine_args as engine_args
 import scripts.evaluate_shard as stage
 logging.basicConfig(level=logging.INFO)
 seen = {}

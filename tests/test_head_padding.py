@@ -1,4 +1,4 @@
-"""Head padding (randopt/head_padding.py): a model with 9 query heads and 3 kv heads (SmolLM2-135M's
+"""Head padding (bench/tensor_parallel/head_padding.py): a model with 9 query heads and 3 kv heads (SmolLM2-135M's
 shape), padded to 12 / 4 so vLLM can split it over 2 GPUs, computes the same function; the padding is
 where grouped-query attention needs it (a misplaced kv head is caught); the torch engine runs it and
 vLLM's TP 2 layout covers it."""
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from randopt.head_padding import PADDING_FILE, kv_head_of, pad_attention_heads
+from bench.tensor_parallel.head_padding import PADDING_FILE, kv_head_of, pad_attention_heads
 from randopt.io import InputError
 from tests.support.tiny_model import build_tiny_qwen2
 
@@ -127,7 +127,7 @@ def test_requests_it_cannot_honour_are_refused(nine_heads, tmp_path):
 
 
 def test_the_torch_engine_runs_it_and_vllm_can_split_it(nine_heads, tmp_path):
-    from randopt.engines import make_engine
+    from randopt.engines.factory import make_engine
     from randopt.engines.vllm_layouts import attention_heads, checkpoint_shapes, model_layouts
     dst = tmp_path / "padded"
     pad_attention_heads(nine_heads, dst, 12, 4)

@@ -13,7 +13,7 @@ import torch
 
 from kernels.noise_ref import (delta_switch_reference_, hash_bits, negative_mask_index, reconstruct_reference_,
                                tensor_keys)
-from randopt import perturb
+from randopt.engines import perturb
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "noise_v1.json").read_text(encoding="utf-8"))
 ENTRIES = GOLDEN["entries"]

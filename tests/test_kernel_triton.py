@@ -46,7 +46,7 @@ import torch  # noqa: E402
 
 from kernels import layout as L  # noqa: E402
 from kernels.noise_ref import delta_switch_reference_, rademacher, reconstruct_reference_  # noqa: E402
-from randopt import perturb  # noqa: E402
+from randopt.engines import perturb  # noqa: E402
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
@@ -327,7 +327,7 @@ def test_layout_gaps_and_validation():
 
 
 def test_perturb_api_local_and_delta():
-    """randopt.perturb's local entry points (CPU: the reference) agree with the whole-tensor ones."""
+    """randopt.engines.perturb's local entry points (CPU: the reference) agree with the whole-tensor ones."""
     dtype, tp, r = torch.float16, 2, 1
     full = _logical_base(dtype)
     base = _shard(full, tp, r, _pad(dtype))
@@ -398,14 +398,14 @@ def test_perturber_cpu_falls_back_to_reference():
     layouts = _layouts(tp, r)
     live = {k: torch.empty_like(v) for k, v in base.items()}
     p = perturb.Perturber(live, base, layouts)
-    p.reconstruct_(6, 1e-2)
+    p.to_member_(6, 1e-2)
     want = {k: torch.empty_like(v) for k, v in base.items()}
     perturb.reconstruct_local_(want, base, 6, 1e-2, layouts)
     assert all(_equal(live[k], want[k]) for k in live)
     perturbed = {k: v.clone() for k, v in live.items()}
-    p.delta_switch_(6, 1e-2, None, 0.0)  # seed 6 -> base, in place: the reference's bits (bf16 drift and all)
+    p.step_(6, 1e-2, None, 0.0)  # seed 6 -> base, in place: the reference's bits (bf16 drift and all)
     perturb.delta_switch_(want, 6, 1e-2, None, 0.0, layouts)
     assert all(_equal(live[k], want[k]) for k in live)  # asserted before restore_ overwrites it
     assert all(not _equal(live[k], perturbed[k]) for k in live)  # the switch moved every tensor
-    p.restore_()
+    p.to_base_()
     assert all(_equal(live[k], base[k]) for k in live)

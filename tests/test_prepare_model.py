@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from randopt import model_prep
+from randopt.model import prepare as model_prep
 from randopt.io import InputError
 from tests.conftest import REPO
 
@@ -75,7 +75,7 @@ def test_the_embedded_default_model_converts_and_answers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert "quantization_config" not in config and config["dtype"] == "bfloat16"
-    from randopt.engines import make_engine
+    from randopt.engines.factory import make_engine
     from randopt.data.gsm8k import extract_answer
     engine = make_engine("torch", str(tmp_path / "m"), device="cpu", batch_size=4)
     assert engine.live_tensor("model.embed_tokens.weight").dtype.__repr__() == "torch.bfloat16"

@@ -1,7 +1,7 @@
-"""Progress bars of the long stages (randopt/progress.py): a bar on a terminal, lines in a log."""
+"""Progress bars of the long stages (randopt/runtime/progress.py): a bar on a terminal, lines in a log."""
 import io
 
-from randopt.progress import progress
+from randopt.runtime.progress import progress
 
 
 class Terminal(io.StringIO):

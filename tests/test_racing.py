@@ -1,4 +1,4 @@
-"""Racing (randopt/racing.py): the round plan, the dropping rules' safety, and the per-round API."""
+"""Racing (randopt/selection/): the round plan, the dropping rules' safety, and the per-round API."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 
 from randopt.io import InputError
-from randopt.racing import (RacingConfig, checkpoints, decide, plan_rounds, pvalue_table, race,
-                            survivors)
+from randopt.population import Population
+from randopt.selection.plan import RacingConfig, checkpoints, plan_rounds
+from randopt.selection.rules import decide, pvalue_table, race, survivors
 
 RULES = [RacingConfig(rule="bayes", miss_budget=0.1), RacingConfig(rule="exact", delta=0.1)]
 
@@ -219,8 +220,8 @@ def test_survivors_rejects_rows_that_break_the_plan():
 # ---------------------------------------------------------------------------- the workflow's pieces
 
 def test_chunks_split_the_racing_members_evenly_over_as_few_jobs_as_the_chunk_size_allows():
-    from randopt.racing import chunk_members, population_members
-    racing = population_members(5, [0.01, 0.02])
+    from randopt.selection.chunks import chunk_members
+    racing = Population(5, (0.01, 0.02), 4).members()
     assert racing[:2] == [(0, 0.01), (1, 0.01)] and len(racing) == 10
     chunks = [chunk_members(racing, c, 4) for c in range(3)]
     assert [len(c) for c in chunks] == [4, 3, 3] and sum(chunks, []) == racing
@@ -233,8 +234,8 @@ def test_chunks_split_the_racing_members_evenly_over_as_few_jobs_as_the_chunk_si
 def test_a_round_splits_its_members_over_every_job_that_can_run_side_by_side():
     """With two GPUs a round's members go to at least two jobs, however large the chunk size, so
     neither GPU idles while the other races (bench/h200x2_racing.json measured one job on one GPU)."""
-    from randopt.racing import chunk_members, population_members
-    racing = population_members(5, [0.01, 0.02])
+    from randopt.selection.chunks import chunk_members
+    racing = Population(5, (0.01, 0.02), 4).members()
     assert [len(chunk_members(racing, c, 100, parallel=2)) for c in range(2)] == [5, 5]
     assert [len(chunk_members(racing, c, 100)) for c in range(2)] == [10, 0]
     assert [len(chunk_members(racing, c, 4, parallel=2)) for c in range(3)] == [4, 3, 3]
@@ -259,7 +260,7 @@ def test_checkpoints_are_whole_answer_blocks(n_problems, first_slice, growth, bl
     slices = plan_rounds(n_problems, config)
     assert sorted(np.concatenate(slices).tolist()) == list(range(n_problems))
     # each slice is whole blocks of the seeded order the scorer batches by
-    from randopt.answer_blocks import blocks
+    from randopt.scoring.answer_blocks import blocks
     cut = [set(b.tolist()) for b in blocks(n_problems, config.order_seed, block)]
     for slice_ in slices:
         members = set(slice_.tolist())
@@ -267,7 +268,7 @@ def test_checkpoints_are_whole_answer_blocks(n_problems, first_slice, growth, bl
 
 
 def test_racing_ranks_complete_members_first_and_marks_the_stopped_ones_partial():
-    from randopt.rank import rank_population, top_k
+    from randopt.selection.rank import rank_population, top_k
     table = []
     # seed 0 answered all 4 problems (reward 0.5); seed 1 stopped after 2, both right (partial reward 1.0);
     # seed 2 answered all 4, 3 right (0.75)
@@ -284,7 +285,7 @@ def test_racing_ranks_complete_members_first_and_marks_the_stopped_ones_partial(
 
 
 def test_the_selection_summary_counts_slots_and_estimates_full_tokens():
-    from randopt.racing import selection_summary
+    from randopt.selection.summary import selection_summary
     ranked = pd.DataFrame({"seed": [0, 1, 2], "sigma": 0.01, "n_problems": [10, 10, 4], "gen_tokens": [100, 80, 20],
                            "partial": [False, False, True]})
     rounds = [{"round": 0, "dropped": 1}, {"round": 1, "dropped": 0}]

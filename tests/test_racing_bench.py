@@ -12,7 +12,7 @@ import yaml
 
 from randopt.config import ConfigError
 from randopt.io import InputError
-from randopt.statistics import ensemble_gain
+from randopt.report.statistics import ensemble_gain
 from bench import racing as racing_bench   # bench/ is a folder of scripts, importable from the repo root
 
 ArmResult, compare = racing_bench.ArmResult, racing_bench.compare
@@ -244,7 +244,7 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir)
     the setup's inputs (no data or model job of its own), its search jobs and engine starts are counted,
     and the comparison reads both runs. The tiny random model answers nothing right, so every member
     ties at the cut and racing's top-k is recalled whole."""
-    from tests.workflow import tiny_config
+    from tests.support.workflow import tiny_config
     # batches of 2: the torch engine's answer blocks, so racing's checkpoints can be 2 and 4
     config = tiny_config(tiny_model_dir, population={"n_seeds": 4, "sigmas": [0.01, 0.02], "shard_size": 8},
                          selection={"first_slice": 2, "growth": 2.0}, engine={"batch_size": 2})

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from randopt import answer_cache
+from randopt.scoring import answer_cache
 from randopt.paths import layout
-from randopt.racing import RacingConfig, plan_rounds
-from tests.workflow import effective_config, jobs_run, read_record, run_workflow, tiny_config
+from randopt.selection.plan import RacingConfig, plan_rounds
+from tests.support.workflow import effective_config, jobs_run, read_record, run_workflow, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +140,7 @@ def test_racing_again_with_other_knobs_generates_nothing(race):
 
 
 def test_status_reports_the_rounds_of_a_race(race, tiny_model_dir):
-    from randopt.status import report
+    from randopt.runtime.status import report
     text = report(race["workdir"], effective_config(config_with(tiny_model_dir, RACING)))
     assert text.splitlines()[0] == "racing: 3/3 rounds decided, 4 of 8 members racing, search finished"
     assert "round 0:     6 problems seen,      8 racing,      4 stopped" in text

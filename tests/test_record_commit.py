@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from randopt.record import code_sha256, git_commit
+from randopt.report.record import code_sha256, git_commit
 from tests.conftest import REPO
-from tests.workflow import copy_code
+from tests.support.workflow import copy_code
 
 
 def git(cwd, *args) -> str:
@@ -38,7 +38,7 @@ def test_code_inside_another_repository_records_no_commit_and_the_code_hash(tmp_
     assert code_sha256(code) == code_sha256(REPO)  # the same code, the same hash
     (code / "README.md").write_text("not code\n")
     assert code_sha256(code) == code_sha256(REPO)
-    (code / "randopt" / "vote.py").write_text((code / "randopt" / "vote.py").read_text() + "\n# edited\n")
+    (code / "randopt" / "ensemble" / "vote.py").write_text((code / "randopt" / "ensemble" / "vote.py").read_text() + "\n# edited\n")
     assert code_sha256(code) != code_sha256(REPO)
 
 
@@ -54,7 +54,7 @@ def test_the_record_names_the_cpu_from_cpuinfo():
 
     import pytest
 
-    from randopt.record import hardware
+    from randopt.report.record import hardware
     cpuinfo = Path("/proc/cpuinfo")
     names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
              if line.lower().startswith("model name")] if cpuinfo.is_file() else []

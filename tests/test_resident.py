@@ -1,4 +1,4 @@
-"""Resident engines (randopt/resident.py): a job's engine calls go to a server that outlives it, and
+"""Resident engines (randopt/runtime/resident.py): a job's engine calls go to a server that outlives it, and
 nothing a job computes may differ from what its own engine would have computed."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from randopt import resident
-from randopt.engines import make_engine
+from randopt.runtime import resident
+from randopt.engines.factory import make_engine
 from tests.conftest import REPO
 
 OPTIONS = {"device": "cpu", "batch_size": 4}
@@ -51,7 +51,7 @@ def job(tiny_model_dir, engines, then: str) -> subprocess.Popen:
     """A job in its own process that connects (starting the server) and then runs `then`."""
     return subprocess.Popen(
         [sys.executable, "-c",
-         "from randopt import resident; "
+         "from randopt.runtime import resident; "
          f"e = resident.connect('torch', {str(tiny_model_dir)!r}, {OPTIONS!r}, {str(engines)!r}, keep_loaded_s=60); "
          f"print(e.pid, flush=True); {then}"],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -192,7 +192,7 @@ def test_a_replaced_key_is_a_clear_error_and_stop_still_works(tiny_model_dir, en
     engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     engine.close()
     (engines / "authkey").write_bytes(b"x" * 32)
-    with pytest.raises(resident.ResidentEngineError, match="does not know this folder's key.*randopt.resident stop"):
+    with pytest.raises(resident.ResidentEngineError, match="does not know this folder's key.*randopt.runtime.resident stop"):
         resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     assert resident.stop_all(engines) == 1 and gone(engine.pid, timeout=0.1)
 
@@ -206,7 +206,7 @@ def test_a_socket_path_too_long_is_a_clear_error(tiny_model_dir, tmp_path):
 def test_the_stop_command_line(tiny_model_dir, engines):
     engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     engine.close()
-    out = subprocess.run([sys.executable, "-m", "randopt.resident", "stop", str(engines)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "randopt.runtime.resident", "stop", str(engines)], cwd=REPO,
                          capture_output=True, text=True, check=True, env=os.environ | {"PYTHONPATH": str(REPO)})
     assert "stopped 1 resident engine" in out.stdout and gone(engine.pid, timeout=0.1)
 

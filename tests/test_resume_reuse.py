@@ -29,9 +29,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from randopt.figures import FIGURES
+from randopt.report.figures import FIGURES
 from tests.conftest import REPO
-from tests.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
+from tests.support.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
                             run_workflow, tiny_config)
 
 pytestmark = pytest.mark.slow
@@ -130,19 +130,19 @@ class Paths:
 
     def shard_files(self) -> list[str]:
         """Every shard parquet of the config (the rule's fixed seed ranges)."""
-        from randopt.config import sigma_label
+        from randopt.population import sigma_label
         pop = self.config["population"]
         n, size = pop["n_seeds"], pop["shard_size"]
         return [f"{self.shards}/sigma={sigma_label(s)}/seeds_{a:04d}-{min(a + size, n) - 1:04d}.parquet"
                 for s in pop["sigmas"] for a in range(0, n, size)]
 
     def needed_members(self, workdir: Path) -> list[tuple[int, float]]:
-        from randopt.evaluate import BASE
-        from randopt.rank import union_members
+        from randopt.population import BASE
+        from randopt.scoring.member_cache import union_members
         return [(BASE, 0.0)] + union_members(json.loads((workdir / self.topk).read_text())["topk"])
 
     def member_cache_file(self, member, stage: str) -> str:
-        from randopt.member_cache import member_path
+        from randopt.scoring.member_cache import member_path
         if stage == "evaluate_members":
             return member_path(f"{self.members}/cache", *member, ".parquet").as_posix()
         return member_path(f"{self.bpb}/cache", *member, ".npy").as_posix()
@@ -496,7 +496,7 @@ def member_lines(log: str) -> list[str]:
 
 def test_kill_during_evaluate_members_and_score_bpb_resumes(killed):
     workdir, paths = killed["workdir"], killed["paths"]
-    from randopt.member_cache import member_label
+    from randopt.scoring.member_cache import member_label
     needed = paths.needed_members(workdir)
     at_kill = {killed["first"]: killed["after_second"], killed["other"]: killed["after_third"]}
     final = killed["final"]

@@ -20,7 +20,7 @@ import yaml
 from randopt.keys import run_keys
 from tests.conftest import REPO, skip_unless_ci
 from tests.support.slurm_cluster import GPU_TYPE, SlurmCluster, SlurmUnavailable
-from tests.workflow import SNAKEMAKE, effective_config, read_record, run_workflow, tiny_config
+from tests.support.workflow import SNAKEMAKE, effective_config, read_record, run_workflow, tiny_config
 
 PROFILE = REPO / "profiles" / "slurm"
 HEAVY_JOBS = {"prepare_model": 1, "evaluate_shard": 4, "evaluate_members": 1, "score_bpb": 1}

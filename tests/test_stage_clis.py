@@ -124,7 +124,7 @@ def test_delta_switch_reaches_the_engine_stages_and_its_drift_is_recorded(tmp_pa
     """perturbation.switch: delta goes into the engine stages' --engine-options (and nowhere under the
     default), the stage walks its seeds in place and its timings carry the drift it measured; the
     record's summary takes the worst stage."""
-    from randopt.record import switch_summary
+    from randopt.report.record import switch_summary
     from scripts import evaluate_shard
     tiny = {"model": {"source": "local", "path": str(tiny_model_dir)}, "population": {"shard_size": 32}}
     proc = dry_run(tmp_path / "delta", {**tiny, "perturbation": {"switch": "delta"}})

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from snakemake.utils import update_config
 
-from randopt.config import load_yaml, population_size, topk_size, validate
+from randopt.config import load_yaml, validate
+from randopt.population import population_size, topk_size
 from tests.conftest import REPO, SHARED_GSM8K, skip_unless_ci
-from tests.workflow import SNAKEMAKE, jobs_run
+from tests.support.workflow import SNAKEMAKE, jobs_run
 
 STANDARD = REPO / "config" / "standard_8xh100_qwen72b.yaml"
 ONE_GPU = REPO / "config" / "one_gpu_qwen7b.yaml"

@@ -1,15 +1,15 @@
-"""The record's statistics (randopt/statistics.py) on constructed cases with known answers."""
+"""The record's statistics (randopt/report/statistics.py) on constructed cases with known answers."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from randopt.evaluate import BASE
+from randopt.population import BASE
 from randopt.io import InputError
-from randopt.statistics import (ensemble_gain, k_curve, members_vs_base, per_problem_results, record_statistics,
+from randopt.report.statistics import (ensemble_gain, k_curve, members_vs_base, per_problem_results, record_statistics,
                                 selection)
-from randopt.vote import answers_match, majority_vote
+from randopt.ensemble.vote import answers_match, majority_vote
 
 
 def test_identical_members_give_no_gain_a_zero_interval_and_p_one():

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from kernels.noise_ref import reconstruct_reference_
-from randopt import perturb
+from randopt.engines import perturb
 from randopt.engines.vllm_layouts import layout_for, model_layouts
 
 HIDDEN, INTER, HEADS, KV, HEAD_DIM, VOCAB, LAYERS = 64, 96, 8, 2, 8, 1000, 2

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from randopt.engines.vllm_engine import EXTENSION, auto_memory_utilization, llm_options, set_vllm_environment
-from randopt.gpu_slots import MULTICAST_OFF
+from randopt.runtime.gpu_slots import MULTICAST_OFF
 from tests.conftest import REPO
 
 GB = 10**9

@@ -4,10 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from randopt.bpb import bits_per_byte, ensemble_logprobs, model_bpb
+from randopt.ensemble.bpb import bits_per_byte, ensemble_logprobs, model_bpb
 from randopt.io import InputError
-from randopt.rank import rank_population, top_k, union_members
-from randopt.vote import answers_match, majority_vote
+from randopt.scoring.member_cache import union_members
+from randopt.selection.rank import rank_population, top_k
+from randopt.ensemble.vote import answers_match, majority_vote
 
 
 def test_majority_wins():

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from randopt.record import code_sha256
+from randopt.report.record import code_sha256
 from tests.conftest import REPO
-from tests.workflow import jobs_run, read_record, run_workflow, tiny_config
+from tests.support.workflow import jobs_run, read_record, run_workflow, tiny_config
 
 REQUIRED_KEYS = ["commit", "config_sha256", "model", "data", "population", "topk", "accuracy", "bpb",
                  "timings_s", "throughput", "versions", "hardware"]
@@ -77,7 +77,7 @@ def test_record_times_evaluate_shard_by_its_wall_clock_span(finished_run):
 
 def test_engine_jobs_share_a_resident_engine_that_the_run_stops(finished_run):
     """engine.keep_loaded_s (default 300): the first engine job loads the engine, the others reuse it,
-    and the run's end stops every server it started (randopt/resident.py)."""
+    and the run's end stops every server it started (randopt/runtime/resident.py)."""
     workdir, _ = finished_run
     shards = [json.loads(p.read_text()) for p in (workdir / "results" / "shards").rglob("*.timings.json")]
     assert all(s["engine_started"] for s in shards)
@@ -225,7 +225,7 @@ def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
 
 
 def test_the_export_target_writes_the_best_member(finished_run, tiny_model_dir):
-    """`snakemake export` writes the ranking's best member as a model dir (randopt/export.py)."""
+    """`snakemake export` writes the ranking's best member as a model dir (randopt/model/export.py)."""
     workdir, _ = finished_run
     proc = run_workflow(workdir, tiny_config(tiny_model_dir, gsm8k=GENERATED), "export")
     assert jobs_run(proc) == {"export_member": 1, "export": 1}   # export gathers, export_member writes
@@ -239,8 +239,8 @@ def test_the_export_target_writes_the_best_member(finished_run, tiny_model_dir):
 def test_ask_gives_the_vote_stages_answers_for_the_test_problems(finished_run):
     """python -m scripts.ask on the run's own test questions: every member's completion is the one
     evaluate_members wrote, and the majority is the vote's."""
-    from randopt.ask import ask, default_model_dir
-    from randopt.vote import majority_vote
+    from randopt.ensemble.ask import ask, default_model_dir
+    from randopt.ensemble.vote import majority_vote
     workdir, _ = finished_run
     record_path = workdir / "results" / "record.json"
     record = json.loads(record_path.read_text())

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from randopt.config import check_source
+from randopt.schema import check_source
 from randopt.io import (InputError, atomic_path, canonical_json, read_jsonl,
                         sha256_bytes)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from randopt.data.gsm8k import check_sha256, hf_dataset_file
-from randopt.config import check_source
+from randopt.schema import check_source
 from randopt.io import (InputError, atomic_path, canonical_json, read_jsonl,
                         sha256_bytes, sha256_file)
 from randopt.data.synth import StableRng

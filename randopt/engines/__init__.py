@@ -1,39 +1,7 @@
-"""Engines: one small protocol (base.py), a torch/transformers implementation (the embedded
-default) and a vLLM one for GPUs. ``make_engine`` picks by config."""
-from __future__ import annotations
+"""Engines: one small protocol (base.py), a torch/transformers implementation (the embedded default)
+and a vLLM one for GPUs; factory.make_engine picks by config. perturb.py is the one switch between
+members that both use, over the kernels of kernels/.
 
-from randopt.engines.base import Completion, Engine, TextLogprobs
-
-
-# Engines made in this process, so that a stage CLI closes them all before it exits (randopt/cli.py).
-_OPEN: list[Engine] = []
-
-
-def make_engine(kind: str, model_dir: str, **options) -> Engine:
-    if kind == "torch":
-        from randopt.engines.torch_engine import TorchEngine
-        engine = TorchEngine(model_dir, **options)
-    elif kind == "vllm":
-        try:
-            from randopt.engines.vllm_engine import VllmEngine
-        except ImportError as err:
-            raise RuntimeError(f"engine 'vllm' needs vllm installed on a CUDA machine ({err}); "
-                               "use engine: torch on a CPU") from err
-        engine = VllmEngine(model_dir, **options)
-    else:
-        raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
-    return track(engine)
-
-
-def track(engine: Engine) -> Engine:
-    """Close this engine (or handle on a resident one, randopt/resident.py) when the stage CLI exits."""
-    _OPEN.append(engine)
-    return engine
-
-
-def close_engines() -> None:
-    while _OPEN:
-        _OPEN.pop().close()
-
-
-__all__ = ["Completion", "Engine", "TextLogprobs", "close_engines", "make_engine", "track"]
+This package's __init__ imports nothing, so that a module needing one engine helper (compute_dtype,
+base) does not pull every engine into its code key (randopt/code_keys.py).
+"""

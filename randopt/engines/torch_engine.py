@@ -1,7 +1,7 @@
 """The torch/transformers engine: the embedded default (CPU) and a plain CUDA path.
 
 A resident base copy in the checkpoint dtype (2x weight memory) makes every seed an absolute rebuild
-through randopt.perturb, so the weights for a seed never depend on which seeds came before, and
+through randopt.engines.perturb, so the weights for a seed never depend on which seeds came before, and
 restore is an exact copy. The model computes in `compute_dtype` (randopt/engines/compute_dtype.py):
 the checkpoint dtype, or fp32 on a CPU without native bf16. In fp32 the seed's weights are still
 built in the checkpoint dtype, rne(W0 + sigma*R), in a staging copy, then widened exactly into the
@@ -21,7 +21,7 @@ import os
 import numpy as np
 import torch
 
-from randopt import perturb
+from randopt.engines import perturb
 from randopt.engines import compute_dtype as cdt
 from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
@@ -103,7 +103,7 @@ class TorchEngine:
 
     def set_weights(self, seed: int, sigma: float) -> None:
         if self.switch == "reconstruct":
-            self._perturber.reconstruct_(seed, sigma)
+            self._perturber.to_member_(seed, sigma)
         else:
             if sigma <= 0:
                 raise ValueError(f"sigma must be > 0, got {sigma!r}")
@@ -112,7 +112,7 @@ class TorchEngine:
 
     def restore_base(self) -> None:
         if self.switch == "reconstruct":
-            self._perturber.restore_()
+            self._perturber.to_base_()
             self._widen(self._base)
         elif self._current is not None:
             self._delta_to(None, 0.0)
@@ -128,7 +128,7 @@ class TorchEngine:
     def _delta_to(self, seed: int | None, sigma: float) -> None:
         """In place from the current member to (seed, sigma) (seed None: base), one fp32 add per element."""
         seed_from, sigma_from = self._current if self._current is not None else (None, 0.0)
-        self._perturber.delta_switch_(seed_from, sigma_from, seed, sigma)
+        self._perturber.step_(seed_from, sigma_from, seed, sigma)
         self._current = None if seed is None else (seed, sigma)
         self._delta_switches += 1
 

@@ -20,10 +20,13 @@ import numpy as np
 
 from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
-from randopt.gpu_slots import MULTICAST_OFF
+from randopt.engines.vllm_worker import RandoptWorkerExtension
+from randopt.runtime.gpu_slots import MULTICAST_OFF
 
 REPO = Path(__file__).resolve().parents[2]
-EXTENSION = "randopt.engines.vllm_worker.RandoptWorkerExtension"
+# vLLM loads the worker extension by name; importing the class (it imports no vllm) keeps the name
+# right and puts its module in this engine's code key (randopt/code_keys.py follows imports).
+EXTENSION = f"{RandoptWorkerExtension.__module__}.{RandoptWorkerExtension.__qualname__}"
 
 
 def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90, card_bytes: int | None = None) -> float:
@@ -55,7 +58,7 @@ def set_vllm_environment(tensor_parallel_size: int, env=None) -> None:
         # vLLM caches its environment once an engine is built, so the first engine of a process
         # decides for any later one (a stage builds one).
         env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    # NVLink multicast stays off (randopt/gpu_slots.py says why), here and in vLLM's processes.
+    # NVLink multicast stays off (randopt/runtime/gpu_slots.py says why), here and in vLLM's processes.
     for name, value in MULTICAST_OFF.items():
         env.setdefault(name, value)
     # Workers are separate processes: they import the extension from this checkout.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from randopt import perturb
+from randopt.engines import perturb
 from randopt.engines import vllm_layouts
 
 
@@ -33,18 +33,18 @@ class RandoptWorkerExtension:
         self._randopt_perturber = perturb.Perturber(live, self._randopt_base, self._randopt_layouts)
         # Compile the kernel now, not inside the seed loop: on the H200 the first switch of a 7B model
         # took 540 ms (Triton JIT) against 10-11 ms for every later one.
-        self._randopt_perturber.reconstruct_(0, 1e-3)
-        self._randopt_perturber.restore_()
+        self._randopt_perturber.to_member_(0, 1e-3)
+        self._randopt_perturber.to_base_()
         torch.cuda.synchronize()
         return {"rank": rank, "tp": tp, "tensors": len(live),
                 "base_copy_bytes": sum(t.numel() * t.element_size() for t in self._randopt_base.values())}
 
     def randopt_set(self, seed: int, sigma: float) -> None:
-        self._randopt_perturber.reconstruct_(seed, sigma)
+        self._randopt_perturber.to_member_(seed, sigma)
         torch.cuda.synchronize()  # once per seed: the next generate must see the new weights
 
     def randopt_restore(self) -> None:
-        self._randopt_perturber.restore_()
+        self._randopt_perturber.to_base_()
         torch.cuda.synchronize()
 
     def randopt_read_logical(self) -> list[tuple[str, tuple[int, ...], int, int, int, int, str, bytes]]:

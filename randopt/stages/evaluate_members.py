@@ -10,12 +10,14 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from randopt.cli import log
+from randopt.runtime.log import log
 from randopt.engines.base import Engine
-from randopt.evaluate import DecodeSpec, build_prompts, evaluate_weights
+from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights
 from randopt.io import atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.member_cache import BASE, engine_drift, member_path, plan_members
-from randopt.progress import progress
+from randopt.engines.switch import engine_drift
+from randopt.population import BASE
+from randopt.scoring.member_cache import member_path, plan_members
+from randopt.runtime.progress import progress
 
 
 def evaluate_base_on_train(engine: Engine | None, make_engine: Callable[[], Engine], spec: DecodeSpec,

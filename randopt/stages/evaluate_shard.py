@@ -1,7 +1,7 @@
 """evaluate_shard: score seeds [first, last] at one sigma on every train problem; one parquet row per
 (seed, problem). Seeds are the unit of reuse: a larger population only adds shards.
 
-Each seed's answers go to the answer cache (randopt/answer_cache.py) as soon as the seed is done, and
+Each seed's answers go to the answer cache (randopt/scoring/answer_cache.py) as soon as the seed is done, and
 only the (seed, problem) pairs not cached are generated: a killed shard resumes at its first unfinished
 seed, and the answers a racing run left are reused. The shard's table is assembled from the cache."""
 from __future__ import annotations
@@ -11,14 +11,14 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from randopt import answer_blocks, answer_cache
-from randopt.cli import log
-from randopt.engines.args import engine_compute_dtype
+from randopt.scoring import answer_blocks, answer_cache
+from randopt.runtime.log import log
+from randopt.runtime.engine_args import engine_compute_dtype
 from randopt.engines.base import Engine
-from randopt.evaluate import CachedScorer, DecodeSpec
-from randopt.member_cache import engine_drift
+from randopt.scoring.scorer import Scorer, DecodeSpec
+from randopt.engines.switch import engine_drift
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.progress import progress
+from randopt.runtime.progress import progress
 
 
 def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: float, first_seed: int,
@@ -28,7 +28,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
     started_at, start = time.time(), time.perf_counter()
     verify_against_manifest(train)
     problems = read_jsonl(train, required=("id", "question", "answer"))
-    scorer = CachedScorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir,
+    scorer = Scorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir,
                           answer_blocks.blocks(len(problems), order_seed, block_size))
     everything = range(len(problems))
     frames = []
@@ -36,7 +36,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
     for seed in progress(seeds, total=len(seeds), desc=f"sigma {sigma:g}", unit="seed"):
         before, t0 = scorer.slots_evaluated, time.perf_counter()
         frame = scorer.answers(seed, sigma, everything)
-        # randopt/status.py reads these lines: "(T s)" for a seed generated now, "(cached)" for one read back
+        # randopt/runtime/status.py reads these lines: "(T s)" for a seed generated now, "(cached)" for one read back
         if scorer.slots_evaluated > before:
             log.info("seed %d sigma %g: reward %.3f (%.1f s)", seed, sigma, frame["correct"].mean(),
                      time.perf_counter() - t0)
@@ -50,13 +50,13 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
                       | {"sigma": sigma, "seeds": [first_seed, last_seed]})
 
 
-def scoring_timings(stage: str, scorer: CachedScorer, table: pd.DataFrame, started_at: float, start: float) -> dict:
+def scoring_timings(stage: str, scorer: Scorer, table: pd.DataFrame, started_at: float, start: float) -> dict:
     """A train-scoring job's timings: what the record's throughput and stage times read.
 
     switch_s, generate_s and gen_tokens cover the answers in the table, whenever they were generated (a
     resumed seed keeps the times of the run that generated it); slots_evaluated and members_evaluated
     count what this job generated itself, engine_started whether it needed an engine at all, and
-    engine_reused whether that engine was a resident one already loaded (randopt/resident.py)."""
+    engine_reused whether that engine was a resident one already loaded (randopt/runtime/resident.py)."""
     evaluations = answer_cache.per_evaluation(table)
     return {
         "stage": stage, "load_s": scorer.load_s, "switch_s": float(evaluations["switch_s"].sum()),

@@ -1,10 +1,10 @@
-"""figures: the report's figures (PNG, randopt/figures.py) from the record, rank's ranking table and the
+"""figures: the report's figures (PNG, randopt/report/figures.py) from the record, rank's ranking table and the
 vote stage's per-problem results."""
 from __future__ import annotations
 
 import pandas as pd
 
-from randopt.figures import write_figures
+from randopt.report.figures import write_figures
 from randopt.io import read_json
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from randopt import model_prep
+from randopt.model import prepare as model_prep
 from randopt.io import InputError, atomic_path, write_json_atomic
 
 

@@ -1,4 +1,4 @@
-"""race_round: after round r's slices, decide which racing members go on (randopt/racing.py
+"""race_round: after round r's slices, decide which racing members go on (randopt/selection/rules.py
 survivors()); writes the survivors and the round's report, which rank and the record show."""
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import time
 import pandas as pd
 
 from randopt.io import InputError, read_json, write_json_atomic
-from randopt.racing import RacingConfig, checkpoints, read_racing, survivors as decide_round
+from randopt.selection.chunks import read_racing
+from randopt.selection.plan import RacePlan
+from randopt.selection.rules import survivors as decide_round
 
 
-def run(*, tables: list[str], survivors_in: str | None, selection: dict, block_size: int | None, n_train: int,
-        k: int, n_seeds: int, sigmas: list[float], round_index: int, out: str) -> None:
+def run(*, tables: list[str], survivors_in: str | None, plan: RacePlan, round_index: int, out: str) -> None:
     start = time.perf_counter()
-    config = RacingConfig.from_selection(selection, block_size)
-    racing = read_racing(read_json(survivors_in) if survivors_in else None, n_seeds, sigmas)
+    racing = read_racing(read_json(survivors_in) if survivors_in else None, plan.population)
     rows = pd.concat([pd.read_parquet(t, columns=["seed", "sigma", "problem", "correct"]) for t in tables],
                      ignore_index=True)
     racing_index = pd.MultiIndex.from_tuples(racing, names=["seed", "sigma"])
@@ -24,10 +24,10 @@ def run(*, tables: list[str], survivors_in: str | None, selection: dict, block_s
     if absent:
         raise InputError(f"{len(absent)} racing members have no rows in the round tables (first: seed {absent[0][0]} "
                          f"sigma {absent[0][1]}): rerun race_slice for round {round_index}")
-    decision = decide_round(rows.astype({"correct": "int64"}), k, config, n_train)
+    decision = decide_round(rows.astype({"correct": "int64"}), plan.k, plan.config, plan.n_problems)
     if decision.report["round"] != round_index:
         raise InputError(f"the tables hold {decision.report['problems_seen']} problems per member, round "
-                         f"{decision.report['round']} of the plan {checkpoints(n_train, config)}, not round {round_index}")
-    write_json_atomic(out, {"stage": "race_round", "round": round_index, "k": k,
+                         f"{decision.report['round']} of the plan {list(plan.checkpoints)}, not round {round_index}")
+    write_json_atomic(out, {"stage": "race_round", "round": round_index, "k": plan.k,
                             "keep": [list(m) for m in decision.keep], "dropped": [list(m) for m in decision.dropped],
                             "report": decision.report, "seconds": time.perf_counter() - start})

@@ -1,8 +1,8 @@
 """rank: the population's train answers -> ranking table (parquet) and top-k lists (JSON).
 
 Full evaluation reads the evaluate_shard tables; racing reads every round's race_slice tables and the
-rounds' decisions (randopt/racing.py). Either way the top-k lists hold members that answered every
-train problem, and topk.json says what the selection spent (randopt/racing.py selection_summary)."""
+rounds' decisions (randopt/selection/rules.py). Either way the top-k lists hold members that answered every
+train problem, and topk.json says what the selection spent (randopt/selection/summary.py)."""
 from __future__ import annotations
 
 import time
@@ -10,8 +10,8 @@ import time
 import pandas as pd
 
 from randopt.io import InputError, atomic_path, read_json, write_json_atomic
-from randopt.racing import selection_summary
-from randopt.rank import rank_population, top_k
+from randopt.selection.summary import selection_summary
+from randopt.selection.rank import rank_population, top_k
 
 
 def run(*, shards: list[str], n_seeds: int, sigmas: list[float], fractions: list[float], n_train: int,

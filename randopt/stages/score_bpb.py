@@ -7,12 +7,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from randopt.bpb import ensemble_logprobs, model_bpb
-from randopt.cli import log
+from randopt.ensemble.bpb import ensemble_logprobs, model_bpb
+from randopt.runtime.log import log
 from randopt.engines.base import Engine
 from randopt.io import InputError, atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.member_cache import BASE, member_label, member_path, plan_members, switch_weights
-from randopt.progress import progress
+from randopt.engines.switch import switch_weights
+from randopt.population import BASE
+from randopt.scoring.member_cache import member_label, member_path, plan_members
+from randopt.runtime.progress import progress
 
 
 def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir: str, out: str) -> None:

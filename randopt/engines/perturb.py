@@ -120,7 +120,8 @@ class Perturber:
         self._plan = kernels.SwitchPlan(live, base, layouts) if kernels is not None else None
 
     @torch.no_grad()
-    def reconstruct_(self, seed: int, sigma: float) -> None:
+    def to_member_(self, seed: int, sigma: float) -> None:
+        """Set the tensors to member (seed, sigma), rebuilt from the base copy (reconstruct_)."""
         _check_sigma(sigma)
         if self.base is None:
             raise ValueError("no base copy: this Perturber does delta switches only")
@@ -132,14 +133,16 @@ class Perturber:
             reconstruct_(self.live, self.base, seed, sigma)
 
     @torch.no_grad()
-    def delta_switch_(self, seed_from: int | None, sigma_from: float, seed_to: int | None, sigma_to: float) -> None:
+    def step_(self, seed_from: int | None, sigma_from: float, seed_to: int | None, sigma_to: float) -> None:
+        """Move the tensors in place from one member to another (delta_switch_; seed None: the base)."""
         if self._plan is not None:
             self._plan.delta_switch_(seed_from, sigma_from, seed_to, sigma_to)
         else:
             delta_switch_(self.live, seed_from, sigma_from, seed_to, sigma_to, self.layouts)
 
     @torch.no_grad()
-    def restore_(self) -> None:
+    def to_base_(self) -> None:
+        """Copy the base weights back exactly (restore_)."""
         if self.base is None:
-            raise ValueError("no base copy: switch back with delta_switch_(seed, sigma, None, 0.0)")
+            raise ValueError("no base copy: switch back with step_(seed, sigma, None, 0.0)")
         restore_(self.live, self.base)

@@ -9,7 +9,7 @@ cache that mixed the two would make a member's reward depend on which mode asked
 So every train answer of the torch engine comes from one fixed block: the problems in a seeded random
 order (the order racing's slices follow), cut into blocks of engine.batch_size. Full evaluation,
 racing, and any mix of the two through the answer cache then batch each problem with the same other
-problems and read the same answers. Racing's checkpoints are whole blocks (randopt/racing.py).
+problems and read the same answers. Racing's checkpoints are whole blocks (randopt/selection/plan.py).
 
 vLLM batches continuously: a sequence's neighbours change step by step whatever we submit, and its
 answers did not move between full evaluation and racing (bench/h200x2_racing.json). It gets a single

@@ -1,17 +1,16 @@
-"""What every stage CLI shares: logging to stderr, bad input as one clear line and exit status 2."""
+"""What every stage CLI shares: its JSON arguments, bad input as one clear line and exit status 2, and
+closing its engines before it exits (randopt/runtime/log.py sets up its log lines)."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import time
 from collections.abc import Callable
 
 from randopt.io import InputError
-from randopt.resident import ResidentEngineError
-
-log = logging.getLogger("randopt")
+from randopt.runtime.log import configure, log
+from randopt.runtime.resident import ResidentEngineError
 
 
 def json_arg(text: str):
@@ -41,8 +40,7 @@ def source_json_arg(text: str) -> dict:
 
 
 def run_stage(name: str, body: Callable[[], None]) -> int:
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    configure(name)
     start = time.perf_counter()
     try:
         body()
@@ -50,8 +48,8 @@ def run_stage(name: str, body: Callable[[], None]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:
-        if "randopt.engines" in sys.modules:
-            sys.modules["randopt.engines"].close_engines()
+        if "randopt.engines.factory" in sys.modules:
+            sys.modules["randopt.engines.factory"].close_engines()
     log.info("done in %.1f s", time.perf_counter() - start)
     if "vllm" in sys.modules:
         # Outputs are written (atomically) and the engine is closed; vLLM's exit-time finalizers

@@ -35,7 +35,7 @@ import shutil
 from pathlib import Path
 
 from randopt.io import InputError, atomic_path, sha256_file
-from randopt.model_prep import combined_sha256, weights_sha256
+from randopt.model.prepare import combined_sha256, weights_sha256
 
 PADDING_FILE = "randopt_padding.json"
 INDEX_FILE = "model.safetensors.index.json"

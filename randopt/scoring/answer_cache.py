@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from randopt.config import sigma_label
+from randopt.population import sigma_label
 from randopt.io import InputError, atomic_path
 
 log = logging.getLogger("randopt")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from randopt.cli import json_arg, log
-from randopt.config import check_engine_options
-from randopt import resident
-from randopt.engines import Engine, make_engine, track
-from randopt.gpu_slots import DEFAULT_LOCK_DIR, assign_gpus
+from randopt.runtime.cli import json_arg
+from randopt.runtime.log import log
+from randopt.schema import check_engine_options
+from randopt.runtime import resident
+from randopt.engines.base import Engine
+from randopt.engines.factory import make_engine, track
+from randopt.runtime.gpu_slots import DEFAULT_LOCK_DIR, assign_gpus
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -25,7 +27,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-lock-dir", default=DEFAULT_LOCK_DIR, help="lock files of --gpu-slots (one per GPU)")
     p.add_argument("--gpu-wait", type=float, default=600.0, help="seconds to wait for a free GPU group")
     p.add_argument("--keep-loaded-s", type=float, default=0.0, metavar="S",
-                   help="use this device's resident engine (randopt/resident.py), started if there is none, and keep "
+                   help="use this device's resident engine (randopt/runtime/resident.py), started if there is none, and keep "
                         "it loaded S idle seconds for the next job; 0: load an engine for this job only. The workflow "
                         "passes engine.keep_loaded_s on a local run")
     p.add_argument("--resident-dir", default=resident.DEFAULT_DIR, help="sockets and logs of --keep-loaded-s")

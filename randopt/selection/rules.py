@@ -3,7 +3,7 @@
 Every member answers the same first slice of the train problems; after each slice the members that
 are, with high confidence, out of the largest top-k stop; the rest go on with the next slice. The
 members still racing after the last slice have answered every train problem and are ranked exactly
-as full evaluation ranks them (randopt/rank.py). A stopped member keeps its partial reward, marked
+as full evaluation ranks them (randopt/selection/rank.py). A stopped member keeps its partial reward, marked
 partial; it is never ranked against complete members.
 
 What is being protected
@@ -60,14 +60,7 @@ partial reward (ties included) never stops, so at least k members always race to
 is taken after the last slice (everything is known there); every (member, problem) pair is evaluated
 at most once, since each round's slice is disjoint from every earlier one.
 
-Rounds: the checkpoints (problems seen per member) grow geometrically, first_slice, first_slice *
-growth, ... up to n, so a round costs about the same as the previous one while the field shrinks;
-a last slice under half the previous one is folded into it (one round = one wave of jobs). With the
-torch engine each checkpoint is rounded up to whole answer blocks of engine.batch_size problems
-(randopt/answer_blocks.py), so a slice is batched exactly as full evaluation batches it.
-
-The knobs, their defaults and meanings: config/schema.yaml, block selection (the one source of
-defaults); docs/racing.md says how the rounds become Snakemake jobs (rules/racing.smk).
+The rounds themselves (checkpoints, slices, jobs) are planned in randopt/selection/plan.py.
 """
 from __future__ import annotations
 
@@ -78,104 +71,14 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from randopt.answer_blocks import problem_order
-from randopt.config import EXACT_MAX_PROBLEMS, load_schema  # rule exact's tables: about 10 s at 1000 problems
 from randopt.io import InputError
+from randopt.selection.plan import RacingConfig, checkpoints, decision_rounds, plan_rounds
 
-# The selection block's defaults, from the schema (mode included).
-DEFAULTS = {key: spec["default"] for key, spec in load_schema()["properties"]["selection"]["properties"].items()}
-RULES = ("bayes", "exact")
+# rule exact's p-value tables grow with the cube of the split: about 10 s at 1000 problems
+EXACT_MAX_PROBLEMS = 1000
 PRIOR_PROBLEMS = 20     # pseudo-problems of the field's average variance added to each member's own
 GRID_POINTS = 240       # support points of the nonparametric prior
 EM_ITERATIONS = 150     # EM steps for the prior's weights (converged well within this on 512 members)
-
-
-@dataclass(frozen=True)
-class RacingConfig:
-    """The racing knobs (config/schema.yaml, block selection, says what each one means)."""
-    rule: str = DEFAULTS["rule"]
-    first_slice: int = DEFAULTS["first_slice"]
-    growth: float = DEFAULTS["growth"]
-    miss_budget: float = DEFAULTS["miss_budget"]
-    delta: float = DEFAULTS["delta"]
-    order_seed: int = DEFAULTS["order_seed"]
-    # Not a selection key: the engine's fixed answer block (randopt/answer_blocks.py; 1 for vLLM).
-    # Checkpoints are whole blocks, so a racing slice batches each problem with the same problems
-    # as full evaluation does.
-    block: int = 1
-
-    def __post_init__(self):
-        if self.rule not in RULES:
-            raise InputError(f"selection.rule must be one of {list(RULES)}, got {self.rule!r}")
-        if not _is_int(self.first_slice) or self.first_slice < 2:
-            raise InputError(f"selection.first_slice must be an integer >= 2 (a variance needs two answers), "
-                             f"got {self.first_slice!r}")
-        if not (_is_number(self.growth) and self.growth > 1 and math.isfinite(self.growth)):
-            raise InputError(f"selection.growth must be a number > 1 (checkpoints must grow), got {self.growth!r}")
-        for key in ("miss_budget", "delta"):
-            value = getattr(self, key)
-            if not (_is_number(value) and 0 < value < 1):
-                raise InputError(f"selection.{key} must lie strictly between 0 and 1, got {value!r}")
-        if not _is_int(self.order_seed) or self.order_seed < 0:
-            raise InputError(f"selection.order_seed must be an integer >= 0, got {self.order_seed!r}")
-        if not _is_int(self.block) or self.block < 1:
-            raise InputError(f"the answer block must be an integer >= 1 (engine.batch_size), got {self.block!r}")
-
-    @classmethod
-    def from_selection(cls, selection: dict, block: int | None = None) -> "RacingConfig":
-        """From the config's selection block (mode must be racing; unknown keys are errors) and the
-        engine's answer block (answer_blocks.block_size: None or 1 for vLLM)."""
-        unknown = sorted(set(selection) - set(DEFAULTS))
-        if unknown:
-            raise InputError(f"selection has unknown keys {unknown}; the known ones are {sorted(DEFAULTS)}")
-        mode = selection.get("mode", DEFAULTS["mode"])
-        if mode != "racing":
-            raise InputError(f"selection.mode is {mode!r}: racing knobs apply only with mode: racing")
-        return cls(**{k: v for k, v in selection.items() if k != "mode"}, block=int(block or 1))
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-# ----------------------------------------------------------------------------------------- rounds
-
-def checkpoints(n_problems: int, config: RacingConfig) -> list[int]:
-    """Problems seen per racing member after each round: first_slice, *growth, ..., n_problems, each
-    rounded up to whole answer blocks (config.block)."""
-    if not _is_int(n_problems) or n_problems < 1:
-        raise InputError(f"racing needs at least one train problem, got n_problems={n_problems!r}")
-    marks, m = [], float(config.first_slice)
-    while round(m) < n_problems:
-        mark = -(-int(round(m)) // config.block) * config.block
-        if mark < n_problems and (not marks or mark > marks[-1]):
-            marks.append(mark)
-        m *= config.growth
-    # A last slice under half the previous one buys little and costs a round (a wave of jobs):
-    # fold it into the previous round.
-    if len(marks) >= 2 and n_problems - marks[-1] < (marks[-1] - marks[-2]) / 2:
-        marks.pop()
-    return marks + [n_problems]
-
-
-def plan_rounds(n_problems: int, config: RacingConfig) -> list[np.ndarray]:
-    """The problem indices each round adds: disjoint slices of a seeded permutation of 0..n-1.
-
-    The slices together hold every problem exactly once. The order is random (seeded by
-    config.order_seed) because both rules treat the problems seen so far as a random sample.
-    """
-    order = problem_order(n_problems, config.order_seed)
-    marks = [0] + checkpoints(n_problems, config)
-    return [np.sort(order[a:b]) for a, b in zip(marks[:-1], marks[1:])]
-
-
-def decision_rounds(n_problems: int, config: RacingConfig) -> int:
-    """R: the rounds after which members may stop (all but the last)."""
-    return max(1, len(checkpoints(n_problems, config)) - 1)
 
 
 # ------------------------------------------------------------------------------- rule: exact
@@ -320,11 +223,6 @@ def decide(correct: np.ndarray, k: int, n_problems: int, config: RacingConfig) -
     return Verdict(~drop, float(pi[drop].sum()))
 
 
-def keep_mask(correct: np.ndarray, k: int, n_problems: int, config: RacingConfig) -> np.ndarray:
-    """True for the members that race on (decide(...).keep)."""
-    return decide(correct, k, n_problems, config).keep
-
-
 @dataclass
 class RoundDecision:
     """survivors()'s answer: who races on, who stops, and the round's line for the record."""
@@ -412,63 +310,3 @@ def race(correct: np.ndarray, k: int, config: RacingConfig) -> RaceResult:
                        "dropped": int((~verdict.keep).sum()), "slots": int(len(ids) * len(slice_)),
                        "expected_topk_misses": verdict.expected_misses})
     return RaceResult(alive, seen, rounds)
-
-
-# ------------------------------------------------------------------------------- the workflow's rounds
-
-Member = tuple[int, float]
-
-
-def population_members(n_seeds: int, sigmas: list[float]) -> list[Member]:
-    """Round 0's racing members: the whole population, sigma by sigma, seeds ascending."""
-    return [(seed, float(sigma)) for sigma in sigmas for seed in range(n_seeds)]
-
-
-def chunk_members(racing: list[Member], chunk: int, chunk_size: int, parallel: int = 1) -> list[Member]:
-    """The members race_slice job `chunk` of a round evaluates.
-
-    A round has a fixed number of chunk jobs (known at DAG build: the population over chunk_size, and
-    at least `parallel`, the jobs that can run side by side, e.g. one per GPU). The racing members are
-    split evenly over ceil(racing / chunk_size) of them, but over no fewer than `parallel` (while there
-    are members to split): a round then keeps every GPU busy, and as the field thins, fewer jobs start
-    an engine (the others write an empty table)."""
-    if chunk_size < 1 or chunk < 0 or parallel < 1:
-        raise InputError(f"chunk {chunk} of size {chunk_size}, {parallel} side by side: sizes must be positive "
-                         "(chunk from 0)")
-    active = min(len(racing), max(math.ceil(len(racing) / chunk_size), parallel))
-    if chunk >= active:
-        return []
-    return [tuple(m) for m in np.array_split(np.array(racing, dtype=object), active)[chunk].tolist()]
-
-
-def read_racing(survivors_json: dict | None, n_seeds: int, sigmas: list[float]) -> list[Member]:
-    """The members racing in a round: the previous round's survivors, or the population in round 0."""
-    if survivors_json is None:
-        return population_members(n_seeds, sigmas)
-    return [(int(s), float(g)) for s, g in survivors_json["keep"]]
-
-
-def selection_summary(ranked: pd.DataFrame, n_train: int, selection: dict, rounds: list[dict]) -> dict:
-    """What rank's topk.json and the record say about the selection: problems answered per member,
-    members dropped per round, and the train slots and generated tokens spent against what full
-    evaluation needs (for racing an estimate: each stopped member's tokens per answered problem times
-    the problems it skipped)."""
-    answered = ranked["n_problems"].to_numpy(dtype=np.int64)
-    tokens = int(ranked["gen_tokens"].sum())
-    skipped = n_train - answered
-    per_problem = ranked["gen_tokens"].to_numpy(dtype=np.float64) / np.maximum(answered, 1)
-    counts = pd.Series(answered).value_counts().sort_index()
-    summary = {
-        "mode": selection["mode"], "n_train": int(n_train),
-        "problems_per_member": {"mean": float(answered.mean()), "min": int(answered.min()),
-                                "max": int(answered.max()),
-                                "members_by_problems": {str(int(n)): int(c) for n, c in counts.items()}},
-        "members_partial": int(ranked["partial"].sum()),
-        "slots_evaluated": int(answered.sum()), "slots_full": int(n_train * len(ranked)),
-        "gen_tokens": tokens,
-        "gen_tokens_full_estimate": int(round(tokens + float((per_problem * skipped).sum()))),
-    }
-    if selection["mode"] == "racing":
-        summary |= {"config": {k: v for k, v in selection.items() if k != "mode"}, "rounds": rounds,
-                    "dropped_per_round": [r["dropped"] for r in rounds]}
-    return summary

@@ -3,7 +3,7 @@
 Each member of the chosen top-k list answers with the run's own prompt (system line, worked
 examples, chat template) and decoding (greedy, max_tokens, stop strings), through the run's own
 engine and compute dtype, switched seed by seed with the same Perturber as the search (no weights
-are written to disk). The ensemble's answer is the vote stage's majority (randopt.vote), ties to the
+are written to disk). The ensemble's answer is the vote stage's majority (randopt.ensemble.vote), ties to the
 best-ranked member. So asking the test split's questions gives the vote stage's answers back.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from randopt.data.gsm8k import extract_answer
-from randopt.engines import make_engine
-from randopt.evaluate import DecodeSpec
+from randopt.engines.factory import make_engine
+from randopt.scoring.scorer import DecodeSpec
 from randopt.io import InputError, read_json
-from randopt.vote import majority_vote
+from randopt.ensemble.vote import majority_vote
 
 
 def topk_members(record: dict, fraction: float) -> list[dict]:

@@ -171,7 +171,7 @@ def assign_gpus(kind: str, options: dict, total: int | None, lock_dir: str | os.
 
 
 def main(argv=None) -> int:
-    """python -m randopt.gpu_slots SIZE TOTAL [LOCK_DIR]: claim, print the ids, hold until stdin closes
+    """python -m randopt.runtime.gpu_slots SIZE TOTAL [LOCK_DIR]: claim, print the ids, hold until stdin closes
     (for tests and for a look at the claims by hand)."""
     import sys
     # The "waiting" line on stderr tells a watcher (tests/test_gpu_slots.py) that the claim is queued.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from randopt.config import topk_size
+from randopt.population import topk_size
 from randopt.io import InputError
 
 
@@ -64,12 +64,3 @@ def top_k(ranked: pd.DataFrame, fractions: list[float]) -> list[dict]:
             {"seed": int(r.seed), "sigma": float(r.sigma), "train_reward": float(r.train_reward), "rank": int(r.rank)}
             for r in head.itertuples()]})
     return lists
-
-
-def union_members(topk_lists: list[dict]) -> list[tuple[int, float]]:
-    """Every member of any list, once, best-ranked first."""
-    seen: dict[tuple[int, float], int] = {}
-    for lst in topk_lists:
-        for m in lst["members"]:
-            seen.setdefault((m["seed"], m["sigma"]), m["rank"])
-    return sorted(seen, key=seen.get)

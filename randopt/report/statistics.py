@@ -7,7 +7,7 @@
 - selection: does train reward predict test accuracy among the members that answered the test split
   (Spearman's rho)?
 - k_curve: the ensemble's test accuracy for every k from 1 to the largest top-k, voted exactly as the
-  vote stage votes (randopt.vote).
+  vote stage votes (randopt.ensemble.vote).
 
 Every function is pure: tables and lists in, plain JSON-ready values out (None where a value is
 undefined, never NaN).
@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from randopt.config import sigma_label
+from randopt.population import sigma_label
 from randopt.io import InputError
-from randopt.vote import ensemble_correct
+from randopt.ensemble.vote import ensemble_correct
 
 BOOTSTRAP_RESAMPLES = 10_000
 # Fixed, so that the same per-problem results always give the same interval.
@@ -113,7 +113,7 @@ def selection(train_rewards: Sequence[float], test_accuracies: Sequence[float]) 
 def k_curve(answers_in_rank_order: Sequence[Mapping[str, str | None]], references: Mapping[str, str]) -> list[dict]:
     """[{"k", "ensemble_test"}] for k = 1 .. len(answers_in_rank_order): the test accuracy of the vote
     of the k best-ranked members (one {problem_id: answer} per member, best first), voted by
-    randopt.vote exactly as the vote stage votes."""
+    randopt.ensemble.vote exactly as the vote stage votes."""
     if not references:
         raise ValueError("k_curve needs at least one test problem")
     return [{"k": k, "ensemble_test": float(np.mean(ensemble_correct(answers_in_rank_order[:k], references)))}

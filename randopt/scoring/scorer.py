@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from randopt import answer_cache
-from randopt.answer_blocks import group_by_block
-from randopt.config import check_decode
+from randopt.scoring import answer_cache
+from randopt.scoring.answer_blocks import group_by_block
+from randopt.schema import check_decode
 from randopt.engines.base import Engine
 from randopt.data.gsm8k import extract_answer, is_correct
-from randopt.member_cache import BASE, switch_weights  # noqa: F401  (BASE: the tables' base row)
+from randopt.engines.switch import switch_weights
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def evaluate_weights(engine: Engine, prompts: list[str], problems: list[dict], s
     """Set the weights to (seed, sigma), or base for seed == BASE, and score every problem.
 
     batches: positions in prompts, one generate call each (the answer blocks of
-    randopt/answer_blocks.py), in the order the rows come out; None: one call for all prompts."""
+    randopt/scoring/answer_blocks.py), in the order the rows come out; None: one call for all prompts."""
     t0 = time.perf_counter()
     switch_weights(engine, seed, sigma)
     t1 = time.perf_counter()
@@ -66,15 +66,15 @@ def evaluate_weights(engine: Engine, prompts: list[str], problems: list[dict], s
     return rows
 
 
-class CachedScorer:
-    """Scores members on chosen train problems through the answer cache (randopt/answer_cache.py).
+class Scorer:
+    """Scores members on chosen train problems through the answer cache (randopt/scoring/answer_cache.py).
 
     A member's answers already cached are read back; only the missing (member, problem) pairs are
     generated, and each member's new answers are cached as soon as it is done. The engine (and the
     prompts, which need its tokenizer) start on the first member that lacks an answer, so a job whose
     members are all cached starts no engine.
 
-    answer_blocks (randopt/answer_blocks.py): missing problems are generated block by block, each
+    answer_blocks (randopt/scoring/answer_blocks.py): missing problems are generated block by block, each
     block's in one engine call, so a problem's answer comes from the same batch in every mode."""
 
     def __init__(self, make_engine, problems: list[dict], spec: DecodeSpec, cache_dir: str, answer_blocks):

@@ -1,6 +1,6 @@
 """Export one member of a search, W(seed, sigma) = rne(W0 + sigma*R(seed)), as a Hugging Face model dir.
 
-The weights are rebuilt from the prepared base checkpoint through randopt.perturb (the same
+The weights are rebuilt from the prepared base checkpoint through randopt.engines.perturb (the same
 definition and kernels as every engine), file by file, so a 72B checkpoint never sits in memory
 twice: each safetensors file is read, perturbed tensor by tensor and written under the same name.
 Everything else of the model dir (config, generation config, tokenizer, chat template) is copied.
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from randopt import perturb
+from randopt.engines import perturb
 from randopt.io import InputError, atomic_path, sha256_file
-from randopt.model_prep import combined_sha256, weights_sha256
+from randopt.model.prepare import combined_sha256, weights_sha256
 
 NOISE_DEFINITION = "kernels/noise_ref.py v1"
 MEMBER_FILE = "randopt_member.json"

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from randopt.config import sigma_label
+from randopt.population import sigma_label
 from randopt.io import InputError, atomic_path
 
 BASE_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1.2}

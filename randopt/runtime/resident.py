@@ -73,7 +73,7 @@ class ResidentEngineError(RuntimeError):
 
 def device_name() -> str:
     """The device a job's engine runs on, as a file name: gpu<ids> for the GPUs this job may see
-    (randopt/gpu_slots.py set CUDA_VISIBLE_DEVICES to its claim; ids that are no plain numbers, such as
+    (randopt/runtime/gpu_slots.py set CUDA_VISIBLE_DEVICES to its claim; ids that are no plain numbers, such as
     UUIDs, as gpu-<hash>), else cpu (CUDA_VISIBLE_DEVICES unset: the CPU, or every GPU)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "").strip(",")
     if not visible:
@@ -110,14 +110,14 @@ def _versions() -> dict:
 
 def engine_key(kind: str, model_dir: str, options: dict) -> str:
     """What decides the engine a job would load: a server with another key is never reused."""
-    from randopt.keys import code_version  # jsonschema etc.: only when resident engines are used
+    from randopt.code_keys import modules_version
 
     model = Path(model_dir).resolve()
     files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in model.iterdir() if p.is_file()) \
         if model.is_dir() else []
     env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
     spec = {"kind": kind, "model": str(model), "files": files, "options": options, "env": env,
-            "python": sys.executable, "packages": _versions(), "code": code_version("engine")}
+            "python": sys.executable, "packages": _versions(), "code": modules_version("randopt.engines")}
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
 
 
@@ -229,7 +229,7 @@ def _hello(address: str, authkey: bytes):
         return None
     except AuthenticationError:
         raise ResidentEngineError(f"the resident engine at {address} does not know this folder's key (its authkey was "
-                                  f"replaced while it ran): stop it with `python -m randopt.resident stop "
+                                  f"replaced while it ran): stop it with `python -m randopt.runtime.resident stop "
                                   f"{Path(address).parent}` and rerun") from None
     try:
         conn.send(("hello",))
@@ -296,7 +296,7 @@ def _server_pid(directory: Path, device: str) -> int | None:
         if _alive(pid):
             # the pid may have been reused by another program (no procfs: trust it)
             cmdline = Path(f"/proc/{pid}/cmdline")
-            return pid if not Path("/proc").is_dir() or b"randopt.resident" in cmdline.read_bytes() else None
+            return pid if not Path("/proc").is_dir() or b"randopt.runtime.resident" in cmdline.read_bytes() else None
         # the server is gone; processes it started (vLLM's) may still hold the GPU: its group id is
         # not given to another process while one of them lives
         return pid if _group_alive(pid) else None
@@ -319,7 +319,7 @@ def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DE
     with _device_lock(directory, device):
         # One engine per GPU: a server of another device name on the same GPUs (a killed run's, one
         # under another tensor_parallel_size) would leave this one no memory. Jobs on overlapping
-        # GPUs never run at once (randopt/gpu_slots.py), so such a server serves nobody now.
+        # GPUs never run at once (randopt/runtime/gpu_slots.py), so such a server serves nobody now.
         for pid_file in directory.glob("*.pid"):
             other = pid_file.stem
             if other != device and overlaps(device, other) and (pid := _server_pid(directory, other)):
@@ -362,7 +362,7 @@ def _start(kind, model_dir, options, key, address, authkey, log_path: Path, keep
         # Its own session: stopping the job (Snakemake kills a job's process group) leaves the server
         # for the next job; the run's end or the idle timeout stops it.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "randopt.resident", "serve", "--address", address, "--kind", kind,
+            [sys.executable, "-m", "randopt.runtime.resident", "serve", "--address", address, "--kind", kind,
              "--model-dir", str(model_dir), "--options", json.dumps(options), "--key", key,
              "--keep-loaded-s", str(keep_loaded_s)],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
@@ -418,7 +418,7 @@ def stop_all(directory: str | Path = DEFAULT_DIR, timeout: float = 60.0) -> int:
 
 def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, keep_loaded_s: float) -> None:
     """Load the engine, then answer jobs one at a time until asked to stop or idle for keep_loaded_s."""
-    from randopt.engines import make_engine
+    from randopt.engines.factory import make_engine
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s resident %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -445,7 +445,7 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
             engine.close()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)  # vLLM's exit-time finalizers were seen to abort (randopt/cli.py)
+        os._exit(0)  # vLLM's exit-time finalizers were seen to abort (randopt/runtime/cli.py)
 
     def idle_watch() -> None:
         while True:
@@ -494,7 +494,7 @@ def _serve_connection(conn, engine, info: dict) -> str | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m randopt.resident", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m randopt.runtime.resident", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run a server (jobs start it; not for direct use)")
     s.add_argument("--address", required=True)

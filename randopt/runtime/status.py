@@ -1,6 +1,6 @@
 """Where a run stands: each shard's seeds done out of its total, and an ETA for the whole search.
 
-    python -m randopt.status [--directory RUN_DIR] [--configfile my.yaml ...]   (or: make status)
+    python -m randopt.runtime.status [--directory RUN_DIR] [--configfile my.yaml ...]   (or: make status)
 
 Works during a run or after it, from what the run leaves on disk: a shard whose table exists is
 done; a shard still running (or stopped) counts the seeds its log reports finished (evaluate_shard
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from randopt.config import ConfigError, effective_config, sigma_label
+from randopt.config import ConfigError, effective_config
 from randopt.keys import run_keys
+from randopt.population import Population, shard_stem, sigma_label
 
 # evaluate_shard's line per seed: "(T s)" when generated, "(cached)" when read back from the answer cache
 SEED_LINE = re.compile(r"\bseed (\d+) sigma \S+: reward \S+ \((?:([0-9.]+) s|cached)\)")
@@ -42,13 +43,7 @@ class Shard:
 
     @property
     def stem(self) -> str:
-        return f"sigma={self.sigma}/seeds_{self.first:04d}-{self.last:04d}"
-
-
-def shard_ranges(config: dict) -> list[tuple[int, int]]:
-    """The fixed seed ranges of the shards (as rules/common.smk cuts them)."""
-    n, size = config["population"]["n_seeds"], config["population"]["shard_size"]
-    return [(a, min(a + size, n) - 1) for a in range(0, n, size)]
+        return shard_stem(self.sigma, self.first, self.last)
 
 
 def run_active(run_dir: Path) -> bool:
@@ -58,7 +53,7 @@ def run_active(run_dir: Path) -> bool:
 
 
 def read_shard(run_dir: Path, eval_key: str, sigma: str, first: int, last: int, active: bool = True) -> Shard:
-    stem = f"sigma={sigma}/seeds_{first:04d}-{last:04d}"
+    stem = shard_stem(sigma, first, last)
     table = run_dir / "results" / "shards" / eval_key / f"{stem}.parquet"
     log = run_dir / "logs" / "evaluate_shard" / eval_key / f"{stem}.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
@@ -72,9 +67,9 @@ def read_shard(run_dir: Path, eval_key: str, sigma: str, first: int, last: int, 
 
 
 def collect(run_dir: Path, config: dict) -> list[Shard]:
-    eval_key, active = run_keys(config)["eval"], run_active(run_dir)
+    eval_key, active, population = run_keys(config)["eval"], run_active(run_dir), Population.from_config(config)
     return [read_shard(run_dir, eval_key, sigma_label(s), a, b, active)
-            for s in config["population"]["sigmas"] for a, b in shard_ranges(config)]
+            for s in population.sigmas for a, b in population.shard_ranges()]
 
 
 def eta_seconds(shards: list[Shard]) -> float | None:
@@ -90,19 +85,16 @@ def eta_seconds(shards: list[Shard]) -> float | None:
 
 def racing_report(run_dir: Path, config: dict) -> str:
     """Under selection.mode racing: the rounds decided so far and the members still racing."""
-    from randopt.config import population_size
     from randopt.io import read_json
-    from randopt.answer_blocks import block_size
-    from randopt.racing import RacingConfig, checkpoints
-    keys = run_keys(config)
-    marks = checkpoints(config["gsm8k"]["n_train"],
-                        RacingConfig.from_selection(config["selection"], block_size(config["engine"])))
+    from randopt.selection.plan import RacePlan
+    keys, plan = run_keys(config), RacePlan.from_config(config)
+    marks, size = plan.checkpoints, plan.population.size
     race = run_dir / "results" / "race" / keys["eval"] / keys["race"]
     decided = [read_json(p) for p in sorted(race.glob("round=*/survivors.json"))]
-    racing = len(decided[-1]["keep"]) if decided else population_size(config)
+    racing = len(decided[-1]["keep"]) if decided else size
     state = "search finished" if len(decided) == len(marks) else (
         "running" if run_active(run_dir) else "no run under way (restart it to go on)")
-    lines = [f"racing: {len(decided)}/{len(marks)} rounds decided, {racing} of {population_size(config)} members "
+    lines = [f"racing: {len(decided)}/{len(marks)} rounds decided, {racing} of {size} members "
              f"racing, {state}"]
     lines += [f"  round {d['round']}: {d['report']['problems_seen']:>5} problems seen, {d['report']['members']:>6} "
               f"racing, {d['report']['dropped']:>6} stopped" for d in decided]
@@ -138,7 +130,7 @@ def report(run_dir: Path, config: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m randopt.status", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m randopt.runtime.status", description=__doc__.split("\n\n")[0])
     p.add_argument("--directory", default=".", help="the run's working directory (snakemake --directory)")
     p.add_argument("--configfile", action="append", default=[], help="the run's --configfile files, in order")
     args = p.parse_args(argv)

@@ -1,0 +1,135 @@
+"""The code a stage runs, found from its imports, and the hash of it that goes into its content keys.
+
+A stage's code is its CLI (scripts/<stage>.py) and every project module it imports, transitively:
+imports at module level and inside functions alike, read from the syntax tree, so adding an import
+keys the new module without anyone remembering to. Nothing here is a list of files.
+
+Two choices, and why:
+
+* Comments and blank lines are not part of the hash; everything else is (docstrings too: argparse
+  and error messages read them). A comment fix then reruns nothing, while any change Python can see
+  does. The hash is of the source text with comments cut out (found by tokenize), not of the syntax
+  tree, because ast.dump's format changes between Python versions and a key must be the same on
+  every machine that shares a results folder.
+* Modules under randopt/runtime/ are followed but not hashed. They decide how and where a job runs
+  (logging, progress bars, GPU claims, resident engines), never what it computes: a job's tables
+  are the same with and without a resident engine (tests/test_resident.py), on any GPU slot. Editing
+  them should not rerun hours of search. Their imports are followed, so what they reach (the
+  engines that runtime/engine_args.py builds) is keyed.
+
+docs/design.md, "Cache keys", says which key covers which stages.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import tokenize
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# The top-level names of this project's modules; any other import is a library's.
+PROJECT = ("randopt", "kernels", "scripts")
+# Followed, not hashed (see the module docstring).
+NOT_KEYED = ("randopt.runtime",)
+
+
+def module_file(name: str, root: Path = REPO) -> Path | None:
+    """The file of a project module or package under root, or None (a library, or no such module)."""
+    if name.split(".")[0] not in PROJECT:
+        return None
+    base = root.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def imported_modules(name: str, path: Path, root: Path = REPO) -> set[str]:
+    """The project modules one module imports, anywhere in its body (functions included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the module's package, level - 1 packages up
+                parts = _package_of(name, path).split(".")
+                prefix = ".".join(parts[: len(parts) - node.level + 1])
+                module = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                module = node.module
+            found.add(module)
+            # `from package import submodule` imports the submodule
+            found.update(f"{module}.{alias.name}" for alias in node.names
+                         if module_file(f"{module}.{alias.name}", root) is not None)
+    modules = set()
+    for module in found:
+        parts = module.split(".")
+        # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+        modules.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return {m for m in modules if module_file(m, root) is not None}
+
+
+def closure(roots: Iterable[str], root: Path = REPO) -> dict[str, Path]:
+    """Every project module the roots import, transitively, the roots included: name -> file."""
+    todo, seen = list(roots), {}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = module_file(name, root)
+        if path is None:
+            raise ValueError(f"{name} is no module of this project under {root}")
+        seen[name] = path
+        todo.extend(imported_modules(name, path, root) - seen.keys())
+    return seen
+
+
+def keyed(name: str) -> bool:
+    return not any(name == p or name.startswith(p + ".") for p in NOT_KEYED)
+
+
+def keyed_files(roots: Iterable[str], root: Path = REPO) -> list[Path]:
+    """The files whose code goes into the key of what the roots compute, in path order."""
+    return sorted(path for name, path in closure(roots, root).items() if keyed(name))
+
+
+def keyed_source(path: Path) -> bytes:
+    """A module's source as its key sees it: comments and blank lines removed, the rest verbatim."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    comments = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+    for token in reversed(comments):  # a comment runs to the end of its line
+        (row, col), _ = token.start, token.end
+        lines[row - 1] = lines[row - 1][:col]
+    return "\n".join(line.rstrip() for line in lines if line.strip()).encode()
+
+
+@lru_cache(maxsize=None)
+def _version(roots: tuple[str, ...], root: Path) -> str:
+    h = hashlib.sha256()
+    for path in keyed_files(roots, root):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + keyed_source(path) + b"\0")
+    return h.hexdigest()[:12]
+
+
+def modules_version(*modules: str, root: Path = REPO) -> str:
+    """sha256 (12 hex) of the code of the named modules and of everything they import."""
+    return _version(tuple(sorted(set(modules))), Path(root).resolve())
+
+
+def code_version(*stages: str, root: Path = REPO) -> str:
+    """sha256 (12 hex) of the code the named stages run: scripts/<stage>.py and what it imports."""
+    return modules_version(*(f"scripts.{s}" for s in stages), root=root)
+
+
+def clear_cache() -> None:
+    """Forget computed versions (for a process that edits code between two keys: the tests)."""
+    _version.cache_clear()

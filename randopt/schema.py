@@ -1,0 +1,122 @@
+"""The config schema (config/schema.yaml), the one source of defaults and descriptions: loading it,
+and checking one block against it with defaults filled in.
+
+Its `definitions` (data sources, decode, engine options) are what the stage CLIs check their JSON
+arguments against (check_source, check_decode, check_engine_options), so a source block is validated
+the same way in a config before any job runs (randopt/config.py) and in a CLI run by hand.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from randopt.io import InputError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
+
+# The source kinds of each data section, and the definition that types each kind's block.
+SOURCE_KINDS = {"gsm8k": ("generated", "jsonl", "hub"), "heldout": ("synthetic", "jsonl", "parquet", "hub")}
+# Source keys that may be null in a block the config does not select, but never in the selected one.
+_SOURCE_REQUIRED = ("path", "revision")
+class ConfigError(InputError):
+    """A bad config key or a bad JSON argument of a stage CLI (an InputError: the CLI exits 2)."""
+
+
+def _with_defaults(validator_class):
+    """The jsonschema recipe: fill each property's default before validating it."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_text() -> str:
+    return SCHEMA_PATH.read_text()
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(_schema_text())
+
+
+def _error_message(err: jsonschema.ValidationError) -> str:
+    """One line for a schema error: missing and unknown keys said plainly, the rest as jsonschema says."""
+    if err.validator == "required":
+        missing = sorted(set(err.validator_value) - set(err.instance))
+        return f"missing key(s) {missing}"
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        unknown = sorted(set(err.instance) - set(allowed))
+        return f"unknown key(s) {unknown}; allowed: {allowed}"
+    return err.message
+
+
+def validate_block(instance, schema: dict, label) -> None:
+    """Fill defaults into instance and validate it; label(path) names the key of the first error."""
+    root = load_schema()
+    validator = _with_defaults(jsonschema.Draft7Validator)(schema | {"definitions": root["definitions"]})
+    errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        err = errors[0]
+        raise ConfigError(f"{label(list(err.absolute_path))}: {_error_message(err)}")
+
+
+def check_selected(section: str, kind: str, block: dict, name) -> None:
+    """What only the selected source block must satisfy: a path or revision given, a commit pinned."""
+    for key in _SOURCE_REQUIRED:
+        if key in block and block[key] is None:
+            raise ConfigError(f"{name(key)}: {section}.source is '{kind}' but no {key} is given")
+    if kind == "hub":
+        check_commit(name("revision"), block["revision"])
+
+
+def check_source(section: str, source) -> dict:
+    """A data source as a stage receives it, {"kind": ..., **its block}: checked against the schema's
+    definition of that kind (the same one the config's block is checked against), defaults filled.
+    Returns the filled source; raises ConfigError (a ValueError: the CLI exits 2) naming the key."""
+    label = {"gsm8k": "GSM8K source", "heldout": "held-out source"}[section]
+    if not isinstance(source, dict):
+        raise ConfigError(f"{label} must be a JSON object with a 'kind', got {source!r}")
+    kind = source.get("kind")
+    if kind not in SOURCE_KINDS[section]:
+        raise ConfigError(f"{label}: unknown kind {kind!r}; use one of {list(SOURCE_KINDS[section])}")
+    block = {k: v for k, v in source.items() if k != "kind"}
+    validate_block(block, {"$ref": f"#/definitions/{section}_{kind}"},
+              lambda path: f"{label} of kind {kind!r}" + (f", key '{'.'.join(map(str, path))}'" if path else ""))
+    check_selected(section, kind, block, lambda key: f"{label} of kind {kind!r}, key '{key}'")
+    return {"kind": kind, **block}
+
+
+def check_decode(decode) -> dict:
+    """--decode of evaluate_shard / evaluate_members: the config's decode block, defaults filled."""
+    decode = copy.deepcopy(decode)
+    validate_block(decode, {"$ref": "#/definitions/decode"},
+              lambda path: "--decode" + (f" key '{'.'.join(map(str, path))}'" if path else ""))
+    return decode
+
+
+def check_engine_options(options) -> dict:
+    """--engine-options of the engine stages: only the keys an engine knows, each of its type."""
+    options = copy.deepcopy(options)
+    validate_block(options, {"$ref": "#/definitions/engine_options"},
+              lambda path: "--engine-options" + (f" key '{'.'.join(map(str, path))}'" if path else ""))
+    return options
+
+
+def check_commit(name: str, revision: str) -> None:
+    """A hub revision must be a commit: a branch or tag moves, and the record would not say what ran.
+    Checked here so that a run fails before any job is queued, not inside the first job."""
+    if not re.fullmatch(r"[0-9a-f]{40}", str(revision)):
+        raise ConfigError(f"{name}: {revision!r} is not a commit; give the 40-hex commit sha "
+                          f"(e.g. HfApi().model_info(repo).sha, or dataset_info for a dataset)")
