@@ -10,18 +10,23 @@
 # Output paths carry content keys (randopt/keys.py), so finished work is reused.
 # Inputs (frozen data, prepared models) go to data/, what the search computes to results/.
 #
-# Where each stage's code is (rule -> its CLI -> the library function it calls):
-#   freeze_gsm8k, fetch_fineweb   rules/data.smk      scripts/<stage>.py  randopt/data/gsm8k.py, heldout.py
-#   prepare_model                 rules/model.smk     scripts/<stage>.py  randopt/stages/prepare_model.py
-#   evaluate_shard, rank          rules/search.smk    scripts/<stage>.py  randopt/stages/<stage>.py
-#   race_slice, race_round        rules/racing.smk    scripts/<stage>.py  randopt/stages/<stage>.py
-#     (selection.mode racing: the search in rounds that stop hopeless members early; docs/racing.md)
-#   evaluate_members, vote,       rules/ensemble.smk  scripts/<stage>.py  randopt/stages/<stage>.py
-#   score_bpb
-#   record                        rules/record.smk    scripts/<stage>.py  randopt/stages/record.py
-#   export (a member as a model)  rules/export.smk    scripts/export_member.py  randopt/model/export.py
-#   figures                       rules/report.smk    scripts/<stage>.py  randopt/stages/figures.py
-# The engines (randopt/engines/) perturb weights through randopt/engines/perturb.py and kernels/.
+# Where each stage's code is: the rule (in rules/<file>), its CLI scripts/<rule>.py (argument parsing),
+# and the library module the CLI calls (tests/test_docs.py checks this table against the code):
+#   freeze_gsm8k      data.smk      randopt/data/gsm8k.py (write_frozen)
+#   fetch_fineweb     data.smk      randopt/data/heldout.py (write_heldout)
+#   prepare_model     model.smk     randopt/stages/prepare_model.py
+#   evaluate_shard    search.smk    randopt/stages/evaluate_shard.py
+#   rank              search.smk    randopt/stages/rank.py
+#   race_slice        racing.smk    randopt/stages/race_slice.py (selection.mode racing: docs/racing.md)
+#   race_round        racing.smk    randopt/stages/race_round.py
+#   evaluate_members  ensemble.smk  randopt/stages/evaluate_members.py
+#   vote              ensemble.smk  randopt/stages/vote.py
+#   score_bpb         ensemble.smk  randopt/stages/score_bpb.py
+#   record            record.smk    randopt/stages/record.py
+#   figures           report.smk    randopt/stages/figures.py
+#   export_member     export.smk    randopt/model/export.py (export_rank; rule export asks for config export.ranks)
+# The stages' parts lie in rooms named after the method: randopt/engines/ (the engines, and perturb.py
+# over kernels/), scoring/, selection/, ensemble/, report/, model/, data/; runtime/ is how jobs run.
 #
 # snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed
@@ -63,7 +68,7 @@ include: "rules/export.smk"
 include: "rules/report.smk"
 
 
-# Resident engines (engine.keep_loaded_s; randopt/runtime/resident.py) serve the engine jobs of this run only:
+# Resident engines (engine.keep_loaded_s; randopt/runtime/resident/) serve the engine jobs of this run only:
 # stop them when it ends, however it ends (a killed run's exit after keep_loaded_s idle seconds).
 onsuccess:
     stop_resident_engines()

@@ -69,17 +69,21 @@ def imported_modules(name: str, path: Path, root: Path = REPO) -> set[str]:
             # `from package import submodule` imports the submodule
             found.update(f"{module}.{alias.name}" for alias in node.names
                          if module_file(f"{module}.{alias.name}", root) is not None)
-    modules = set()
-    for module in found:
+    return {m for m in _with_packages(found) if module_file(m, root) is not None}
+
+
+def _with_packages(modules: Iterable[str]) -> set[str]:
+    """The modules and the packages they lie in: importing a.b.c runs a/__init__.py and a/b/__init__.py."""
+    names = set()
+    for module in modules:
         parts = module.split(".")
-        # importing a.b.c runs a/__init__.py and a/b/__init__.py first
-        modules.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return {m for m in modules if module_file(m, root) is not None}
+        names.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return names
 
 
 def closure(roots: Iterable[str], root: Path = REPO) -> dict[str, Path]:
     """Every project module the roots import, transitively, the roots included: name -> file."""
-    todo, seen = list(roots), {}
+    todo, seen = sorted(_with_packages(roots)), {}
     while todo:
         name = todo.pop()
         if name in seen:

@@ -179,7 +179,7 @@ def local_gpus():
 # neither changes a result, so a run with other values finds the same outputs up to date; `snakemake
 # --lint` reports LOCAL_ENGINE as a variable from outside the rule, on purpose). Empty on a cluster.
 #   --gpu-slots N: claim the job's GPUs among N (randopt/runtime/gpu_slots.py); with --resources gpu=N only.
-#   --keep-loaded-s S: use the device's resident engine (randopt/runtime/resident.py), so jobs after the first
+#   --keep-loaded-s S: use the device's resident engine (randopt/runtime/resident/), so jobs after the first
 #   start no engine; engine.keep_loaded_s, 0 turns it off. The Snakefile's onsuccess/onerror stop them.
 LOCAL_GPUS = local_gpus()
 KEEP_LOADED_S = 0 if on_cluster() else config["engine"]["keep_loaded_s"]

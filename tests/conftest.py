@@ -35,7 +35,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def no_resident_engine_outlives_the_tests(tmp_path_factory):
-    """A run killed on purpose (the resume tests) leaves its resident engine (randopt/runtime/resident.py) to
+    """A run killed on purpose (the resume tests) leaves its resident engine (randopt/runtime/resident/) to
     its idle timeout; stop every one the tests' folders still hold when the session ends."""
     yield
     from randopt.runtime import resident

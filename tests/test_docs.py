@@ -37,3 +37,31 @@ def test_readme_is_a_first_screen():
     for doc in ("docs/design.md", "docs/gpu.md", "docs/cluster.md", "docs/real-data.md", "bench/README.md"):
         assert doc in readme and (REPO / doc).is_file(), doc
     assert "make record" in readme and "make test" in readme
+
+
+def test_the_readme_map_names_every_room_and_ground_module():
+    """A newcomer finds every part of the library from the README's map."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## A map of the code"):readme.index("## Read more")]
+    rooms = [p.parent.name for p in (REPO / "randopt").glob("*/__init__.py")]
+    ground = [p.name for p in (REPO / "randopt").glob("*.py") if p.name != "__init__.py"]
+    missing = [f"randopt/{r}/" for r in rooms if f"randopt/{r}/" not in table]
+    missing += [m for m in ground if f"`{m}`" not in table and f"randopt/{m}" not in table]
+    assert not missing, f"the README's map does not name {missing}"
+
+
+def test_the_snakefile_header_maps_every_rule_to_its_code_in_two_hops():
+    """Snakefile -> the library module of each rule, which the rule's CLI really imports."""
+    from randopt.code_keys import closure
+    header = (REPO / "Snakefile").read_text(encoding="utf-8").split("\nimport os", 1)[0]
+    rows = re.findall(r"^#   (\w+)\s+(\w+\.smk)\s+(randopt/\S+\.py)", header, re.M)
+    rules = {}
+    for smk in (REPO / "rules").glob("*.smk"):
+        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M):
+            if "shell:" in body:
+                rules[name] = (smk.name, re.search(r"scripts\.(\w+)", body).group(1))
+    assert {r for r, _, _ in rows} == set(rules), "the Snakefile header and rules/*.smk name other rules"
+    for rule, smk, module in rows:
+        assert rules[rule][0] == smk, f"rule {rule} is in rules/{rules[rule][0]}, the header says {smk}"
+        assert module.removesuffix(".py").replace("/", ".") in closure([f"scripts.{rules[rule][1]}"]), \
+            f"scripts/{rules[rule][1]}.py (rule {rule}) does not import {module}"

@@ -1,4 +1,4 @@
-"""Resident engines (randopt/runtime/resident.py): a job's engine calls go to a server that outlives it, and
+"""Resident engines (randopt/runtime/resident/): a job's engine calls go to a server that outlives it, and
 nothing a job computes may differ from what its own engine would have computed."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from randopt.runtime import resident
+from randopt.runtime.resident import processes
 from randopt.engines.factory import make_engine
 from tests.conftest import REPO
 
@@ -21,7 +22,7 @@ PROMPTS = ["What is 2 + 3?", "Tom has 4 apples and eats one. How many are left?"
 def gone(pid: int, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not resident._alive(pid):
+        if not processes.alive(pid):
             return True
         time.sleep(0.1)
     return False
@@ -98,7 +99,7 @@ def test_an_idle_server_exits_and_removes_its_socket(tiny_model_dir, engines):
     engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=1)
     engine.close()
     assert gone(engine.pid)
-    assert not (engines / "cpu.sock").exists() and resident._server_pid(engines, "cpu") is None
+    assert not (engines / "cpu.sock").exists() and processes.server_pid(engines, "cpu") is None
 
 
 def test_a_server_that_cannot_load_fails_the_job_with_the_end_of_its_log(tmp_path, engines):
@@ -159,7 +160,7 @@ def test_stop_all_stops_a_server_busy_with_a_killed_jobs_call(tiny_model_dir, en
     busy.kill()
     busy.wait()
     assert resident.stop_all(engines) == 1  # no request: a busy server could not answer one
-    assert gone(pid, timeout=0.1) and not resident._group_alive(pid)
+    assert gone(pid, timeout=0.1) and not processes.group_alive(pid)
 
 
 def test_stop_all_stops_a_server_still_loading(tiny_model_dir, engines):
@@ -192,7 +193,7 @@ def test_a_replaced_key_is_a_clear_error_and_stop_still_works(tiny_model_dir, en
     engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     engine.close()
     (engines / "authkey").write_bytes(b"x" * 32)
-    with pytest.raises(resident.ResidentEngineError, match="does not know this folder's key.*randopt.runtime.resident stop"):
+    with pytest.raises(resident.ResidentEngineError, match="does not know this folder's key.*randopt.runtime.resident.server stop"):
         resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     assert resident.stop_all(engines) == 1 and gone(engine.pid, timeout=0.1)
 
@@ -206,7 +207,7 @@ def test_a_socket_path_too_long_is_a_clear_error(tiny_model_dir, tmp_path):
 def test_the_stop_command_line(tiny_model_dir, engines):
     engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
     engine.close()
-    out = subprocess.run([sys.executable, "-m", "randopt.runtime.resident", "stop", str(engines)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "randopt.runtime.resident.server", "stop", str(engines)], cwd=REPO,
                          capture_output=True, text=True, check=True, env=os.environ | {"PYTHONPATH": str(REPO)})
     assert "stopped 1 resident engine" in out.stdout and gone(engine.pid, timeout=0.1)
 

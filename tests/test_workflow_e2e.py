@@ -77,7 +77,7 @@ def test_record_times_evaluate_shard_by_its_wall_clock_span(finished_run):
 
 def test_engine_jobs_share_a_resident_engine_that_the_run_stops(finished_run):
     """engine.keep_loaded_s (default 300): the first engine job loads the engine, the others reuse it,
-    and the run's end stops every server it started (randopt/runtime/resident.py)."""
+    and the run's end stops every server it started (randopt/runtime/resident/)."""
     workdir, _ = finished_run
     shards = [json.loads(p.read_text()) for p in (workdir / "results" / "shards").rglob("*.timings.json")]
     assert all(s["engine_started"] for s in shards)

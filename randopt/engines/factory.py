@@ -26,7 +26,7 @@ def make_engine(kind: str, model_dir: str, **options) -> Engine:
 
 
 def track(engine: Engine) -> Engine:
-    """Close this engine (or handle on a resident one, randopt/runtime/resident.py) when the stage CLI exits."""
+    """Close this engine (or handle on a resident one, randopt/runtime/resident/) when the stage CLI exits."""
     _OPEN.append(engine)
     return engine
 

@@ -27,7 +27,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-lock-dir", default=DEFAULT_LOCK_DIR, help="lock files of --gpu-slots (one per GPU)")
     p.add_argument("--gpu-wait", type=float, default=600.0, help="seconds to wait for a free GPU group")
     p.add_argument("--keep-loaded-s", type=float, default=0.0, metavar="S",
-                   help="use this device's resident engine (randopt/runtime/resident.py), started if there is none, and keep "
+                   help="use this device's resident engine (randopt/runtime/resident/), started if there is none, and keep "
                         "it loaded S idle seconds for the next job; 0: load an engine for this job only. The workflow "
                         "passes engine.keep_loaded_s on a local run")
     p.add_argument("--resident-dir", default=resident.DEFAULT_DIR, help="sockets and logs of --keep-loaded-s")

@@ -1,13 +1,5 @@
 """One module per workflow stage: what the stage reads, computes and writes, behind one ``run``
-function. scripts/<stage>.py parses the CLI and calls it; rules/*.smk runs the script.
-
-    freeze_gsm8k    randopt/data/gsm8k.py   write_frozen
-    fetch_fineweb   randopt/data/heldout.py write_heldout
-    prepare_model   prepare_model.py
-    evaluate_shard  evaluate_shard.py
-    rank            rank.py
-    evaluate_members evaluate_members.py
-    vote            vote.py
-    score_bpb       score_bpb.py
-    record          record.py
+function. scripts/<stage>.py parses the CLI and calls it; rules/*.smk runs the script. The Snakefile's
+header maps every rule to its module (freeze_gsm8k, fetch_fineweb and export_member call
+randopt/data/gsm8k.py, randopt/data/heldout.py and randopt/model/export.py directly).
 """

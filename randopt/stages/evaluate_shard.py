@@ -56,7 +56,7 @@ def scoring_timings(stage: str, scorer: Scorer, table: pd.DataFrame, started_at:
     switch_s, generate_s and gen_tokens cover the answers in the table, whenever they were generated (a
     resumed seed keeps the times of the run that generated it); slots_evaluated and members_evaluated
     count what this job generated itself, engine_started whether it needed an engine at all, and
-    engine_reused whether that engine was a resident one already loaded (randopt/runtime/resident.py)."""
+    engine_reused whether that engine was a resident one already loaded (randopt/runtime/resident/)."""
     evaluations = answer_cache.per_evaluation(table)
     return {
         "stage": stage, "load_s": scorer.load_s, "switch_s": float(evaluations["switch_s"].sum()),

@@ -75,7 +75,7 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
             "seeds_per_s_loop": population / sum(s["switch_s"] + s["generate_s"] for s in shards),
             # what this run's jobs generated themselves (the rest came from the answer cache)
             "train_slots_evaluated_this_run": sum(s.get("slots_evaluated", 0) for s in shards),
-            # engines loaded for the search: a job that reused a resident engine (randopt/runtime/resident.py) loaded none
+            # engines loaded for the search: a job that reused a resident engine (randopt/runtime/resident/) loaded none
             "engine_starts_search": sum(1 for s in shards if s.get("engine_started") and not s.get("engine_reused")),
             "gen_tokens_per_s": gen_tokens / generate_s if generate_s else None,
             "gen_tokens_train": gen_tokens,

@@ -1,0 +1,124 @@
+"""The resident server: loads one engine, then answers jobs one at a time until asked to stop or idle
+for keep_loaded_s. Started by client.py as `python -m randopt.runtime.resident.server serve ...`;
+`... server stop [DIR]` stops a run folder's servers by hand."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Listener
+from pathlib import Path
+
+from randopt.runtime.resident.client import stop_all
+from randopt.runtime.resident.protocol import DEFAULT_DIR, INPUT_ERRORS, METHODS
+
+log = logging.getLogger("randopt")
+
+
+def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, keep_loaded_s: float) -> None:
+    """Load the engine, then answer jobs one at a time until asked to stop or idle for keep_loaded_s."""
+    from randopt.engines.factory import make_engine
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s resident %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    start = time.perf_counter()
+    engine = make_engine(kind, model_dir, **options)
+    dtype = getattr(engine, "compute_dtype", None)
+    info = {"pid": os.getpid(), "key": key, "load_s": time.perf_counter() - start,
+            "compute_dtype": str(dtype) if dtype is not None else None,
+            "compute_dtype_reason": getattr(engine, "compute_dtype_reason", None)}
+    authkey = Path(address).with_name("authkey").read_bytes()
+    listener = Listener(address, family="AF_UNIX", authkey=authkey)  # bound only now: ready = connectable
+    socket_inode = os.stat(address).st_ino
+    log.info("pid %d serving a %s engine at %s (loaded in %.1f s)", os.getpid(), kind, address, info["load_s"])
+    busy, last = threading.Lock(), [time.monotonic()]
+
+    def finish(why: str) -> None:
+        log.info("stopping: %s", why)
+        # Remove our socket, never a successor's (looked up by name). The pid file stays: a job checks
+        # whether the pid still runs, and vLLM's processes may outlive this one for a moment.
+        with contextlib.suppress(OSError):
+            if os.stat(address).st_ino == socket_inode:
+                os.unlink(address)
+        with contextlib.suppress(Exception):
+            engine.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # vLLM's exit-time finalizers were seen to abort (randopt/runtime/cli.py)
+
+    def idle_watch() -> None:
+        while True:
+            time.sleep(1.0)
+            with busy:
+                if time.monotonic() - last[0] > keep_loaded_s:
+                    finish(f"idle for {keep_loaded_s:g} s")
+
+    signal.signal(signal.SIGTERM, lambda *_: finish("asked to stop (SIGTERM)"))
+    threading.Thread(target=idle_watch, daemon=True).start()
+    while True:
+        try:
+            conn = listener.accept()
+        except Exception as err:  # a failed handshake (wrong key, a client that left): the next one
+            log.warning("refused a connection: %r", err)
+            continue
+        with busy:
+            stop = _serve_connection(conn, engine, info)
+            last[0] = time.monotonic()
+            if stop:
+                finish(stop)
+
+
+def _serve_connection(conn, engine, info: dict) -> str | None:
+    """Answer one client until it disconnects; a reason to stop the server, or None."""
+    try:
+        while True:
+            message = conn.recv()
+            if message[0] == "hello":
+                conn.send(("ok", info))
+            elif message[0] == "call" and message[1] in METHODS:
+                _, method, args = message
+                try:
+                    conn.send(("ok", getattr(engine, method)(*args)))
+                except Exception as err:
+                    name = type(err).__name__
+                    conn.send(("error", name, str(err), traceback.format_exc()))
+                    if name not in INPUT_ERRORS:
+                        return f"{method} failed: {name}: {err}"
+            else:
+                conn.send(("error", "ValueError", f"unknown request {message[:2]!r}", ""))
+    except (EOFError, OSError):  # the job finished or was killed: wait for the next one
+        return None
+    finally:
+        conn.close()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m randopt.runtime.resident.server", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run a server (jobs start it; not for direct use)")
+    s.add_argument("--address", required=True)
+    s.add_argument("--kind", required=True, choices=["torch", "vllm"])
+    s.add_argument("--model-dir", required=True)
+    s.add_argument("--options", required=True, type=json.loads)
+    s.add_argument("--key", required=True)
+    s.add_argument("--keep-loaded-s", required=True, type=float)
+    t = sub.add_parser("stop", help="stop the resident engines of a run folder's .snakemake/engines")
+    t.add_argument("directory", nargs="?", default=DEFAULT_DIR)
+    args = p.parse_args(argv)
+    if args.command == "serve":
+        serve(address=args.address, kind=args.kind, model_dir=args.model_dir, options=args.options, key=args.key,
+              keep_loaded_s=args.keep_loaded_s)
+        return 0
+    print(f"stopped {stop_all(args.directory)} resident engine(s) in {args.directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""Code keys derived from imports (randopt/code_keys.py): every project module a stage imports is in
+its key, and editing a module changes exactly the keys of the stages that import it."""
+from __future__ import annotations
+
+import json
+import modulefinder
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from randopt import code_keys
+from randopt.code_keys import PROJECT, closure, keyed, keyed_files
+from randopt.keys import KEY_STAGES, run_keys
+from tests.conftest import REPO
+from tests.support.workflow import effective_config
+
+STAGES = sorted(p.stem for p in (REPO / "scripts").glob("*.py") if p.stem != "__init__")
+RULES = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+
+
+class ProjectFinder(modulefinder.ModuleFinder):
+    """modulefinder reading bytecode (an independent reader from code_keys' syntax trees), kept to the
+    project's own modules: a library is not followed."""
+
+    def import_module(self, partname, fqname, parent):
+        if fqname.split(".")[0] not in PROJECT:
+            return None
+        return super().import_module(partname, fqname, parent)
+
+
+def bytecode_closure(stage: str) -> set[str]:
+    finder = ProjectFinder(path=[str(REPO)])
+    finder.run_script(str(REPO / "scripts" / f"{stage}.py"))
+    return {name for name in finder.modules if name != "__main__"} | {f"scripts.{stage}"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_the_syntax_tree_finds_every_module_the_bytecode_imports(stage):
+    found = set(closure([f"scripts.{stage}"]))
+    assert bytecode_closure(stage) <= found, f"imports code_keys misses: {bytecode_closure(stage) - found}"
+
+
+def test_every_module_a_stage_process_loads_is_in_its_closure():
+    """What each stage CLI really imports when it starts (module level), read from sys.modules."""
+    probe = ("import importlib, json, sys; importlib.import_module(sys.argv[1]); "
+             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {PROJECT!r})))")
+    for stage in STAGES:
+        out = subprocess.run([sys.executable, "-c", probe, f"scripts.{stage}"], cwd=REPO, check=True,
+                             capture_output=True, text=True).stdout
+        loaded = set(json.loads(out.splitlines()[-1]))
+        missing = loaded - set(closure([f"scripts.{stage}"]))
+        assert not missing, f"scripts/{stage}.py loads {sorted(missing)}, which its code key leaves out"
+
+
+def test_every_rule_runs_a_stage_whose_code_reruns_it():
+    """A rule's outputs are keyed by its code (KEY_STAGES: randopt/keys.py), or, for outputs under no
+    key, the rule carries its code as a param (so Snakemake reruns it)."""
+    ran = set(re.findall(r"\{PY\} scripts\.(\w+)", RULES))
+    assert ran, "no stage commands found in rules/*.smk"
+    keyed_stages = {s for stages in KEY_STAGES.values() for s in stages}
+    unkeyed = {s for s in ran - keyed_stages if f'code=code_version("{s}")' not in RULES}
+    assert not unkeyed, f"rules run {sorted(unkeyed)} under no code key and without a code param"
+    assert keyed_stages <= set(STAGES)
+
+
+def test_runtime_is_followed_but_not_hashed():
+    files = keyed_files(["scripts.evaluate_shard"])
+    names = {p.relative_to(REPO).as_posix() for p in files}
+    assert "randopt/runtime/engine_args.py" not in names and "randopt/runtime/resident/client.py" not in names
+    # reached only through runtime/engine_args.py's make_engine: followed, so keyed
+    assert {"randopt/engines/torch_engine.py", "randopt/engines/vllm_engine.py",
+            "randopt/engines/vllm_worker.py", "kernels/perturb_triton.py"} <= names
+    assert not keyed("randopt.runtime.cli") and keyed("randopt.scoring.scorer")
+
+
+def test_a_comment_is_not_code_but_a_docstring_is(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('"""Doc."""\nx = "# not a comment"  # a comment\n\n# a line of comment\ny = 1\n')
+    before = code_keys.keyed_source(path)
+    path.write_text('"""Doc."""\nx = "# not a comment"  # another comment\ny = 1\n')
+    assert code_keys.keyed_source(path) == before
+    path.write_text('"""Doc, edited."""\nx = "# not a comment"\ny = 1\n')
+    assert code_keys.keyed_source(path) != before
+
+
+# ------------------------------------------------------------------ editing a scratch copy of the code
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("code")
+    for folder in PROJECT:
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+FULL = effective_config({})
+RACING = effective_config({"selection": {"mode": "racing"}})
+ALL = {"gsm8k", "heldout", "model", "eval", "population", "bpb"}
+# module -> keys that change, under full evaluation and under racing. Nesting: eval holds the model
+# and gsm8k keys, bpb the model and heldout keys, race the population key.
+EDITS = [
+    ("randopt/scoring/answer_blocks.py", {"eval"}, {"eval", "population", "race"}),
+    ("randopt/scoring/answer_cache.py", {"eval"}, {"eval", "population", "race"}),
+    ("randopt/scoring/scorer.py", {"eval"}, {"eval", "population", "race"}),
+    ("randopt/scoring/member_cache.py", {"eval", "bpb"}, {"eval", "bpb"}),
+    ("randopt/engines/perturb.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
+    ("kernels/noise_ref.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
+    ("randopt/stages/evaluate_shard.py", {"eval"}, {"eval", "population", "race"}),
+    ("randopt/report/statistics.py", {"population"}, {"population", "race"}),
+    ("randopt/ensemble/vote.py", {"population"}, {"population", "race"}),
+    ("randopt/ensemble/bpb.py", {"bpb"}, {"bpb"}),
+    ("randopt/selection/rank.py", {"population"}, {"population", "race"}),
+    ("randopt/selection/summary.py", {"population"}, {"population", "race"}),
+    ("randopt/selection/rules.py", set(), {"population", "race"}),
+    ("randopt/selection/chunks.py", set(), {"population", "race"}),
+    ("randopt/model/prepare.py", {"model", "eval", "bpb"}, {"model", "eval", "bpb"}),
+    ("randopt/data/heldout.py", {"heldout", "bpb"}, {"heldout", "bpb"}),
+    ("randopt/data/synth.py", ALL - {"model"}, ALL - {"model"} | {"race"}),
+    ("randopt/io.py", ALL, ALL | {"race"}),
+    ("randopt/report/record.py", set(), set()),       # the record: its rule's code param reruns it
+    ("randopt/config.py", set(), set()),              # the run's validation, at DAG build only
+    ("randopt/runtime/progress.py", set(), set()),    # how a job runs, not what it computes
+    ("randopt/runtime/resident/client.py", set(), set()),
+]
+
+
+def changed(before: dict, after: dict) -> set[str]:
+    return {k for k in before if before[k] != after[k]}
+
+
+@pytest.mark.parametrize("module, full, racing", EDITS, ids=[e[0] for e in EDITS])
+def test_editing_a_module_changes_exactly_the_keys_of_the_stages_that_import_it(scratch, module, full, racing):
+    path = scratch / module
+    original = path.read_text()
+    code_keys.clear_cache()
+    before = {"full": run_keys(FULL, root=scratch), "racing": run_keys(RACING, root=scratch)}
+    try:
+        path.write_text(original + "\n# a comment changes no key\n")
+        code_keys.clear_cache()
+        assert changed(before["full"], run_keys(FULL, root=scratch)) == set()
+        path.write_text(original + "\n_EDITED = True\n")
+        code_keys.clear_cache()
+        assert changed(before["full"], run_keys(FULL, root=scratch)) == full
+        assert changed(before["racing"], run_keys(RACING, root=scratch)) == racing
+    finally:
+        path.write_text(original)
+        code_keys.clear_cache()
+
+
+def test_a_new_import_keys_the_imported_module(scratch):
+    """The hole the hand-kept list had: a module the stage starts to import is keyed at once."""
+    vote_stage, target = scratch / "randopt/stages/vote.py", scratch / "randopt/ensemble/bpb.py"
+    original, target_text = vote_stage.read_text(), target.read_text()
+    try:
+        vote_stage.write_text(original.replace("from randopt.io import", "from randopt.ensemble import bpb  # noqa\nfrom randopt.io import", 1))
+        code_keys.clear_cache()
+        before = run_keys(FULL, root=scratch)
+        target.write_text(target_text + "\n_EDITED = True\n")
+        code_keys.clear_cache()
+        assert changed(before, run_keys(FULL, root=scratch)) == {"bpb", "population"}
+    finally:
+        vote_stage.write_text(original)
+        target.write_text(target_text)
+        code_keys.clear_cache()
