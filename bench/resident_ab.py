@@ -1,4 +1,4 @@
-"""Does a resident engine (randopt/runtime/resident.py) decode slower than one in the job's own process?
+"""Does a resident engine (randopt/runtime/resident/) decode slower than one in the job's own process?
 
     python bench/resident_ab.py --model-dir DIR --train train.jsonl [--problems 16] [--reps 4]
 
