@@ -164,3 +164,16 @@ def sha256_tree(root: str | os.PathLike) -> str:
     for file in sorted(p for p in root.rglob("*") if p.is_file()):
         h.update(f"{file.relative_to(root).as_posix()}\0{sha256_file(file)}\n".encode())
     return h.hexdigest()
+
+
+def parquet_file(path: str | os.PathLike):
+    """A parquet file opened for reading (pyarrow.parquet.ParquetFile), or an InputError naming it."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    try:
+        return pq.ParquetFile(path)
+    except Exception as err:  # pyarrow raises several types for a bad file
+        raise InputError(f"{path}: not a readable parquet file ({err})") from err

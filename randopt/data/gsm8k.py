@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from randopt.schema import check_source
-from randopt.io import (InputError, atomic_path, canonical_json, read_jsonl,
-                        sha256_bytes)
+from randopt.io import InputError, atomic_path, canonical_json, parquet_file, read_jsonl, sha256_bytes
 
 SPLITS = ("train", "test")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -157,15 +156,8 @@ def hf_dataset_file(repo: str, filename: str, revision: str, cache_dir: str | Pa
 
 def load_parquet(path: str | Path) -> list[dict]:
     """Read a GSM8K-format parquet file (columns question, answer), strictly."""
-    import pyarrow.parquet as pq
-
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: file not found")
-    try:
-        table = pq.read_table(path)
-    except Exception as err:  # pyarrow raises several types for a bad file
-        raise InputError(f"{path}: not a readable parquet file ({err})") from err
+    table = parquet_file(path).read()
     missing = [c for c in ("question", "answer") if c not in table.column_names]
     if missing:
         raise InputError(f"{path}: missing column(s) {missing}; GSM8K parquet needs 'question' and 'answer'")

