@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on an H200 with vllm installed (bench/README.md says how it gets there): the vLLM
+# One device call on an H200 with vllm installed (docs/gpu.md says how it gets there): the vLLM
 # engine's contract suite, the whole workflow with engine: vllm on the default protocol, the
 # 7B-shaped seeds/s benchmark, and where a stage's engine start goes (after workflow: it uses the
 # prepared model). Each part writes its log (and outputs) under $OUT.
