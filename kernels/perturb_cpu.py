@@ -14,7 +14,7 @@ With numba installed (it is in envs/), each block runs as one compiled loop inst
 passes over a chunk: hash, add and round per element, the same integer steps, so the same bits
 (tests/test_kernel_noise.py checks both paths against the reference). It releases the GIL and runs
 on the same thread pool, so it degrades the same way when cores are shared. Measured on a 2-core
-AMD EPYC, SmolLM2-135M in bf16: a switch went from ~0.9 s (numpy) to ~0.2 s (bench/cpu_default.py).
+AMD EPYC, SmolLM2-135M in bf16: a switch went from ~0.9 s (numpy) to ~0.2 s (bench/cpu_default/cpu_default.py).
 """
 from __future__ import annotations
 

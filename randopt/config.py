@@ -33,7 +33,7 @@ def load_yaml(path: str | Path) -> dict:
 def effective_config(configfiles) -> dict:
     """The config a workflow run uses: config/config.yaml with each --configfile deep-merged over it in
     order (Snakemake's rule), validated. For tools that read a run without Snakemake (make status,
-    bench/racing.py)."""
+    bench/racing/racing.py)."""
     from snakemake.utils import update_config
     config = load_yaml(SCHEMA_PATH.parent / "config.yaml")
     for path in configfiles:

@@ -1,4 +1,4 @@
-"""The docs point to files that exist: every repo path named in the README, docs/, bench/README.md,
+"""The docs point to files that exist: every repo path named in the README, docs/, bench/'s READMEs,
 kernels/README.md, the configs and the code's docstrings and comments; and the README stays a first
 screen (the rest lives in docs/)."""
 from __future__ import annotations
@@ -12,8 +12,9 @@ PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\.(?:md|py|smk|yaml|json|txt|sh)
 
 
 def sources():
-    for pattern in ("README.md", "Snakefile", "docs/*.md", "bench/README.md", "kernels/README.md", "config/*.yaml",
-                    "rules/*.smk", "randopt/**/*.py", "scripts/*.py", "kernels/*.py", "bench/*.py", "bench/*.sh"):
+    for pattern in ("README.md", "Snakefile", "docs/*.md", "bench/**/*.md", "kernels/README.md", "config/*.yaml",
+                    "rules/*.smk", "randopt/**/*.py", "scripts/*.py", "kernels/*.py", "bench/**/*.py", "bench/**/*.sh",
+                    "bench/**/*.yaml"):
         yield from REPO.glob(pattern)
 
 

@@ -1,5 +1,5 @@
 """The engine contract on the vLLM engine. Needs vllm and a CUDA GPU (the H200 runs it through
-bench/vllm_verify.py); on a CPU machine it is skipped, saying why."""
+bench/vllm/vllm_verify.py); on a CPU machine it is skipped, saying why."""
 import importlib.util
 
 import pytest

@@ -1,4 +1,4 @@
-"""bench/racing.py: the comparison of a full and a racing run (recall with ties, the sigmas' spread,
+"""bench/racing/racing.py: the comparison of a full and a racing run (recall with ties, the sigmas' spread,
 the paired bootstrap of the ensembles' test accuracy), on constructed rankings and votes; and, marked
 slow, the whole benchmark as an A/A run of the tiny workflow."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 from randopt.config import ConfigError
 from randopt.io import InputError
 from randopt.report.statistics import ensemble_gain
-from bench import racing as racing_bench   # bench/ is a folder of scripts, importable from the repo root
+from bench.racing import racing as racing_bench   # bench/ is a folder of scripts, importable from the repo root
 
 ArmResult, compare = racing_bench.ArmResult, racing_bench.compare
 

@@ -1,15 +1,15 @@
-"""bench/racing_bound.py: the oracle's slots on a racing report, and its speed-up from a call-cost curve."""
+"""bench/racing/racing_bound.py: the oracle's slots on a racing report, and its speed-up from a call-cost curve."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from bench import racing_bound   # bench/ is a folder of scripts, importable from the repo root
+from bench.racing import racing_bound   # bench/ is a folder of scripts, importable from the repo root
 
 
 def _report(population=10, n_train=8, checkpoints=(2, 4, 8), slots_racing=50, walls=(100.0, 60.0)) -> dict:
-    """A bench/racing.py report reduced to what the bound reads: k 1 (one member at or above its k-th)
+    """A bench/racing/racing.py report reduced to what the bound reads: k 1 (one member at or above its k-th)
     and k 3 (four at or above: a tie at the cut)."""
     return {
         "population": population, "n_train": n_train,
@@ -101,7 +101,7 @@ def test_call_cost_table_and_the_cli(tmp_path, capsys):
     (["--model", "smollm2", "--prompts", "0", "16"], "distinct positive counts in increasing order"),
 ])
 def test_call_cost_refuses_bad_arguments_before_any_engine(argv, message, capsys):
-    from bench import vllm_call_cost
+    from bench.vllm import vllm_call_cost
     with pytest.raises(SystemExit) as exit_:
         vllm_call_cost.bench(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -213,19 +213,19 @@ def test_the_stop_command_line(tiny_model_dir, engines):
 
 
 def test_the_ab_benchmark_measures_both_ways(tiny_model_dir, tmp_path):
-    """bench/resident_ab.py: both engines answer the same calls; a missing model is a one-line error."""
+    """bench/resident/resident_ab.py: both engines answer the same calls; a missing model is a one-line error."""
     import json
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({"id": i, "question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
                              for i in range(3)))
     out = tmp_path / "ab.json"
-    run = subprocess.run([sys.executable, "bench/resident_ab.py", "--model-dir", str(tiny_model_dir), "--train",
+    run = subprocess.run([sys.executable, "bench/resident/resident_ab.py", "--model-dir", str(tiny_model_dir), "--train",
                           str(train), "--problems", "2", "--reps", "2", "--max-tokens", "4", "--out", str(out)],
                          cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())["result"]
     assert [len(result[k]["calls"]) for k in ("local", "resident")] == [4, 4]
     assert all(c["tokens"] > 0 for k in result for c in result[k]["calls"])
-    bad = subprocess.run([sys.executable, "bench/resident_ab.py", "--model-dir", str(tmp_path / "nowhere"), "--train",
+    bad = subprocess.run([sys.executable, "bench/resident/resident_ab.py", "--model-dir", str(tmp_path / "nowhere"), "--train",
                           str(train)], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "is not a folder" in bad.stderr

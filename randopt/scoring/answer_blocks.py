@@ -2,7 +2,7 @@
 
 Why blocks: the torch engine's greedy answer to a problem depends on which prompts share its batch.
 The batch's padded width and row count change the shapes of its matmuls, so bf16 rounding changes,
-and near-tied tokens flip. bench/racing_cpu_epyc_zen4.json measured 18.8 % of completions (2.9 % of
+and near-tied tokens flip. bench/results/racing_cpu_epyc_zen4.json measured 18.8 % of completions (2.9 % of
 correctness) differing between a member's one 64-problem batch and its four racing slices. An answer
 cache that mixed the two would make a member's reward depend on which mode asked first.
 
@@ -12,7 +12,7 @@ racing, and any mix of the two through the answer cache then batch each problem 
 problems and read the same answers. Racing's checkpoints are whole blocks (randopt/selection/plan.py).
 
 vLLM batches continuously: a sequence's neighbours change step by step whatever we submit, and its
-answers did not move between full evaluation and racing (bench/h200x2_racing.json). It gets a single
+answers did not move between full evaluation and racing (bench/results/racing_h200x2.json). It gets a single
 block, so a member's missing problems go to the engine in one call, as before.
 """
 from __future__ import annotations

@@ -41,7 +41,7 @@ bayes (default): the posterior probability pi_i that member i ends in the top-k,
   Each decision round drops the members with the smallest pi_i while the dropped pi_i add up to at
   most miss_budget * k / R (R decision rounds): over the race the expected number of full top-k
   members lost is at most miss_budget * k under the model, i.e. the expected recall is at least
-  1 - miss_budget. bench/racing_sim.py measures it on synthetic populations (correlated problems,
+  1 - miss_budget. bench/racing/racing_sim.py measures it on synthetic populations (correlated problems,
   narrow and broken populations), where the realised recall lies at or above the budgeted one.
 exact: a guarantee without a model, paid for in speed. For a pair (c, i), the problems where they
   disagree decide their difference; given m_d such problems seen, c's wins among them are
@@ -52,7 +52,7 @@ exact: a guarantee without a model, paid for in speed. For a pair (c, i), the pr
   over the race). Member i stops when at least k members beat it significantly; if i belongs in the
   full top-k, fewer than k members end strictly above it, so at least one of those k verdicts is an
   error of probability at most delta. Pairwise verdicts need many disagreements, so on populations of
-  near-identical members this rule stops few members (see bench/racing_sim.json). Its p-value tables
+  near-identical members this rule stops few members (see bench/results/racing_sim.json). Its p-value tables
   grow with the cube of the split: it takes splits of up to EXACT_MAX_PROBLEMS (1000) problems.
 
 Guards common to both rules: a member whose partial reward is at or above the current k-th

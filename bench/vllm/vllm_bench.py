@@ -5,7 +5,7 @@ A random-weight model shaped like Qwen2.5-7B-Instruct (config written out here; 
 GPU) then generate. Prints one table and writes vllm_bench.json to --out or $OUT:
 generated tokens/s, switch ms, seeds/s, and the seed-loop overhead = (time per seed - generate time)
 / time per seed, all from one run.
-    PYTHONPATH=. python bench/vllm_bench.py
+    PYTHONPATH=. python bench/vllm/vllm_bench.py
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 QWEN25_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,

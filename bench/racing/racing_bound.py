@@ -6,13 +6,13 @@ end. No rule that keeps every member at or above that reward can do less work wi
 slice, so its speed-up bounds racing's on that population and plan. Two currencies, because the machines differ in what a member costs:
 
 - slots (member x problem pairs): what a member costs on a CPU, where seconds follow the problems
-  answered (bench/racing_cpu_*.json: 1.54x the seeds/s for 1.75x fewer slots);
+  answered (bench/results/racing_cpu_*.json: 1.54x the seeds/s for 1.75x fewer slots);
 - a call-cost curve c(m), the seconds of one member's call on m problems, measured on the engine
-  (bench/vllm_call_cost.py): on a GPU a member's decode is latency- or bandwidth-bound, so c(m)
+  (bench/vllm/vllm_call_cost.py): on a GPU a member's decode is latency- or bandwidth-bound, so c(m)
   grows far slower than m, and every member pays one call whatever racing decides.
 
-    python bench/racing_bound.py bench/racing_cpu_epyc_zen4_blocks.json [more reports...]
-    python bench/racing_bound.py --call-cost bench/h200_call_cost_smollm2.json [--n 128] [--share 0.1]
+    python bench/racing/racing_bound.py bench/results/racing_cpu_epyc_zen4_blocks.json [more reports...]
+    python bench/racing/racing_bound.py --call-cost bench/results/vllm_h200_call_cost_smollm2.json [--n 128] [--share 0.1]
 
 Both bounds leave out what racing adds and full evaluation does not (a decision job and a wave of
 engine starts per round): they are upper bounds on racing's speed-up, not predictions.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from randopt.io import write_json_atomic  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def oracle_slots(population: int, n_train: int, first: int, kept: int) -> int:
 
 
 def report_bound(report: dict) -> dict:
-    """The oracle's slots on a bench/racing.py report's population and racing plan, beside what
+    """The oracle's slots on a bench/racing/racing.py report's population and racing plan, beside what
     full evaluation and racing spent and the seconds each arm took."""
     population, n_train = int(report["population"]), int(report["n_train"])
     largest = max(report["recall"], key=lambda f: report["recall"][f]["k"])
@@ -102,7 +102,7 @@ def call_bound(curve: dict[int, float], n: int, first: int, share_kept: float) -
 
 def call_cost_table(cost: dict, n: int | None, shares: list[float]) -> dict:
     """The oracle's best two-round speed-up per share of the population kept, from one measured
-    curve per mode/sigma in a bench/vllm_call_cost.py report."""
+    curve per mode/sigma in a bench/vllm/vllm_call_cost.py report."""
     out = {}
     for label, rows in cost["curves"].items():
         curve = {int(m): float(r["call_s_median"]) for m, r in rows.items()}
@@ -121,10 +121,10 @@ def call_cost_table(cost: dict, n: int | None, shares: list[float]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/racing_bound.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python bench/racing/racing_bound.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("reports", nargs="*", help="bench/racing.py reports (JSON)")
-    parser.add_argument("--call-cost", nargs="*", default=[], help="bench/vllm_call_cost.py reports (JSON)")
+    parser.add_argument("reports", nargs="*", help="bench/racing/racing.py reports (JSON)")
+    parser.add_argument("--call-cost", nargs="*", default=[], help="bench/vllm/vllm_call_cost.py reports (JSON)")
     parser.add_argument("--n", type=int, default=None, help="the train split for the call-cost bound "
                         "(default: the largest problem count measured)")
     parser.add_argument("--share", type=float, nargs="+", default=[0.05, 0.1, 0.25],
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         result = bounds(args)
     except (ValueError, KeyError, OSError) as err:
         print(f"error: {err!s}" if not isinstance(err, KeyError) else
-              f"error: a report lacks {err}: give bench/racing.py reports and bench/vllm_call_cost.py results",
+              f"error: a report lacks {err}: give bench/racing/racing.py reports and bench/vllm/vllm_call_cost.py results",
               file=sys.stderr)
         return 2
     if args.out:

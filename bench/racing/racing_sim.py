@@ -21,7 +21,7 @@ Compared, on the same tables and the same random problem order:
 speedup = (members * problems) / (member-problem slots evaluated); recall = share of the racing
 top-k whose full reward is at least the full ranking's k-th reward (ties at the cut count as in).
 
-    python bench/racing_sim.py --out DIR [--reps 20]
+    python bench/racing/racing_sim.py --out DIR [--reps 20]
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from randopt.io import write_json_atomic  # noqa: E402
 from randopt.selection.plan import RacingConfig, plan_rounds  # noqa: E402
 from randopt.selection.rules import race  # noqa: E402

@@ -1,7 +1,7 @@
 """Full evaluation against racing on one population, in one run (issue 17).
 
-    python bench/racing.py --configfile bench/racing_cpu.yaml --workdir DIR --out bench/racing_cpu_<cpu>.json
-    python bench/racing.py --configfile bench/racing_h200.yaml --workdir DIR --out bench/h200x2_racing.json \\
+    python bench/racing/racing.py --configfile bench/racing/racing_cpu.yaml --workdir DIR --out bench/results/racing_cpu_<cpu>.json
+    python bench/racing/racing.py --configfile bench/racing/racing_h200.yaml --workdir DIR --out bench/results/racing_h200x2.json \\
         [--racing '{"rule": "exact"}'] [--set '{"gsm8k": {"n_train": 128}}'] [--cores all] [--resources gpu=1]
 
 Both arms run the real workflow (python -m snakemake, this checkout's Snakefile) on the same overlay
@@ -42,7 +42,7 @@ run directories and is what tests/test_racing_bench.py checks):
   issue's literal check, whether racing's accuracy lies inside the full ensemble's own bootstrap 95 %
   interval (the same resamples, so the two intervals are paired);
 - the ratio racing/full of seeds/s, the machine, versions, and every config used;
-- oracle_bound (bench/racing_bound.py): the slots of an oracle that stops every member below the
+- oracle_bound (bench/racing/racing_bound.py): the slots of an oracle that stops every member below the
   largest k's k-th reward after the first slice, and the share of its saving racing made.
 
 `--control` runs the second arm with selection.mode full as well (an A/A run): the comparison must
@@ -66,9 +66,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from bench.racing_bound import report_bound, share_text  # noqa: E402
+from bench.racing.racing_bound import report_bound, share_text  # noqa: E402
 from randopt.scoring import answer_cache  # noqa: E402
 from randopt.report import record as rec  # noqa: E402
 from randopt.runtime.jobstats import job_counts  # noqa: E402
@@ -539,7 +539,7 @@ def bench(args) -> dict | None:
               "gen_tokens_full_over_racing": arms["full"]["gen_tokens"] / arms["racing"]["gen_tokens"],
               "slots_full_over_racing": arms["full"]["slots_evaluated"] / arms["racing"]["slots_evaluated"]}
     report = {
-        "what": "bench/racing.py: full evaluation against racing on one population (issue 17)",
+        "what": "bench/racing/racing.py: full evaluation against racing on one population (issue 17)",
         # wall_s: from the prepare phase to this report, gaps between calls included; calls_s: the
         # Snakemake calls' own seconds (setup, warm-up, each arm's search and rest)
         "created_utc": rec.now_utc(), "wall_s": time.time() - started,
@@ -567,7 +567,7 @@ def bench(args) -> dict | None:
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "phases_run_in_calls": "one call" if len(phases) == len(PHASES) else "several calls (--phases)",
     }
-    # The most any rule could have saved on this population and plan (bench/racing_bound.py).
+    # The most any rule could have saved on this population and plan (bench/racing/racing_bound.py).
     report["oracle_bound"] = report_bound(report)
     return report
 
@@ -601,7 +601,7 @@ def print_summary(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/racing.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python bench/racing/racing.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configfile", required=True, help="the protocol: an overlay over config/config.yaml")
     parser.add_argument("--racing", default=None,

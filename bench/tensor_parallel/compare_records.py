@@ -1,11 +1,11 @@
 """How one record differs from another: accuracies, bpb, the top-k lists and their members, speed.
 
-  python bench/compare_records.py A.json B.json [--out diff.json]
+  python bench/tensor_parallel/compare_records.py A.json B.json [--out diff.json]
 
 Prints B - A for every accuracy and bpb of the records, how many top-k members the two lists share
 (and whether the shared members' train rewards and held-out bpb agree), the config keys that differ,
 and seeds/s and stage times. Made for issue 16: the same protocol on the same padded model at
-tensor_parallel_size 2 (B) against 1 (A) (bench/h200x2_session.sh, part tp2wf), where every difference
+tensor_parallel_size 2 (B) against 1 (A) (bench/tensor_parallel/h200x2_session.sh, part tp2wf), where every difference
 comes from TP 2's other summation order. Older records without statistics are compared all the same.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Time `scripts.export_member` on a random Qwen2.5-7B-shaped bf16 checkpoint (issue 15).
 
-    python bench/export_7b.py --out DIR     # writes DIR/export_7b.json
+    python bench/export/export_7b.py --out DIR     # writes DIR/export_7b.json
 
 Builds the checkpoint in 4 safetensors shards on the GPU (random values, the real shapes: 28 layers,
 hidden 3584, 28 heads / 4 kv heads, intermediate 18944, untied vocab 152064), then exports member
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from randopt.model.export import export_member  # noqa: E402
 

@@ -2,20 +2,20 @@
 
 Run on a machine with at least --tp GPUs and vllm installed, from the repo root, one engine per
 process (each mode is its own process; vLLM's engines do not share one process well):
-  python bench/vllm_tp.py reference --model DIR --out tp1.json
+  python bench/tensor_parallel/vllm_tp.py reference --model DIR --out tp1.json
       TP 1: greedy completions (token ids) of 64 chat prompts at the base weights and at one seed,
       bpb of the synthetic held-out text, and TP 1's own teacher-forced agreement (a control).
       With --against OTHER.json (another model's reference, same tokenizer): this model fed the other
       model's base completions (teacher-forced agreement), free-running identity and bpb against its own
-      (e.g. SmolLM2 against its head-padded copy, bench/pad_heads.py: the same function at base).
-  python bench/vllm_tp.py check --model DIR --tp 2 --reference tp1.json --out tp2.json
+      (e.g. SmolLM2 against its head-padded copy, bench/tensor_parallel/pad_heads.py: the same function at base).
+  python bench/tensor_parallel/vllm_tp.py check --model DIR --tp 2 --reference tp1.json --out tp2.json
       TP N: (1) weights gathered from every rank equal the reference bit for bit for several
       (seed, sigma), restore exact; (2) fed TP 1's completions, TP N's argmax (prompt_logprobs
       rank 1) equals TP 1's token at >= 98 % of positions; free-running identity and bpb reported.
-  python bench/vllm_tp.py build-7b --dir DIR [--layers 2] [--vocab 151655]
+  python bench/tensor_parallel/vllm_tp.py build-7b --dir DIR [--layers 2] [--vocab 151655]
       a random Qwen2.5-7B-shaped model (7B's widths, heads, fused qkv / gate_up, untied lm_head) with
       fewer layers and a vocabulary that is no multiple of 64, so vLLM pads it on every rank.
-  python bench/vllm_tp.py weights --model DIR --tp 2 --out w.json      (check's part (1) alone)
+  python bench/tensor_parallel/vllm_tp.py weights --model DIR --tp 2 --out w.json      (check's part (1) alone)
 The engine is built with the workflow's options (batch_size 256, gpu_memory_utilization auto), so
 a run here also warms vLLM's compile cache for the workflow's stages on the same model path.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from kernels.noise_ref import reconstruct_reference_  # noqa: E402
@@ -215,8 +215,7 @@ def weights(args) -> dict:
 def build_7b(args) -> dict:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    sys.path.insert(0, str(REPO / "bench"))
-    from vllm_bench import QWEN25_7B, save_tokenizer
+    from bench.vllm.vllm_bench import QWEN25_7B, save_tokenizer
     path = Path(args.dir)
     shape = dict(QWEN25_7B, num_hidden_layers=args.layers, vocab_size=args.vocab)
     torch.manual_seed(0)

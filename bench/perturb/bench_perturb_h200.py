@@ -1,8 +1,8 @@
 """Perturbation kernels on a CUDA GPU: bit-exactness against the reference, then the cost of one seed
 switch on a 7.6B-parameter bf16 set shaped like Qwen2.5-7B.
 
-    PYTHONPATH=. python bench/bench_perturb_h200.py          # on the GPU; JSON to $OUT if set
-    TRITON_INTERPRET=1 PYTHONPATH=. python bench/bench_perturb_h200.py --tiny   # CPU dry run
+    PYTHONPATH=. python bench/perturb/bench_perturb_h200.py          # on the GPU; JSON to $OUT if set
+    TRITON_INTERPRET=1 PYTHONPATH=. python bench/perturb/bench_perturb_h200.py --tiny   # CPU dry run
 
 (a) compiled kernels == reference bit for bit: bf16/fp16/fp32, odd sizes, in-place delta switches,
     TP layouts (flat and tile kernels), and a set of more than 2**31 elements (one tensor alone

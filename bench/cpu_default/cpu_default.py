@@ -1,6 +1,6 @@
 """The embedded default's cost per seed on this CPU, per compute dtype, against plain `generate`.
 
-    .venv/bin/python bench/cpu_default.py --out DIR        # writes DIR/cpu_default.json
+    .venv/bin/python bench/cpu_default/cpu_default.py --out DIR        # writes DIR/cpu_default.json
 
 For each compute dtype (bfloat16, float32) it times, in one process and interleaved seed by seed:
 - the engine: one seed of the default protocol exactly as evaluate_shard runs it (switch to
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from randopt.model import prepare as model_prep  # noqa: E402
 from randopt.config import gsm8k_source, load_yaml, validate  # noqa: E402
@@ -35,7 +35,7 @@ from randopt.data.gsm8k import freeze_splits  # noqa: E402
 from randopt.io import write_json_atomic  # noqa: E402
 from randopt.report.record import hardware, package_versions  # noqa: E402
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 
 
 def matmul_ms(dtype: torch.dtype, m: int = 32, k: int = 576, n: int = 1536, reps: int = 200) -> float:
@@ -103,7 +103,7 @@ def bench_dtype(dtype: str, model_dir: Path, problems: list[dict], spec: DecodeS
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python bench/cpu_default.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python bench/cpu_default/cpu_default.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder for cpu_default.json")
     p.add_argument("--config", default=str(DEFAULT_CONFIG), help="the protocol (default: the embedded default)")

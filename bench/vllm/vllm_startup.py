@@ -5,7 +5,7 @@ model the start, not the seeds, is most of a GPU run. Each measurement runs in a
     and kernel warm-up), a first greedy generate, and close, with the engine core in this process
     (VLLM_ENABLE_V1_MULTIPROCESSING=0, the default on one GPU) and as vLLM's separate process (=1).
 Prints a table and writes vllm_startup.json to --out or $OUT.
-    PYTHONPATH=. python bench/vllm_startup.py --model data/models/<key>/model
+    PYTHONPATH=. python bench/vllm/vllm_startup.py --model data/models/<key>/model
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IMPORT_ONLY = "import time; t = time.perf_counter(); import vllm; from vllm import LLM; print(time.perf_counter() - t)"
 
 

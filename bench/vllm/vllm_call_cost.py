@@ -6,9 +6,9 @@ call decodes side by side, a step costs nearly the same for 16 sequences as for 
 latency- or bandwidth-bound, and the call lasts as long as its longest answer: c(m) is nearly flat,
 and every member pays one call at least. This measures c(m) for one model:
 
-    python bench/vllm_call_cost.py --model smollm2 --prompts 8 16 32 64 128 256 --tokens 64 --out $OUT
-    python bench/vllm_call_cost.py --model qwen7b --prompts 8 16 32 64 128 256 --tokens 256 --out $OUT
-    python bench/vllm_call_cost.py --model-dir data/models/<key>/model --tokens 1024 --out $OUT
+    python bench/vllm/vllm_call_cost.py --model smollm2 --prompts 8 16 32 64 128 256 --tokens 64 --out $OUT
+    python bench/vllm/vllm_call_cost.py --model qwen7b --prompts 8 16 32 64 128 256 --tokens 256 --out $OUT
+    python bench/vllm/vllm_call_cost.py --model-dir data/models/<key>/model --tokens 1024 --out $OUT
 
 Per problem count m and member (seed, sigma): switch the weights (as evaluate_weights does), then one
 generate call on the first m problems of a fixed set (synthetic GSM8K-style problems, the protocol's
@@ -17,7 +17,7 @@ chat prompt with the default decode block's system line and worked example). Two
   natural  the protocol's stop strings and --tokens as max_tokens, at each --sigmas: broken members
            ramble to the limit (not for qwen7b: a random model's answers never stop).
 The counts are visited in a rotated order per member, so drift over the run does not favour one.
-Medians over --seeds members. bench/racing_bound.py turns a curve into the most an oracle racing
+Medians over --seeds members. bench/racing/racing_bound.py turns a curve into the most an oracle racing
 rule could save.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 MODELS = ("smollm2", "qwen7b")
@@ -99,7 +99,7 @@ def bench(argv: list[str] | None = None) -> None:
         parser.error("--prompts must be distinct positive counts in increasing order")
     import torch
 
-    from bench.vllm_bench import build_random_7b
+    from bench.vllm.vllm_bench import build_random_7b
     from randopt.data.synth import generate_problems
     from randopt.engines.factory import make_engine
     from randopt.scoring.scorer import DecodeSpec, build_prompts
@@ -128,7 +128,7 @@ def bench(argv: list[str] | None = None) -> None:
         top = got["curve"][max(args.prompts)]["call_s_median"]
         print(label + ": " + ", ".join(f"c({m}) {c['call_s_median']:.3f} s ({c['call_s_median'] / top:.2f})"
                                        for m, c in got["curve"].items()), flush=True)
-    result = {"what": "bench/vllm_call_cost.py: a member's call seconds against its problem count (issue 17)",
+    result = {"what": "bench/vllm/vllm_call_cost.py: a member's call seconds against its problem count (issue 17)",
               "gpu": torch.cuda.get_device_name(0), "model": args.model or "local", "model_dir": str(model_dir),
               "engine": json.loads(json.dumps(engine.setup, default=str)), "build_model_s": build_s, "engine_start_s": start_s,
               "protocol": {"prompts": args.prompts, "tokens": args.tokens, "seeds": args.seeds,

@@ -1,6 +1,6 @@
 """A model with padded attention heads (bench/tensor_parallel/head_padding.py), and a check that it is the same model.
 
-  python bench/pad_heads.py --src data/models/<key>/model --dst data/padded/smollm2-h12-kv4 \\
+  python bench/tensor_parallel/pad_heads.py --src data/models/<key>/model --dst data/padded/smollm2-h12-kv4 \\
       --heads 12 --kv-heads 4 [--reuse] [--verify] [--out pad.json]
 
 writes the padded model dir (atomically; an earlier padded dir at --dst is replaced, or with --reuse
@@ -8,7 +8,7 @@ kept when it already is this padding of --src) and prints what randopt_padding.j
 --verify then loads both models with transformers (on the GPU when there is one, else the CPU) and
 compares them on chat prompts of the default's synthetic problems: logits in fp32 and in the
 checkpoint's bf16 (max abs difference, argmax agreement) and greedy completions (identical or not). Issue 16: SmolLM2-135M (9 heads, 3 kv heads) padded to 12 / 4 runs
-under vLLM at tensor_parallel_size 2 (bench/h200x2_session.sh, part pad).
+under vLLM at tensor_parallel_size 2 (bench/tensor_parallel/h200x2_session.sh, part pad).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.tensor_parallel.head_padding import PADDING_FILE, pad_attention_heads  # noqa: E402

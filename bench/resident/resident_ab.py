@@ -1,6 +1,6 @@
 """Does a resident engine (randopt/runtime/resident/) decode slower than one in the job's own process?
 
-    python bench/resident_ab.py --model-dir DIR --train train.jsonl [--problems 16] [--reps 4]
+    python bench/resident/resident_ab.py --model-dir DIR --train train.jsonl [--problems 16] [--reps 4]
 
 Both engines are loaded in one run with the same options; the same members answer the same prompts
 through each, interleaved (ABBA ...) so that drift of the machine falls on both. Prints, and writes
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from randopt.runtime import resident  # noqa: E402
 from randopt.engines.factory import make_engine  # noqa: E402

@@ -1,0 +1,253 @@
+"""bench/RESULTS.md from the files in bench/results/: one row a file, with its headline figures, the
+machine and the commit it was measured on.
+
+    python bench/results_table.py            # rewrites bench/RESULTS.md
+    python bench/results_table.py --check    # exit 1 when bench/RESULTS.md is not what the files give
+
+Machine, commit and date come from each file's own fields ('machine', 'hardware', 'gpu', 'gpus',
+'env.device', 'commit', 'created_utc', 'date'). METADATA below fills in, marked †, what a file does
+not record. The figures are read by the first FIGURES entry whose keys the file has. A file that no
+entry reads, or that METADATA does not know, still gets a row (its top-level numbers), so a new result
+joins the table without a code change. tests/test_bench_results.py fails when RESULTS.md is stale.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+# What a file does not record itself (or records only in part: a CPU without its model), from the
+# notes of the session that measured it (the topic READMEs). Where it names a value, that value is
+# shown, marked †, instead of the file's.
+METADATA = {
+    "cpu_default_epyc_zen4.json": {"date": "2026-11-30"},
+    "cpu_default_epyc_zen4_avx2cap.json": {"date": "2026-11-30"},
+    "cpu_default_epyc_zen4_record.json": {"machine": "AMD EPYC (Zen 4), 2 cores, avx512_bf16"},
+    "racing_sim.json": {"machine": "shared 2-core AMD EPYC (a simulation: no model runs)", "date": "2026-11-30"},
+    "resident_ab_epyc_zen4.json": {"machine": "AMD EPYC (Zen 4), 2 cores, avx512_bf16", "commit": "738a2a2",
+                                   "date": "2026-12-01"},
+    "vllm_h200_bench.json": {"date": "2026-11-29"},
+    "vllm_h200_bench_separate_core.json": {"date": "2026-11-29"},
+    "vllm_h200_verify.json": {"date": "2026-11-29"},
+    "vllm_h200_startup.json": {"machine": "1× NVIDIA H200", "date": "2026-11-29"},
+    "vllm_h200_call_cost_qwen7b.json": {"date": "2026-12-01"},
+    "vllm_h200_call_cost_smollm2.json": {"date": "2026-12-01"},
+    "vllm_h200_call_cost_smollm2_to512.json": {"date": "2026-12-01"},
+    "vllm_h200_contract.txt": {"machine": "1× NVIDIA H200", "date": "2026-11-29"},
+    "perturb_h200_log.txt": {"machine": "1× NVIDIA H200", "note": "the console log of perturb_h200.json's run"},
+    "tensor_parallel_h200x2_dp.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"},
+    "tensor_parallel_h200x2_pad.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"},
+    "tensor_parallel_h200x2_tp2_vs_tp1_padded.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"},
+    **{f"tensor_parallel_h200x2_{name}.json": {"date": "2026-11-30"}
+       for name in ("tp1_padded", "tp2_padded", "tp1_smollm2_vs_padded")},
+    # the 7B-shaped benchmark on the pair: the JSON names one GPU's model, not how many there were
+    **{f"tensor_parallel_h200x2_vllm_bench_tp{tp}.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"}
+       for tp in (1, 2)},
+}
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def _machine(data: dict) -> str | None:
+    """The machine as the file records it: GPUs, then the host's CPU model, cores and bf16 flags."""
+    for key in ("machine", "hardware"):
+        if isinstance(data.get(key), str):
+            return data[key]
+    host = data.get("machine") if isinstance(data.get("machine"), dict) else data.get("hardware")
+    cpu = data.get("cpu") if isinstance(data.get("cpu"), dict) else {}
+    gpus = list((host or {}).get("gpus") or data.get("gpus") or [])
+    gpu = data.get("gpu") or (data.get("env") or {}).get("device")
+    if not gpus and gpu:
+        gpus = [gpu]
+    if not host:
+        return f"{len(gpus)}× {gpus[0]}" if gpus else None
+    if isinstance(host.get("cpu"), dict):
+        model, flags = host["cpu"].get("model"), host.get("cpu_flags") or host["cpu"].get("flags")
+    else:
+        model, flags = host.get("cpu") if host.get("cpu") != "x86_64" else None, host.get("cpu_flags")
+    model, flags = model or cpu.get("model"), flags or cpu.get("flags") or []
+    cores = [f"{host['cpu_count']} cores"] if host.get("cpu_count") else []
+    shown = [f for f in BF16_FLAGS if f in flags] or (["avx2 only"] if "avx2" in flags else [])
+    if cpu.get("aten_capability") == "AVX2" and "avx512f" in flags:
+        shown.append("capped to AVX2")
+    text = ", ".join([model or "CPU model not recorded", *cores, *shown])
+    return f"{len(gpus)}× {gpus[0]} (host: {text})" if gpus else text
+
+
+def _commit(data: dict) -> str | None:
+    commit = data.get("commit")
+    sha, dirty = (commit.get("sha"), commit.get("dirty")) if isinstance(commit, dict) else \
+        (commit, data.get("commit_dirty"))
+    return f"{sha[:7]}{' (dirty)' if dirty else ''}" if isinstance(sha, str) else None
+
+
+def _shares(pairs: dict, what: str, digits: int = 3) -> str:
+    return f"{what} " + ", ".join(f"{k}: {v:.{digits}f}" for k, v in pairs.items())
+
+
+def _record(d):
+    acc, gain = d["accuracy"], (d.get("statistics") or {}).get("ensemble_gain") or {}
+    return [f"base test {acc['base_test']:.3f}", _shares(acc["ensemble_test"], "vote test at top"),
+            *(f"gain at {f}: {g['gain']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}], p {g['p_value']:.2g}"
+              for f, g in gain.items()),
+            f"{d['throughput']['seeds_per_s']:.3g} seeds/s", f"bpb base {d['bpb']['base']:.4f}"]
+
+
+def _racing(d):
+    arms, ratio = d["arms"], d["ratios_racing_over_full"]
+    share = (d.get("answer_agreement") or {}).get("share_completions_differing")
+    return [f"seeds/s full {arms['full']['seeds_per_s']:.4g}, racing {arms['racing']['seeds_per_s']:.4g}: "
+            f"**{ratio['seeds_per_s']:.2f}×**", f"{ratio['slots_full_over_racing']:.2f}× fewer train slots",
+            _shares({f: r["recall"] for f, r in d["recall"].items()}, "recall at top"),
+            *([f"{100 * share:.1f} % of completions differ"] if share is not None else [])]
+
+
+def _tp(d):
+    """A bench/tensor_parallel/vllm_tp.py result: reference, check, or a reference against another model."""
+    out = [f"TP {d['tp']}"] if "tp" in d else []
+    weights = d.get("weights") or {}
+    if weights:
+        equal, exact = weights["all_bit_equal"], weights["restore_equals_checkpoint"]
+        out.append(f"weights {'' if equal else 'NOT '}bit-equal ({weights['tensors']} tensors, "
+                   f"{len(weights['cases'])} seeds), restore {'' if exact else 'NOT '}exact")
+    for run, checks in (d.get("runs") or {}).items():
+        if "teacher_forced_on_tp1" in checks:
+            out.append(f"{run}: teacher-forced argmax = TP 1's at "
+                       f"{100 * checks['teacher_forced_on_tp1']['argmax_agreement']:.1f} %")
+    against = d.get("against") or {}
+    if against:
+        out.append(f"fed the other model's completions: argmax agreement "
+                   f"{100 * against['teacher_forced_on_other']['argmax_agreement']:.1f} %, free-running identical "
+                   f"{against['free_running_vs_other']['identical']}")
+    bpb = d.get("bpb") or {}
+    if "bpb" in bpb:
+        out.append(f"bpb {bpb['bpb']:.5f}" + (f" (TP 1 {bpb['bpb_tp1']:.5f})" if "bpb_tp1" in bpb else ""))
+    return out + ([f"{d['parameters'] / 1e9:.2f} B parameters"] if "parameters" in d else [])
+
+
+def _verify(d):
+    out = []
+    for name in ("tiny_qwen2_untied", "smollm2_135m"):
+        cases = [c for c in d[name]["weights"].values() if isinstance(c, dict)]
+        out.append(f"{name}: weights {sum(c['bit_equal'] for c in cases)}/{sum(c['tensors'] for c in cases)} "
+                   "tensors bit-equal")
+    smol = d["smollm2_135m"]
+    agreement = smol["teacher_forcing"]["argmax_agreement"]
+    return out + [f"teacher-forced argmax = torch engine's at {100 * agreement:.2f} %",
+                  f"bpb vLLM {smol['bpb']['bpb_vllm']:.5f} vs torch {smol['bpb']['bpb_torch']:.5f}"]
+
+
+def _perturb(d):
+    ms = {t["method"]: t["ms_per_seed"] for t in d["timing"]}
+    return [f"reconstruct {ms['reconstruct: SwitchPlan (CUDA graph)']} ms vs copy floor "
+            f"{ms['copy base->live (floor)']} ms (**{d['reconstruct_over_floor']:.2f}×**)",
+            f"upstream-style switch {ms['upstream-style (randn add, regen subtract)']} ms",
+            f"{sum(d['correctness'].values())}/{len(d['correctness'])} bit-exactness checks pass"]
+
+
+# (the top-level keys it reads, its headline figures): the first entry whose keys a file has all of
+# reads it; one that then fails on the file's inner shape leaves it to the fallback (its numbers).
+FIGURES = [
+    (("ratios_racing_over_full", "arms", "recall"), _racing),
+    (("accuracy", "throughput", "bpb"), _record),
+    (("s_per_seed", "engine_over_floor", "floor_s_per_seed", "auto_dtype"), lambda d: [
+        f"{t}: {s:.2f} s a seed, plain generate {d['floor_s_per_seed'][t]:.2f} s ({d['engine_over_floor'][t]:.2f}×)"
+        for t, s in d["s_per_seed"].items()] + [f"auto picks {d['auto_dtype']}"]),
+    (("gen_tokens_per_s", "switch_ms_mean", "seeds_per_s", "loop_overhead"), lambda d: [
+        *([f"TP {d['tensor_parallel_size']}"] if "tensor_parallel_size" in d else []),
+        f"**{d['gen_tokens_per_s']:,.0f} generated tokens/s**", f"{d['seeds_per_s']:.3f} seeds/s",
+        f"switch {d['switch_ms_mean']:.1f} ms", f"seed-loop overhead {100 * d['loop_overhead']:.2f} %"]),
+    (("curves",), lambda d: [
+        _shares({m: c["call_s_median"] for m, c in curve.items()}, f"{name}: seconds a call at m problems")
+        for name, curve in d["curves"].items()]),
+    (("smollm2_135m", "tiny_qwen2_untied"), _verify),
+    (("engine_in_process", "engine_core_process", "import_s"), lambda d: [
+        f"engine start {d['engine_in_process']['total_s']:.1f} s in-process, "
+        f"{d['engine_core_process']['total_s']:.1f} s with a separate core",
+        f"import vllm {min(d['import_s']):.1f}–{max(d['import_s']):.1f} s"]),
+    (("reconstruct_over_floor", "timing", "correctness"), _perturb),
+    (("export_s", "params", "files", "GB_per_s_read_plus_write", "tensors_checked_bit_equal"), lambda d: [
+        f"{d['params'] / 1e9:.2f} B parameters in {d['files']} files exported in **{d['export_s']:.1f} s**",
+        f"{d['GB_per_s_read_plus_write']:.2f} GB/s read + write",
+        f"{d['tensors_checked_bit_equal']} tensors bit-equal"]),
+    (("speedup_seeds_per_s", "one_gpu", "two_gpus"), lambda d: [
+        f"evaluate_shard {d['one_gpu']['seeds_per_s']:.2f} seeds/s on 1 GPU, {d['two_gpus']['seeds_per_s']:.2f} "
+        f"on 2: **{d['speedup_seeds_per_s']:.2f}×**"]),
+    (("padding", "verify"), lambda d: [
+        "heads {}→{}, kv heads {}→{}".format(*d["padding"]["heads"], *d["padding"]["kv_heads"]),
+        *(f"{t}: max |Δ logit| {v['max_abs_logit_diff']:.1e}, argmax agreement {v['argmax_agreement']:.3f}, "
+          f"greedy identical {v['greedy_identical']}" for t, v in d["verify"].items() if isinstance(v, dict))]),
+    (("mode",), _tp),
+    (("issue", "script"), lambda d: [
+        f"{model} at " + ", ".join(_tp(part)) for model, parts in d.items() if isinstance(parts, dict)
+        for part in parts.values() if isinstance(part, dict) and part.get("mode") == "check"]),
+    (("metrics", "same_model_sha256"), lambda d: [
+        f"{key} B − A {m['b_minus_a']:+.4f}" for key, m in d["metrics"].items()
+        if key.startswith(("accuracy.base_test", "accuracy.ensemble_test", "bpb.base"))]),
+    (("scenarios",), lambda d: [
+        f"{name}: default rule {s['default_config']['speedup_mean']:.2f}× at recall "
+        f"{s['default_config']['recall_mean']:.3f}" for name, s in d["scenarios"].items()]),
+    (("result",), lambda d: [
+        f"{way}: {r['ms_per_token']:.2f} ms a generated token" for way, r in d["result"].items()]),
+]
+
+
+def results_table(results: Path = BENCH / "results") -> str:
+    """The text of bench/RESULTS.md for the files in results."""
+    topics = sorted((p.name for p in results.parent.iterdir() if p.is_dir() and p != results
+                     and not p.name.startswith(("_", "."))), key=len, reverse=True)
+    rows = []
+    for path in sorted(p for p in results.iterdir() if p.is_file()):
+        meta = METADATA.get(path.name, {})
+        data = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else {}
+        read = next((read for keys, read in FIGURES if all(k in data for k in keys)), None)
+        try:
+            figures = read(data) if read else None
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            figures = None
+        if path.suffix != ".json":
+            summary = re.findall(r"=+ (\d+ passed.*?) =+\s*$", path.read_text(encoding="utf-8"), re.M)
+            figures = summary[-1:] or [meta.get("note", "a log: see the file")]
+        elif figures is None:  # no FIGURES entry reads it: its top-level numbers
+            figures = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in data.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)][:6] or ["see the file"]
+        found = {"machine": _machine(data), "commit": _commit(data),
+                 "date": str(data.get("created_utc") or data.get("date") or "")[:10] or None}
+        cells = [f"{meta[k]} †" if k in meta else found[k] or "not recorded" for k in ("machine", "commit", "date")]
+        topic = next((t for t in topics if path.name.startswith(t + "_") or path.stem == t), None)
+        link = f"[{topic}]({topic}/README.md)" if topic and (results.parent / topic / "README.md").is_file() \
+            else topic or "—"
+        rows.append((topic or "~", path.name, [link, f"[{path.name}](results/{path.name})", *cells,
+                                               "; ".join(figures)]))
+    lines = ["# Every measured figure", "",
+             "Written by `python bench/results_table.py` from the files in [results/](results/), not by hand;",
+             "`tests/test_bench_results.py` fails when this page is stale. Machine, commit and date are each",
+             "file's own; † marks what the script's METADATA adds where a file does not record it. What the",
+             "numbers mean, and the command that measured them: each topic's README.", "",
+             "| topic | file | machine | commit | date | headline figures |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for _, _, cells in sorted(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python bench/results_table.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=BENCH / "results", help="the folder of result files")
+    parser.add_argument("--out", type=Path, default=BENCH / "RESULTS.md")
+    parser.add_argument("--check", action="store_true", help="only say whether --out is current (exit 1 if not)")
+    args = parser.parse_args(argv)
+    text = results_table(args.results)
+    if args.check:
+        current = args.out.is_file() and args.out.read_text(encoding="utf-8") == text
+        print(f"{args.out} is {'current' if current else 'stale: run python bench/results_table.py'}")
+        return 0 if current else 1
+    args.out.write_text(text, encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""bench/RESULTS.md is what bench/results_table.py writes from bench/results/, and it lists every
+result there; a result of a shape the script does not know still gets a row."""
+from __future__ import annotations
+
+import json
+
+from bench.results_table import main, results_table
+from tests.conftest import REPO
+
+RESULTS = REPO / "bench" / "results"
+
+
+def test_results_md_is_current():
+    assert (REPO / "bench" / "RESULTS.md").read_text(encoding="utf-8") == results_table(RESULTS), \
+        "bench/RESULTS.md is stale: run python bench/results_table.py"
+
+
+def test_every_result_file_has_a_row():
+    text = (REPO / "bench" / "RESULTS.md").read_text(encoding="utf-8")
+    files = sorted(p.name for p in RESULTS.iterdir() if p.is_file())
+    assert any(name.endswith(".json") for name in files)
+    assert [name for name in files if f"| [{name}](results/{name}) |" not in text] == []
+
+
+def test_an_unknown_result_joins_with_its_own_numbers(tmp_path, capsys):
+    """A new topic's JSON: its topic from the folder its name starts with, its machine from its
+    fields, its figures from its top-level numbers; and --check says when the page is stale."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (tmp_path / "engines_per_gpu").mkdir()
+    (results / "engines_per_gpu_h200_4.json").write_text(json.dumps(
+        {"gpu": "NVIDIA H200", "engines": 4, "seeds_per_s": 12.3456, "ok": True, "commit": {"sha": "a" * 40}}))
+    (results / "lone.json").write_text(json.dumps({"notes": "no numbers"}))
+    rows = {line.split(" | ")[1]: line for line in results_table(results).splitlines() if line.startswith("| ")}
+    new = rows["[engines_per_gpu_h200_4.json](results/engines_per_gpu_h200_4.json)"]
+    lone = rows["[lone.json](results/lone.json)"]
+    assert new.startswith("| engines_per_gpu |") and "1× NVIDIA H200" in new and "aaaaaaa" in new
+    assert "engines 4; seeds_per_s 12.35" in new and "ok" not in new.split(" | ")[-1]
+    assert lone.startswith("| — |") and lone.endswith("| not recorded | not recorded | not recorded | see the file |")
+    out = tmp_path / "RESULTS.md"
+    assert main(["--results", str(results), "--out", str(out), "--check"]) == 1 and "stale" in capsys.readouterr().out
+    assert main(["--results", str(results), "--out", str(out)]) == 0
+    assert main(["--results", str(results), "--out", str(out), "--check"]) == 0
