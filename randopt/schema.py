@@ -59,7 +59,29 @@ def _error_message(err: jsonschema.ValidationError) -> str:
         allowed = sorted(err.schema.get("properties", {}))
         unknown = sorted(set(err.instance) - set(allowed))
         return f"unknown key(s) {unknown}; allowed: {allowed}"
+    if err.validator in ("oneOf", "anyOf"):
+        # an alternative of the instance's own type failed inside (a mapping with a bad key): say what
+        deeper = [e for e in err.context if e.relative_path or e.validator not in ("type", "const", "enum")]
+        if deeper:
+            inner = jsonschema.exceptions.best_match(deeper)
+            where = ".".join(map(str, inner.relative_path))
+            return (f"key '{where}': " if where else "") + _error_message(inner)
+        return f"{err.instance!r} is none of: " + "; ".join(_describe(s) for s in err.validator_value)
     return err.message
+
+
+def _describe(schema: dict) -> str:
+    """A oneOf alternative in words (e.g. "an integer >= 1", "'auto'"), for an error message."""
+    if "const" in schema:
+        return repr(schema["const"])
+    if "enum" in schema:
+        return "one of " + ", ".join(map(repr, schema["enum"]))
+    words = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+             "null": "null", "array": "a list", "object": "a mapping"}
+    kinds = schema.get("type", "value")
+    text = " or ".join(words.get(k, k) for k in ([kinds] if isinstance(kinds, str) else kinds))
+    bounds = [(">=", "minimum"), (">", "exclusiveMinimum"), ("<=", "maximum"), ("<", "exclusiveMaximum")]
+    return " ".join([text] + [f"{op} {schema[key]}" for op, key in bounds if key in schema])
 
 
 def validate_block(instance, schema: dict, label) -> None:

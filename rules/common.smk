@@ -14,6 +14,9 @@ from randopt.paths import layout
 from randopt.population import Population, sigma_label
 from randopt.scoring.answer_blocks import block_size
 from randopt.selection.plan import RacePlan
+from randopt.io import InputError
+from randopt.model.prepare import find_gguf, gguf_weight_bytes
+from randopt.runtime.engine_slots import EngineLayout, check_fit as check_engines_fit, resolve as resolve_engines, weight_bytes
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
@@ -179,11 +182,66 @@ def local_gpus():
 # neither changes a result, so a run with other values finds the same outputs up to date; `snakemake
 # --lint` reports LOCAL_ENGINE as a variable from outside the rule, on purpose). Empty on a cluster.
 #   --gpu-slots N: claim the job's GPUs among N (randopt/runtime/gpu_slots.py); with --resources gpu=N only.
+#   --engines-per-device E: claim one of E engine slots of the job's GPUs (or of the CPU), E from
+#   engine.engines_per_gpu (ENGINES below; randopt/runtime/engine_slots.py); engine_slot resources
+#   then schedule the jobs.
 #   --keep-loaded-s S: use the device's resident engine (randopt/runtime/resident/), so jobs after the first
 #   start no engine; engine.keep_loaded_s, 0 turns it off. The Snakefile's onsuccess/onerror stop them.
 LOCAL_GPUS = local_gpus()
 KEEP_LOADED_S = 0 if on_cluster() else config["engine"]["keep_loaded_s"]
-LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else "") \
+
+
+def model_weight_bytes():
+    """The model's weight bytes when the DAG is built (for engine.engines_per_gpu auto), or None: the
+    prepared model dir, a local model, or the wheel's GGUF tensor table (read only when needed)."""
+    m = config["model"]
+    found = weight_bytes(f"{MODEL}/model") or (weight_bytes(m["path"]) if m["source"] == "local" else None)
+    if found is None and m["source"] == "wheel" and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
+        try:
+            found = gguf_weight_bytes(find_gguf(m["wheel_module"], m["gguf_file"]), m["dtype"])
+        except InputError:
+            return None  # prepare_model says what is wrong with the wheel
+    return found
+
+
+def engine_layout():
+    """Engines side by side on each device (engine.engines_per_gpu; randopt/runtime/engine_slots.py),
+    checked against the card when this host has the GPU (a misfit is a DAG-build error with the
+    largest number that fits)."""
+    requested, gpus = config["engine"]["engines_per_gpu"], job_gpus()
+    if gpus and not LOCAL_GPUS and not on_cluster():
+        # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
+        if requested not in ("auto", 1):
+            raise WorkflowError(f"invalid config: engine.engines_per_gpu {requested} on GPUs needs --resources gpu=N "
+                                f"(the GPUs of this host the run may use), so that each engine job claims its slot")
+        return EngineLayout(1, "no --resources gpu=N: engine jobs claim no GPU slots, so one engine")
+    try:
+        weights = model_weight_bytes() if gpus else None
+        layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights)
+        if layout.per_device > 1 and config["engine"]["kind"] == "vllm" and weights and (card := local_card_bytes()):
+            check_engines_fit(layout.per_device, weights / gpus, card)
+    except ValueError as err:
+        raise WorkflowError(f"invalid config: {err}")
+    return layout
+
+
+def local_card_bytes():
+    """GPU 0's memory on this host, or None (no CUDA here: the engine checks when it starts)."""
+    try:
+        import torch
+        return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+    except Exception:  # no usable CUDA on the host that builds the DAG
+        return None
+
+
+ENGINES = engine_layout()
+# Engine slots of this host: GPU groups x engines each (the CPU: engines); jobs are scheduled over them.
+ENGINE_SLOTS = (LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1) * ENGINES.per_device
+if ENGINES.per_device > 1:
+    workflow.global_resources["engine_slot"] = ENGINE_SLOTS
+LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "") \
+    + (f" --engines-per-device {ENGINES.per_device}" if ENGINES.per_device > 1 else "") \
+    + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or ENGINES.per_device > 1 else "") \
     + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "")
 
 
@@ -203,7 +261,7 @@ RACING = config["selection"]["mode"] == "racing"
 RACE_PLAN = None
 if RACING:
     try:
-        RACE_PLAN = RacePlan.from_config(config, parallel=LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)
+        RACE_PLAN = RacePlan.from_config(config, parallel=ENGINE_SLOTS)
     except ValueError as err:
         raise WorkflowError(f"invalid config: {err}")
     if RACE_PLAN.rounds == 1:
@@ -219,8 +277,11 @@ def job_threads(gpu_stage=True):
     gpu=N a GPU job's share of them (cores x its GPUs / N, so that N / its GPUs jobs run side by side);
     on a cluster, the CPUs its job asks for (the same number at submission and inside the job)."""
     if not on_cluster():
-        n = LOCAL_GPUS if gpu_stage else None
-        return max(1, workflow.cores * job_gpus() // n) if n else workflow.cores
+        # every engine slot's job its share of the cores (one engine a device: a GPU group's share)
+        if not gpu_stage:
+            return workflow.cores
+        groups = LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1
+        return max(1, workflow.cores // (groups * ENGINES.per_device))
     gpus = job_gpus() if gpu_stage else 0
     r = config["resources"]
     return r["cpus_per_gpu"] * gpus if gpus else r["cpus_per_task"]
@@ -233,6 +294,9 @@ def job_resources(stage, gpu_stage=True):
     r = config["resources"]
     res = {"mem_mb": r["mem_mb"][stage], "runtime": r["runtime"][stage]}
     gpus = job_gpus() if gpu_stage else 0
+    if gpu_stage and ENGINES.per_device > 1:
+        # a local run with engines side by side: jobs take engine slots (ENGINE_SLOTS of them), not GPUs
+        return res | {"engine_slot": 1, "gpu": 0}
     if gpus:
         res |= {"gpu": gpus, "cpus_per_gpu": r["cpus_per_gpu"], "nodes": 1}
         if r["gpu_model"]:

@@ -22,6 +22,7 @@ rule record:
         records_md=q(config["records_md"]),
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
+        engines=q(ENGINES.as_record()),
     log:
         "logs/record.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
@@ -31,4 +32,4 @@ rule record:
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"
-        " --records-md {params.records_md} --out {output.record} 2> {log}"
+        " --records-md {params.records_md} --engines {params.engines} --out {output.record} 2> {log}"

@@ -25,6 +25,8 @@ def parse_args(argv=None):
     p.add_argument("--base-train", required=True, help="evaluate_members' base_train.json")
     p.add_argument("--benchmarks", nargs="+", required=True, help="RULE=PATH Snakemake benchmark files")
     p.add_argument("--records-md", required=True)
+    p.add_argument("--engines", type=json_arg, default=None,
+                   help='JSON: engines side by side a device and why, {"engines_per_gpu": N, "why": ...} (rules/common.smk ENGINES)')
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 

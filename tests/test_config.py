@@ -110,8 +110,10 @@ def test_config_yaml_sets_only_what_differs_from_the_schema_defaults():
     ({"gsm8k": {"generated": {"seed": 1, "n_train_pool": 9, "n_test_pool": 9, "sed": 2}}}, "gsm8k.generated",
      "unknown key(s) ['sed']"),
     ({"gsm8k": {"generated": {"n_train_pool": "many"}}}, "gsm8k.generated.n_train_pool", "is not of type 'integer'"),
-    ({"gsm8k": {"generated": {"difficulty": "impossible"}}}, "gsm8k.generated.difficulty", "is not valid"),
-    ({"gsm8k": {"generated": {"difficulty": {"max_steps": 3}}}}, "gsm8k.generated.difficulty", "is not valid"),
+    ({"gsm8k": {"generated": {"difficulty": "impossible"}}}, "gsm8k.generated.difficulty",
+     "is none of: one of 'easy', 'medium', 'hard'; a mapping"),
+    ({"gsm8k": {"generated": {"difficulty": {"max_steps": 3}}}}, "gsm8k.generated.difficulty",
+     "key 'max_steps': 3 is not one of [1, 2]"),
     # an unused block is typed too: a typo there is not silently kept
     ({"gsm8k": {"jsonl": {"path": "x", "paht": "y"}}}, "gsm8k.jsonl", "unknown key(s) ['paht']"),
     ({"gsm8k": {"hub": {"repo": "openai/gsm8k"}}}, "gsm8k.hub", "missing key(s) ['revision']"),
@@ -120,7 +122,9 @@ def test_config_yaml_sets_only_what_differs_from_the_schema_defaults():
     ({"heldout": {"parquet": {"path": 7}}}, "heldout.parquet.path", "is not of type"),
     ({"heldout": {"hub": {"revision": "f" * 40, "start": -1}}}, "heldout.hub.start", "less than the minimum of 0"),
     ({"heldout": {"source": "parquet"}}, "heldout.parquet.path", "heldout.source is 'parquet' but no path is given"),
-    ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization", "is not valid"),
+    ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization", "greater than the maximum of 1"),
+    ({"engine": {"gpu_memory_utilization": "half"}}, "engine.gpu_memory_utilization", "is none of: a number > 0 <= 1; 'auto'"),
+    ({"engine": {"engines_per_gpu": 0}}, "engine.engines_per_gpu", "less than the minimum of 1"),
 ])
 def test_source_blocks_are_typed(bad, key, says):
     with pytest.raises(ConfigError, match=re.escape(f"config key '{key}'") + ".*" + re.escape(says)):

@@ -705,15 +705,17 @@ def code_edits(reuse, base_config, tmp_path_factory):
     runs["copy"] = run_step(work, base_config, repo=repo)
     append(repo / "README.md", "\nAn edit that no stage reads.\n")
     append(repo / "tests" / "test_gsm8k.py", "\n# an edit that no stage reads\n")
+    # A comment is not code (randopt/code_keys.py): editing one in a stage's module reruns nothing.
+    append(repo / "randopt" / "ensemble" / "bpb.py", "\n# a comment in score_bpb's code\n")
     runs["unrelated"] = run_step(work, base_config, repo=repo)
-    append(repo / "randopt" / "bpb.py", "\n# an edit of score_bpb's code\n")
+    append(repo / "randopt" / "ensemble" / "bpb.py", "\n_EDITED = 'score_bpb'\n")
     runs["bpb"] = run_step(work, base_config, repo=repo)
     # The record's statistics are computed from what the vote writes, so their code is the vote's.
-    append(repo / "randopt" / "statistics.py", "\n# an edit of the statistics\n")
+    append(repo / "randopt" / "report" / "statistics.py", "\n_EDITED = 'statistics'\n")
     runs["statistics"] = run_step(work, base_config, "-n", repo=repo)
-    append(repo / "randopt" / "rank.py", "\n# an edit of rank's code\n")
+    append(repo / "randopt" / "selection" / "rank.py", "\n_EDITED = 'rank'\n")
     runs["rank"] = run_step(work, base_config, "-n", repo=repo)
-    append(repo / "randopt" / "evaluate.py", "\n# an edit of the evaluation code\n")
+    append(repo / "randopt" / "scoring" / "scorer.py", "\n_EDITED = 'scorer'\n")
     runs["evaluate"] = run_step(work, base_config, "-n", repo=repo)
     return runs
 

@@ -21,6 +21,7 @@ import numpy as np
 from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
 from randopt.engines.vllm_worker import RandoptWorkerExtension
+from randopt.runtime import engine_slots
 from randopt.runtime.gpu_slots import MULTICAST_OFF
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,14 +30,18 @@ REPO = Path(__file__).resolve().parents[2]
 EXTENSION = f"{RandoptWorkerExtension.__module__}.{RandoptWorkerExtension.__qualname__}"
 
 
-def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90, card_bytes: int | None = None) -> float:
+def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90, card_bytes: int | None = None,
+                            engines: int = 1) -> float:
     """headroom - weight bytes per GPU / card bytes; card_bytes defaults to GPU 0's memory (given in
-    tests, which have no GPU)."""
+    tests, which have no GPU). With engines > 1 side by side on each GPU (engine.engines_per_gpu), the
+    card is split between them, each keeping its base copy (randopt/runtime/engine_slots.py)."""
     weight_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
     card = card_bytes
     if card is None:
         import torch
         card = torch.cuda.get_device_properties(0).total_memory
+    if engines > 1:
+        return engine_slots.memory_utilization(engines, weight_bytes / tp, card)
     value = headroom - weight_bytes / tp / card
     if value < 0.2:
         raise ValueError(f"{model_dir}: weights of {weight_bytes / 2**30:.1f} GiB over tp={tp} leave too little of "
@@ -79,10 +84,10 @@ class VllmEngine:
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 256,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
-                 enforce_eager: bool = False, threads: int | None = None):
+                 enforce_eager: bool = False, threads: int | None = None, engines_per_gpu: int = 1):
         set_vllm_environment(tensor_parallel_size)
         if gpu_memory_utilization == "auto":
-            gpu_memory_utilization = auto_memory_utilization(model_dir, tensor_parallel_size)
+            gpu_memory_utilization = auto_memory_utilization(model_dir, tensor_parallel_size, engines=engines_per_gpu)
         self.model_dir = str(model_dir)
         self.max_context = int(max_context)
         positions = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings", 2048)

@@ -26,6 +26,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "run with --resources gpu=N")
     p.add_argument("--gpu-lock-dir", default=DEFAULT_LOCK_DIR, help="lock files of --gpu-slots (one per GPU)")
     p.add_argument("--gpu-wait", type=float, default=600.0, help="seconds to wait for a free GPU group")
+    p.add_argument("--engines-per-device", type=int, default=1, metavar="E",
+                   help="engines side by side on each GPU group (or the CPU): claim one of its E engine slots "
+                        "(randopt/runtime/engine_slots.py); the workflow passes engine.engines_per_gpu on a local run")
     p.add_argument("--keep-loaded-s", type=float, default=0.0, metavar="S",
                    help="use this device's resident engine (randopt/runtime/resident/), started if there is none, and keep "
                         "it loaded S idle seconds for the next job; 0: load an engine for this job only. The workflow "
@@ -40,7 +43,12 @@ def engine_from_args(args) -> Engine:
     if args.engine == "torch" and args.threads:
         options["threads"] = args.threads
     # Before the engine, so that CUDA (in this process and in vLLM's) sees only the claimed GPUs.
-    assign_gpus(args.engine, options, args.gpu_slots, args.gpu_lock_dir, timeout=args.gpu_wait)
+    if args.engines_per_device < 1:
+        raise ValueError(f"--engines-per-device must be >= 1, got {args.engines_per_device}")
+    assign_gpus(args.engine, options, args.gpu_slots, args.gpu_lock_dir, timeout=args.gpu_wait,
+                engines_per_device=args.engines_per_device)
+    if args.engine == "vllm" and args.engines_per_device > 1:
+        options["engines_per_gpu"] = args.engines_per_device  # gpu_memory_utilization auto splits the card
     if args.keep_loaded_s > 0:
         shareable, why = resident.uses_resident(options)
         if shareable:

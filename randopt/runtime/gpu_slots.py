@@ -17,6 +17,13 @@ next to each other, so {0,1}, {2,3}, {0..3}, {4..7} are the well-connected group
 machine (HGX H100/H200) every group is equally connected and alignment costs nothing. Alignment also
 keeps free GPUs in whole groups for later claims of the same size, so N GPUs always hold N / size jobs.
 
+Engines side by side (engine.engines_per_gpu E > 1; randopt/runtime/engine_slots.py): each GPU
+group then has E slots, and a claim takes one slot of a group (lock files gpu<i>.e<s>.lock; slot 0
+is gpu<i>.lock, as with one engine a GPU). Claims fill slot 0 of every group before slot 1, so
+engines spread over the GPUs before they share one. The CPU has E slots too (cpu.e<s>.lock), for the
+torch engine. A claim sets RANDOPT_ENGINE_SLOT to "<s>of<E>", which names the job's resident engine
+(randopt/runtime/resident/identity.py).
+
 Only processes that use the same lock directory coordinate; GPUs used by other programs are not seen.
 When CUDA_VISIBLE_DEVICES is already set (SLURM sets it for a job that asked --gpus; or the caller
 set it) nothing is claimed: the devices were assigned already. Pure standard library.
@@ -33,6 +40,7 @@ from pathlib import Path
 log = logging.getLogger("randopt")
 
 DEFAULT_LOCK_DIR = ".snakemake/gpu-locks"
+SLOT_ENV = "RANDOPT_ENGINE_SLOT"
 # NVLink multicast (NVLS) stays off in NCCL, torch symmetric memory and NVSHMEM: on a host whose GPUs
 # others share, a program using it can put the host's GPUs out of service (for a day or more on the
 # machines this project runs on). VllmEngine sets these with setdefault before starting vLLM, so the
@@ -83,12 +91,18 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def _try_group(lock_dir: Path, group: list[int]) -> list[int] | None:
-    """All locks of the group, or none (those taken are given back at once, so two claimers never
-    wait on each other: no deadlock)."""
+def lock_name(device, slot: int = 0) -> str:
+    """The lock file of one slot of one device (a GPU id, or "cpu")."""
+    base = f"gpu{device}" if device != "cpu" else "cpu"
+    return f"{base}.lock" if slot == 0 else f"{base}.e{slot}.lock"
+
+
+def _try_group(lock_dir: Path, group: list, slot: int = 0) -> list[int] | None:
+    """All locks of the group's slot, or none (those taken are given back at once, so two claimers
+    never wait on each other: no deadlock)."""
     fds = []
     for gpu in group:
-        fd = _try_lock(lock_dir / f"gpu{gpu}.lock")
+        fd = _try_lock(lock_dir / lock_name(gpu, slot))
         if fd is None:
             for held in fds:
                 os.close(held)
@@ -109,35 +123,61 @@ def _holders(lock_dir: Path, total: int) -> str:
 
 
 def claim(size: int, total: int, lock_dir: str | os.PathLike = DEFAULT_LOCK_DIR, *, timeout: float = 600.0,
-          poll: float = 0.5, env=None) -> list[int] | None:
+          poll: float = 0.5, env=None, slots: int = 1) -> list[int] | None:
     """Claim an aligned group of `size` GPUs among GPUs 0..total-1 for this process; return its ids.
 
     Holds the lock files until the process exits. Returns None (and claims nothing) when
     CUDA_VISIBLE_DEVICES is already set in `env` (os.environ by default). Waits, polling every
     `poll` seconds, while every group has a taken GPU; after `timeout` seconds raises GpuSlotError
-    naming the holders."""
+    naming the holders. With slots > 1, a group is taken when one of its slots is free; the slot
+    is in claimed_slot()."""
     env = os.environ if env is None else env
-    candidates = groups(size, total)
+    candidates = [(group, slot) for slot in range(slots) for group in groups(size, total)]
     if "CUDA_VISIBLE_DEVICES" in env:
         return None
-    lock_dir = Path(lock_dir)
+    each = f" ({slots} engine slots each)" if slots > 1 else ""
+    return _claim_first(candidates, Path(lock_dir), timeout, poll, f"no free group of {size} of {total} GPUs{each}",
+                        f"all {len(candidates)} groups of {size} of {total} GPUs are taken{each}")
+
+
+_CLAIMED_SLOT: list[int] = []
+
+
+def claimed_slot() -> int | None:
+    """The slot of this process's last claim (None before any)."""
+    return _CLAIMED_SLOT[-1] if _CLAIMED_SLOT else None
+
+
+def _claim_first(candidates: list[tuple[list, int]], lock_dir: Path, timeout: float, poll: float, what: str,
+                 taken: str) -> list:
+    """Take the first free (group, slot) of candidates, waiting up to timeout; its group."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
     waiting = False
     while True:
-        for group in candidates:
-            fds = _try_group(lock_dir, group)
+        for group, slot in candidates:
+            fds = _try_group(lock_dir, group, slot)
             if fds is not None:
                 _HELD.extend(fds)
+                _CLAIMED_SLOT.append(slot)
                 return group
         if time.monotonic() >= deadline:
-            raise GpuSlotError(f"no free group of {size} of {total} GPUs in {lock_dir} after {timeout:g} s "
-                               f"({_holders(lock_dir, total)}); is another run using these GPUs?")
+            gpus = sorted({d for group, _ in candidates for d in group if d != "cpu"})
+            raise GpuSlotError(f"{what} in {lock_dir} after {timeout:g} s"
+                               + (f" ({_holders(lock_dir, len(gpus))})" if gpus else "")
+                               + "; is another run using them?")
         if not waiting:
-            log.info("all %d groups of %d of %d GPUs are taken (%s): waiting up to %g s",
-                     len(candidates), size, total, lock_dir, timeout)
+            log.info("%s (%s): waiting up to %g s", taken, lock_dir, timeout)
             waiting = True
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+def claim_cpu_slot(slots: int, lock_dir: str | os.PathLike = DEFAULT_LOCK_DIR, *, timeout: float = 600.0,
+                   poll: float = 0.5) -> int:
+    """One of the CPU's `slots` engine slots (the torch engine's engines side by side); its index."""
+    _claim_first([(["cpu"], s) for s in range(slots)], Path(lock_dir), timeout, poll,
+                 f"no free CPU engine slot of {slots}", f"all {slots} CPU engine slots are taken")
+    return claimed_slot()
 
 
 def release() -> None:
@@ -147,11 +187,18 @@ def release() -> None:
 
 
 def assign_gpus(kind: str, options: dict, total: int | None, lock_dir: str | os.PathLike = DEFAULT_LOCK_DIR,
-                *, timeout: float = 600.0) -> list[int] | None:
+                *, timeout: float = 600.0, engines_per_device: int = 1) -> list[int] | None:
     """For a stage CLI, before its engine (and CUDA) starts: claim the engine's GPUs among `total`
-    and make them the only ones it sees. Nothing for a CPU engine, without `total`, or when
-    CUDA_VISIBLE_DEVICES is already set. The assignment changes no result."""
+    and make them the only ones it sees; with engines_per_device > 1, one engine slot of them (or of
+    the CPU, for a CPU engine) and RANDOPT_ENGINE_SLOT. Nothing for a CPU engine with one engine,
+    without `total` for a GPU engine, or when CUDA_VISIBLE_DEVICES is already set. The assignment
+    changes no result."""
     size = engine_gpus(kind, options)
+    if not size and engines_per_device > 1:
+        slot = claim_cpu_slot(engines_per_device, lock_dir, timeout=timeout)
+        os.environ[SLOT_ENV] = f"{slot}of{engines_per_device}"
+        log.info("engine slot %d of %d on the CPU (locks in %s)", slot, engines_per_device, lock_dir)
+        return None
     if not total or not size:
         return None
     if "CUDA_VISIBLE_DEVICES" in os.environ:
@@ -161,7 +208,10 @@ def assign_gpus(kind: str, options: dict, total: int | None, lock_dir: str | os.
             log.warning("CUDA_VISIBLE_DEVICES lists more than this engine's %d GPU(s): jobs running side by side "
                         "may share GPUs; unset it to let each job claim its own", size)
         return None
-    ids = claim(size, total, lock_dir, timeout=timeout)
+    ids = claim(size, total, lock_dir, timeout=timeout, slots=engines_per_device)
+    if engines_per_device > 1:
+        os.environ[SLOT_ENV] = f"{claimed_slot()}of{engines_per_device}"
+        log.info("engine slot %d of %d on GPUs %s", claimed_slot(), engines_per_device, ids)
     # GPU ids are PCI bus order (nvidia-smi's), which is what the aligned groups are reasoned in.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))

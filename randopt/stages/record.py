@@ -14,7 +14,7 @@ from randopt.report.statistics import record_statistics
 
 def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str, heldout_manifest: str, topk: str,
         ranking: str, vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
-        benchmarks: list[str], records_md: str, out: str) -> None:
+        benchmarks: list[str], records_md: str, out: str, engines: dict | None = None) -> None:
     model, gsm8k, heldout = (read_json(p) for p in (model_manifest, gsm8k_manifest, heldout_manifest))
     ranked, voted, scored = read_json(topk), read_json(vote), read_json(bpb)
     shards = [read_json(p) for p in shard_timings]
@@ -43,7 +43,9 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
         "config": config,
         "model": {"id": config["model"]["id"], "sha256": model["sha256"], "source": model["source"],
                   "dtype": model["dtype"], "revision": model.get("revision")},
-        "engine": config["engine"] | {"compute_dtype_resolved": rec.single_compute_dtype(shards)},
+        # engines_resolved: how many engines ran side by side a device, and why (engine.engines_per_gpu)
+        "engine": config["engine"] | {"compute_dtype_resolved": rec.single_compute_dtype(shards)}
+        | ({"engines_resolved": engines} if engines else {}),
         "data": {
             "gsm8k_train_sha256": gsm8k["train"]["sha256"], "gsm8k_test_sha256": gsm8k["test"]["sha256"],
             "n_train": gsm8k["train"]["n"], "n_test": gsm8k["test"]["n"],

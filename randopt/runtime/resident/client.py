@@ -4,6 +4,7 @@ stop_all, for the run's end."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import inspect
 import json
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from randopt.engines.base import Engine
 from randopt.io import InputError, write_text_atomic
-from randopt.runtime.resident.identity import device_name, engine_key, overlaps
+from randopt.runtime.resident.identity import device_name, engine_key, overlaps, physical_devices
 from randopt.runtime.resident.processes import group_alive, server_pid, log_tail, terminate
 from randopt.runtime.resident.protocol import (DEFAULT_DIR, INPUT_ERRORS, MAX_SOCKET_PATH, METHODS, OFF_HINT,
                                                ResidentEngineError)
@@ -175,10 +176,41 @@ def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DE
         return _start(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s)
 
 
+@contextlib.contextmanager
+def _start_lock(directory: Path, device: str):
+    """Engine starts on one physical device, one after another (engines side by side: vLLM's memory
+    profiling of a starting engine must not see another's start). Held from launch until ready."""
+    fds = []
+    try:
+        for physical in physical_devices(device):  # sorted: two jobs never wait on each other
+            fd = os.open(directory / f"start-{physical}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fds.append(fd)
+            if not _try_flock(fd):
+                log.info("resident engine: waiting for another engine's start on %s", physical)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _start(kind, model_dir, options, key, address, authkey, log_path: Path, keep_loaded_s, start_timeout_s):
+    with _start_lock(Path(address).parent, device_name()):
+        return _launch(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s)
+
+
+def _launch(kind, model_dir, options, key, address, authkey, log_path: Path, keep_loaded_s, start_timeout_s):
     start = time.perf_counter()
     with open(log_path, "ab") as log_file:
-        log_file.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting a {kind} engine for {model_dir}\n".encode())
+        log_file.write(f"\n--- {datetime.datetime.now().isoformat(sep=' ', timespec='milliseconds')} starting a {kind} engine for {model_dir}\n".encode())
         log_file.flush()
         # Its own session: stopping the job (Snakemake kills a job's process group) leaves the server
         # for the next job; the run's end or the idle timeout stops it.

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from randopt.io import canonical_json
+from randopt.runtime.gpu_slots import SLOT_ENV
 
 # Environment variables that can change an engine's numbers or devices: part of the key.
 ENV_PREFIXES = ("CUDA_", "ONEDNN_", "DNNL_", "ATEN_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "TORCH",
@@ -20,27 +21,49 @@ PACKAGES = ("torch", "transformers", "vllm", "triton", "safetensors")
 def device_name() -> str:
     """The device a job's engine runs on, as a file name: gpu<ids> for the GPUs this job may see
     (randopt/runtime/gpu_slots.py set CUDA_VISIBLE_DEVICES to its claim; ids that are no plain numbers, such as
-    UUIDs, as gpu-<hash>), else cpu (CUDA_VISIBLE_DEVICES unset: the CPU, or every GPU)."""
+    UUIDs, as gpu-<hash>), else cpu (CUDA_VISIBLE_DEVICES unset: the CPU, or every GPU); with engines side
+    by side (engine.engines_per_gpu), the slot too: gpu0.e1of3 is the second of three engines on GPU 0."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "").strip(",")
     if not visible:
-        return "cpu"
-    ids = visible.split(",")
-    if all(i.isdigit() for i in ids):
-        return "gpu" + "-".join(ids)
-    return "gpu-" + hashlib.sha1(visible.encode()).hexdigest()[:12]
+        name = "cpu"
+    elif all(i.isdigit() for i in visible.split(",")):
+        name = "gpu" + "-".join(visible.split(","))
+    else:
+        name = "gpu-" + hashlib.sha1(visible.encode()).hexdigest()[:12]
+    slot = os.environ.get(SLOT_ENV)
+    return f"{name}.e{slot}" if slot else name
+
+
+def _parts(device: str) -> tuple[str, str | None]:
+    """(the device without its slot, the slot "<s>of<E>" or None)."""
+    base, _, slot = device.partition(".e")
+    return base, slot or None
 
 
 def _gpu_ids(device: str) -> set[str] | None:
     """The GPU ids a device name covers; None: possibly every GPU (cpu, or ids given as UUIDs)."""
-    if device == "cpu" or device.startswith("gpu-"):
+    base = _parts(device)[0]
+    if base == "cpu" or base.startswith("gpu-"):
         return None
-    return set(device.removeprefix("gpu").split("-"))
+    return set(base.removeprefix("gpu").split("-"))
 
 
 def overlaps(device: str, other: str) -> bool:
-    """Whether two devices may share a GPU (then only one of them may hold a resident engine)."""
+    """Whether two devices' engines may not both hold memory on a GPU (then only one of them may hold
+    a resident engine): they share a GPU, unless they are two slots of the same layout (the same
+    GPUs, as many engines) meant to run side by side."""
+    (base, slot), (other_base, other_slot) = _parts(device), _parts(other)
+    if slot and other_slot and base == other_base and slot != other_slot \
+            and slot.split("of")[1] == other_slot.split("of")[1]:
+        return False
     a, b = _gpu_ids(device), _gpu_ids(other)
     return a is None or b is None or bool(a & b)
+
+
+def physical_devices(device: str) -> list[str]:
+    """The physical devices an engine on `device` uses, for the start lock: gpu<i> each, or cpu."""
+    ids = _gpu_ids(device)
+    return [f"gpu{i}" for i in sorted(ids)] if ids else [_parts(device)[0]]
 
 
 def _versions() -> dict:

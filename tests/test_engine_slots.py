@@ -1,0 +1,159 @@
+"""Engines side by side on one device (engine.engines_per_gpu; randopt/runtime/engine_slots.py): how
+many auto takes, whether they fit, each one's share of the card, the slots jobs claim, the start lock,
+and a real run on the CPU with two torch engines whose answers are those of one engine."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import pandas as pd
+import pytest
+
+from randopt.runtime import engine_slots
+from randopt.runtime.engine_slots import check_fit, largest_fitting, memory_utilization, resolve
+from randopt.runtime.resident import identity
+from tests.conftest import REPO
+from tests.support.workflow import read_record, run_workflow, tiny_config
+
+GB = 10**9
+
+
+def test_auto_takes_three_engines_for_a_small_model_and_one_elsewhere():
+    small = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB))
+    assert small.per_device == 3 and "SmolLM2" in small.why
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=15 * GB).per_device == 1
+    assert resolve("auto", gpus_per_engine=8, on_cluster=False, weight_bytes=6 * GB).per_device == 3  # per GPU
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=None).per_device == 1
+    assert resolve("auto", gpus_per_engine=0, on_cluster=False, weight_bytes=None).per_device == 1  # the CPU
+    assert resolve(2, gpus_per_engine=0, on_cluster=False, weight_bytes=None).per_device == 2
+    assert resolve("auto", gpus_per_engine=1, on_cluster=True, weight_bytes=GB).per_device == 1
+    with pytest.raises(ValueError, match="on a cluster each job is one engine.*1 or auto"):
+        resolve(2, gpus_per_engine=1, on_cluster=True, weight_bytes=GB)
+
+
+def test_a_layout_that_cannot_fit_names_the_largest_that_does():
+    # a 7B shape (15.2 GB bf16) on an H200 (150.75 GB): 3 fit, 4 do not (as bench/engines_per_gpu measured)
+    card = int(150.75 * GB)
+    assert largest_fitting(15.2 * GB, card) == 3
+    check_fit(3, 15.2 * GB, card)
+    with pytest.raises(ValueError, match=r"engine.engines_per_gpu 4 does not fit.*holds 3 such engines; set it to 3"):
+        check_fit(4, 15.2 * GB, card)
+    with pytest.raises(ValueError, match="not even one fits: raise tensor_parallel_size"):
+        check_fit(1, 70 * GB, 80 * GB)
+
+
+def test_auto_memory_splits_the_card_and_leaves_each_engine_its_base_copy():
+    card, weights = 140 * GB, 0.27 * GB
+    share = memory_utilization(3, weights, card)
+    assert share == round((engine_slots.HEADROOM - 3 * weights / card) / 3, 3)
+    # three budgets plus three base copies stay within the headroom, and each budget holds its weights
+    assert 3 * share * card + 3 * weights <= engine_slots.HEADROOM * card + 3 * 0.001 * card
+    assert share * card > weights
+    from randopt.engines.vllm_engine import auto_memory_utilization
+    model = REPO / "tests" / "golden"  # no safetensors there: zero weight bytes
+    assert auto_memory_utilization(str(model), 1, card_bytes=card, engines=4) == memory_utilization(4, 0, card)
+
+
+def test_two_slots_of_one_layout_share_a_gpu_and_other_layouts_do_not(monkeypatch):
+    assert not identity.overlaps("gpu0.e0of3", "gpu0.e1of3")
+    assert identity.overlaps("gpu0.e0of3", "gpu0.e0of3")
+    assert identity.overlaps("gpu0.e1of2", "gpu0.e1of3")        # a killed run's other layout
+    assert identity.overlaps("gpu0", "gpu0.e1of2") and not identity.overlaps("gpu0.e0of2", "gpu1.e0of2")
+    assert not identity.overlaps("cpu.e0of2", "cpu.e1of2") and identity.overlaps("cpu", "cpu.e1of2")
+    assert identity.physical_devices("gpu2-3.e1of2") == ["gpu2", "gpu3"] and identity.physical_devices("cpu.e0of2") == ["cpu"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("RANDOPT_ENGINE_SLOT", "1of2")
+    assert identity.device_name() == "gpu2-3.e1of2"
+
+
+CLAIM = ("import sys; from randopt.runtime import gpu_slots; "
+         "print(gpu_slots.claim_cpu_slot(int(sys.argv[1]), sys.argv[2], timeout=float(sys.argv[3]), poll=0.05), "
+         "flush=True); sys.stdin.read()")
+
+
+def test_jobs_claim_distinct_cpu_slots_and_a_third_waits(tmp_path):
+    claimers = [subprocess.Popen([sys.executable, "-c", CLAIM, "2", str(tmp_path), "30"], cwd=REPO, text=True,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for _ in range(2)]
+    try:
+        slots = sorted(int(p.stdout.readline()) for p in claimers)
+        assert slots == [0, 1]
+        third = subprocess.run([sys.executable, "-c", CLAIM, "2", str(tmp_path), "0.5"], cwd=REPO, text=True,
+                               input="", capture_output=True)
+        assert third.returncode != 0 and "no free CPU engine slot of 2" in third.stderr
+        claimers[0].stdin.close()
+        claimers[0].wait(10)  # its slot is free again
+        again = subprocess.run([sys.executable, "-c", CLAIM, "2", str(tmp_path), "10"], cwd=REPO, text=True,
+                               input="", capture_output=True)
+        assert again.returncode == 0 and int(again.stdout) in slots
+    finally:
+        for p in claimers:
+            p.kill()
+
+
+START = ("import sys, time; from pathlib import Path; from randopt.runtime.resident import client; "
+         "t0 = time.time()\n"
+         "with client._start_lock(Path(sys.argv[1]), sys.argv[2]):\n"
+         "    t1 = time.time(); time.sleep(0.6)\n"
+         "print(t0, t1, time.time(), flush=True)")
+
+
+def test_engine_starts_on_one_device_take_turns_and_other_devices_do_not_wait(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", START, str(tmp_path), device], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE) for device in ("gpu0.e0of2", "gpu0.e1of2", "gpu1.e0of2")]
+    (_, a0, a1), (_, b0, b1), (_, c0, c1) = [map(float, p.communicate(timeout=30)[0].split()) for p in procs]
+    first, second = sorted([(a0, a1), (b0, b1)])
+    assert second[0] >= first[1] - 0.01          # GPU 0's two starts did not overlap
+    assert c0 < max(a1, b1)                       # GPU 1's start did not wait for GPU 0's
+
+
+def test_an_impossible_engine_count_fails_at_dag_build(tmp_path, tiny_model_dir):
+    from tests.support.workflow import workflow_command
+    proc = subprocess.run(workflow_command(tmp_path, tiny_config(tiny_model_dir, engine={"engines_per_gpu": 0}), "-n"),
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "'engine.engines_per_gpu': 0 is less than the minimum of 1" in proc.stdout + proc.stderr
+    gpu = tiny_config(tiny_model_dir, engine={"kind": "torch", "device": "cuda", "engines_per_gpu": 2})
+    proc = subprocess.run(workflow_command(tmp_path / "gpu", gpu, "-n"), capture_output=True, text=True)
+    assert proc.returncode != 0 and "engine.engines_per_gpu 2 on GPUs needs --resources gpu=N" in proc.stdout + proc.stderr
+
+
+def _starts(log_text: str) -> list[tuple[datetime, datetime]]:
+    """(launched, serving) of each server start in a resident engine's log."""
+    launched = [datetime.fromisoformat(t) for t in re.findall(r"^--- (\S+ \S+) starting", log_text, re.M)]
+    serving = [datetime.strptime(t, "%Y-%m-%d %H:%M:%S,%f")
+               for t in re.findall(r"^(\S+ \S+) resident INFO pid \d+ serving", log_text, re.M)]
+    return list(zip(launched, serving))
+
+
+@pytest.mark.slow
+def test_two_torch_engines_side_by_side_on_the_cpu_answer_as_one_engine(tmp_path, tiny_model_dir):
+    """A run with engines_per_gpu 2 on the CPU: its shards go to two resident engines in two slots,
+    which start one after the other; the record says how many and why; and a member's answers are
+    the ones a lone engine gives."""
+    workdir = tmp_path / "run"
+    config = tiny_config(tiny_model_dir, engine={"engines_per_gpu": 2, "keep_loaded_s": 60},
+                         population={"n_seeds": 4, "sigmas": [0.01], "shard_size": 1})
+    run_workflow(workdir, config)
+    record = read_record(workdir)
+    assert record["engine"]["engines_resolved"] == {"engines_per_gpu": 2, "why": "engine.engines_per_gpu: 2"}
+    engines = workdir / ".snakemake" / "engines"
+    logs = {name: (engines / f"{name}.log").read_text() for name in ("cpu.e0of2", "cpu.e1of2")}
+    starts = sorted(s for text in logs.values() for s in _starts(text))
+    assert len(starts) >= 2 and all(later[0] >= earlier[1] for earlier, later in zip(starts, starts[1:]))
+    slots = {m for p in (workdir / "logs" / "evaluate_shard").rglob("*.log")
+             for m in re.findall(r"engine slot (\d) of 2", p.read_text())}
+    assert slots == {"0", "1"}
+    # A member's answers, again from a lone engine in this process, batched as evaluate_shard batches
+    from randopt.engines.factory import make_engine
+    from randopt.io import read_jsonl
+    from randopt.scoring.answer_blocks import blocks
+    from randopt.scoring.scorer import DecodeSpec, Scorer
+    shard = pd.read_parquet(next((workdir / "results" / "shards").rglob("seeds_0002-0002.parquet")))
+    train = read_jsonl(next((workdir / "data" / "gsm8k").rglob("train.jsonl")))
+    scorer = Scorer(lambda: make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=8, threads=2), train,
+                    DecodeSpec.from_config(record["decode"]), str(tmp_path / "alone"), blocks(len(train), 0, 8))
+    alone = scorer.answers(2, 0.01, range(len(train)))
+    assert alone["completion"].tolist() == shard.sort_values("problem")["completion"].tolist()
