@@ -196,7 +196,7 @@ def model_weight_bytes():
     prepared model dir, a local model, or the wheel's GGUF tensor table (read only when needed)."""
     m = config["model"]
     found = weight_bytes(f"{MODEL}/model") or (weight_bytes(m["path"]) if m["source"] == "local" else None)
-    if found is None and m["source"] == "wheel" and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
+    if found is None and m["source"] == "gguf_wheel" and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
         try:
             found = gguf_weight_bytes(find_gguf(m["wheel_module"], m["gguf_file"]), m["dtype"])
         except InputError:
@@ -217,7 +217,10 @@ def engine_layout():
         return EngineLayout(1, "no --resources gpu=N: engine jobs claim no GPU slots, so one engine")
     try:
         weights = model_weight_bytes() if gpus else None
-        layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights)
+        groups = LOCAL_GPUS // gpus if LOCAL_GPUS else 1
+        layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
+                                 members_per_group=-(-POPULATION.size // groups),
+                                 work=config["gsm8k"]["n_train"] * config["decode"]["max_tokens"])
         if layout.per_device > 1 and config["engine"]["kind"] == "vllm" and weights and (card := local_card_bytes()):
             check_engines_fit(layout.per_device, weights / gpus, card)
     except ValueError as err:

@@ -21,17 +21,40 @@ from tests.support.workflow import read_record, run_workflow, tiny_config
 GB = 10**9
 
 
-def test_auto_takes_three_engines_for_a_small_model_and_one_elsewhere():
-    small = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB))
-    assert small.per_device == 3 and "SmolLM2" in small.why
-    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=15 * GB).per_device == 1
-    assert resolve("auto", gpus_per_engine=8, on_cluster=False, weight_bytes=6 * GB).per_device == 3  # per GPU
-    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=None).per_device == 1
+def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_their_starts():
+    small, large = int(0.27 * GB), 15 * GB
+    many = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=1536)
+    assert many.per_device == 3 and "1536 members" in many.why and "3 engine(s)" in many.why
+    # the H200 run of the workflow's jobs: 24 members, where three engines' starts cost 3.2x the time
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=24).per_device == 1
+    # a member's work scales its seconds: the embedded default's 16 problems x 32 tokens never pay a start
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=1536,
+                   work=16 * 32).per_device == 1
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=large, members_per_group=10**6).per_device == 1
+    assert resolve("auto", gpus_per_engine=8, on_cluster=False, weight_bytes=6 * GB, members_per_group=1536).per_device == 3
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=None, members_per_group=1536).per_device == 1
     assert resolve("auto", gpus_per_engine=0, on_cluster=False, weight_bytes=None).per_device == 1  # the CPU
     assert resolve(2, gpus_per_engine=0, on_cluster=False, weight_bytes=None).per_device == 2
     assert resolve("auto", gpus_per_engine=1, on_cluster=True, weight_bytes=GB).per_device == 1
     with pytest.raises(ValueError, match="on a cluster each job is one engine.*1 or auto"):
         resolve(2, gpus_per_engine=1, on_cluster=True, weight_bytes=GB)
+
+
+def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
+    """The SmolLM2 wheel's size comes from its GGUF tensor table before the model is prepared."""
+    from tests.support.workflow import workflow_command
+    for n_seeds, expect in ((1536, "--engines-per-device 3"), (512, "--engines-per-device 2"), (8, None)):
+        overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256},
+                   "gsm8k": {"n_train": 128}, "decode": {"max_tokens": 256},
+                   "population": {"n_seeds": n_seeds, "sigmas": [0.002], "shard_size": 64}}
+        cmd = workflow_command(tmp_path / str(n_seeds), overlay, "-n", "-p", "--resources", "gpu=1")
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode == 0, text[-2000:]
+        jobs = [line for line in text.splitlines() if "scripts.evaluate_shard " in line]
+        assert jobs and all((expect in j) if expect else ("--engines-per-device" not in j) for j in jobs)
+        if expect:
+            assert "engine_slot=1" in text
 
 
 def test_a_layout_that_cannot_fit_names_the_largest_that_does():

@@ -6,10 +6,14 @@ several engines on one GPU, each answering its own members, raise members/s; a l
 already keep the GPU busy, and a second engine buys nothing. Measured on one H200 with vLLM 0.25
 (bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) gave 1.57x one engine's
 members/s with 2 engines and 1.76-1.83x with 3 to 8 (the GPU then busy 93-97 % of the time); a
-7B-shaped model (15 GB) gave 0.97x with 2 and with 3. So `auto` takes 3 for weights up to
-AUTO_SMALL_BYTES a GPU (past 3 engines SmolLM2 gained under 4 % more, for another engine start each)
-and 1 elsewhere, which is never slower than one engine; sizes between the two measured points are
-not measured, and get 1.
+7B-shaped model (15 GB) gave 0.97x with 2 and with 3. But each further engine starts after the one
+before it (32-48 s each for SmolLM2 on an H200, warm compile cache), and the workflow's own jobs with
+3 engines on 24 members took 3.2x one engine's time (bench/results/engines_per_gpu_h200_workflow_jobs.json:
+the starts were the run). So `auto`, for weights up to AUTO_SMALL_BYTES a GPU, takes the number of
+engines (1 to 3; past 3 SmolLM2 gained under 4 % more) that minimises the further starts plus the
+members' time at the measured gains, with a member's time scaled from the measured one by its train
+problems x max_tokens (an overestimate of how fast small calls get, so auto errs towards fewer engines);
+elsewhere 1, which is never slower than one engine. Sizes between the measured points get 1.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
@@ -20,8 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-AUTO_SMALL_BYTES = 1 << 30   # weights per GPU up to this: auto takes AUTO_SMALL_ENGINES
-AUTO_SMALL_ENGINES = 3
+AUTO_SMALL_BYTES = 1 << 30   # weights per GPU up to this: auto may take more than one engine
+# Measured on one H200 (bench/engines_per_gpu/README.md), SmolLM2, 128 prompts x 256 tokens:
+GAIN = {1: 1.0, 2: 1.57, 3: 1.76}   # members/s against one engine's
+MEMBER_S = 1 / 1.548                # one member's seconds on one engine
+START_S = 40.0                      # a further engine's start (47.5 s and 31.9 s measured)
+MEASURED_WORK = 128 * 256           # train problems x max_tokens of those numbers
 HEADROOM = 0.90              # the share of a card the engines may take together (vLLM's own default)
 MIN_KV_SHARE = 0.02          # the least KV cache an engine needs, as a share of the card (a member's batch)
 # What each engine's process holds besides weights and KV cache (CUDA context, graphs, activations):
@@ -39,9 +47,11 @@ class EngineLayout:
         return {"engines_per_gpu": self.per_device, "why": self.why}
 
 
-def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None) -> EngineLayout:
+def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None,
+            members_per_group: int = 0, work: int = MEASURED_WORK) -> EngineLayout:
     """engine.engines_per_gpu (auto or N >= 1) for one run. gpus_per_engine: 0 for the CPU;
-    weight_bytes: the model's weight bytes (None when unknown when the DAG is built)."""
+    weight_bytes: the model's weight bytes (None when unknown when the DAG is built);
+    members_per_group: the members one GPU group evaluates; work: train problems x max_tokens."""
     if on_cluster:
         if requested not in ("auto", 1):
             raise ValueError(f"engine.engines_per_gpu is {requested}, but on a cluster each job is one engine "
@@ -56,12 +66,17 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
         return EngineLayout(1, "auto: the model's size is unknown when the DAG is built (prepare it first), so one "
                                "engine, never slower")
     per_gpu = weight_bytes / gpus_per_engine
-    if per_gpu <= AUTO_SMALL_BYTES:
-        return EngineLayout(AUTO_SMALL_ENGINES, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU leave it idle "
-                            f"between steps; {AUTO_SMALL_ENGINES} engines gave 1.76x one on an H200 for SmolLM2 "
-                            f"(bench/engines_per_gpu/README.md)")
-    return EngineLayout(1, f"auto: {per_gpu / 2**30:.1f} GiB of weights a GPU keep it busy; a second engine gave "
-                           f"0.97x for a 7B shape (bench/engines_per_gpu/README.md)")
+    if per_gpu > AUTO_SMALL_BYTES:
+        return EngineLayout(1, f"auto: {per_gpu / 2**30:.1f} GiB of weights a GPU keep it busy; a second engine gave "
+                               f"0.97x for a 7B shape (bench/engines_per_gpu/README.md)")
+    member_s = MEMBER_S * work / MEASURED_WORK
+    seconds = {n: (n - 1) * START_S + members_per_group * member_s / gain for n, gain in GAIN.items()}
+    best = min(seconds, key=seconds.get)
+    return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU leave it idle between steps; for "
+                              f"{members_per_group} members a GPU group, about {member_s:.2f} s each, {best} "
+                              f"engine(s) take the least time counting each further engine's ~{START_S:.0f} s start "
+                              f"(estimates {', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
+                              f"bench/engines_per_gpu/README.md)")
 
 
 def largest_fitting(weight_bytes_per_gpu: float, card_bytes: int) -> int:
