@@ -267,9 +267,10 @@ def test_dry_run_racing_rounds_use_every_gpu(tiny_model_dir, tmp_path):
                          selection={"mode": "racing", "first_slice": 6, "growth": 2.0})   # rounds of 6, 12, 24
     pair = dry_run(tmp_path, racing, "--resources", "gpu=2")
     assert len(pair["race_slice"]) == 3 * 2 and len(pair["race_round"]) == 3
-    assert all(" --parallel 2 " in c and " --gpu-slots 2 " in c for _, c in pair["race_slice"])
+    # the racing plan every job reads (randopt/selection/plan.py) says how many run side by side
+    assert all('"parallel": 2' in c and " --gpu-slots 2 " in c for _, c in pair["race_slice"])
     one = dry_run(tmp_path, racing)            # one GPU job at a time: one chunk a round
-    assert len(one["race_slice"]) == 3 and all(" --parallel 1 " in c for _, c in one["race_slice"])
+    assert len(one["race_slice"]) == 3 and all('"parallel": 1' in c for _, c in one["race_slice"])
 
 
 @pytest.mark.slow
