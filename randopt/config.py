@@ -185,10 +185,11 @@ def _check_task(config: dict) -> None:
 
 
 def check_task_files(config: dict) -> None:
-    """At DAG build, for a task read from local files: load its problems, so that a missing file, a row
-    without a field (naming its line) or a split larger than the file fails before any job runs."""
+    """At DAG build, for a task read from local files (HumanEval's come in its wheel): load its problems,
+    so that a missing file, a row without a field (naming its line) or a split larger than the source
+    fails before any job runs."""
     kind = config["task"]["kind"]
-    local = (kind == "jsonl") or (kind == "math" and config["task"]["math"]["source"] == "jsonl")
+    local = kind in ("jsonl", "code") or (kind == "math" and config["task"]["math"]["source"] == "jsonl")
     if not local:
         return
     from randopt.io import InputError
@@ -201,7 +202,7 @@ def check_task_files(config: dict) -> None:
     sizes = {split: len(p) for split, p in pools.items()}
     wanted = block["n_train"] + block["n_test"]
     if "all" in sizes and wanted > sizes["all"]:
-        raise ConfigError(f"config key 'task.{kind}.n_train': n_train + n_test = {wanted} but the file holds "
+        raise ConfigError(f"config key 'task.{kind}.n_train': n_train + n_test = {wanted} but the source holds "
                           f"{sizes['all']} problems; lower them to sum to at most {sizes['all']}")
     for split in ("train", "test"):
         if split in sizes and block[f"n_{split}"] > sizes[split]:

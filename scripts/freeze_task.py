@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 
-from randopt.runtime.cli import run_stage, source_json_arg
+from randopt.runtime.cli import json_arg, run_stage
 from randopt.tasks.freeze import write_frozen
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m scripts.freeze_task", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--task-json", required=True, help="the task, a JSON object {\"kind\", **its block}")
+    parser.add_argument("--task-json", required=True, type=json_arg, help="the task, a JSON object {\"kind\", **its block}")
     parser.add_argument("--n-train", type=int, required=True, help="problems in the frozen train split")
     parser.add_argument("--n-test", type=int, required=True, help="problems in the frozen test split")
     parser.add_argument("--selection-seed", type=int, required=True, help="seed of the selection permutation")
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body():
         manifest = write_frozen(
-            source_json_arg(args.task_json), args.n_train, args.n_test, args.selection_seed,
+            args.task_json, args.n_train, args.n_test, args.selection_seed,
             out_train=args.out_train, out_test=args.out_test, manifest=args.manifest,
             pinned_train_sha256=args.pinned_train_sha256, pinned_test_sha256=args.pinned_test_sha256,
         )

@@ -73,7 +73,7 @@ def test_a_jsonl_task_file_with_a_missing_field_fails_at_dag_build_naming_the_li
     write_jsonl(path, [{"question": "a?", "answer": "1"}, {"question": "b?", "answer": "2"}])
     check_task_files(config)
     too_many = validate({"task": {"kind": "jsonl", "jsonl": {"path": str(path), "n_train": 2, "n_test": 1}}})
-    with pytest.raises(ConfigError, match="n_train \\+ n_test = 3 but the file holds 2"):
+    with pytest.raises(ConfigError, match="n_train \\+ n_test = 3 but the source holds 2"):
         check_task_files(too_many)
     with pytest.raises(ConfigError, match="match is 'regex' but no pattern"):
         validate({"task": {"kind": "jsonl", "jsonl": {"path": str(path), "match": "regex"}}})
@@ -134,6 +134,11 @@ def test_math_from_a_local_jsonl_and_from_the_hub_cache_freeze_identically(tmp_p
 def human_eval():
     from randopt.tasks.code import load_human_eval
     return load_human_eval()
+
+
+def test_a_code_split_larger_than_humaneval_fails_at_dag_build():
+    with pytest.raises(ConfigError, match="n_train \\+ n_test = 200 but the source holds 164"):
+        check_task_files(validate({"task": {"kind": "code", "code": {"n_train": 100, "n_test": 100}}}))
 
 
 def test_all_164_canonical_solutions_pass_in_parallel(human_eval):
