@@ -126,7 +126,9 @@ def test_extraction_takes_the_last_answer_line_and_drops_a_trailing_equation():
     p = {"numbers": [3, 5, 2], "target": 16}
     assert task.extract("#### 1\nthen\n#### (3 + 5) * 2 = 16\nmore") == "(3 + 5) * 2"
     assert task.reward("<answer>(3+5)*2</answer>", p).value == 1.0
-    assert task.reward("(3 + 5) * 2", p).reason == "no expression after '####'"
+    assert task.reward("(3 + 5) * 2", p).value == 1.0  # no marker: the last line
+    assert task.reward("I do not know.", p).reason.startswith("malformed")
+    assert task.reward("", p).reason == "no expression found"
     assert "uses 5 3 times (given 1)" in task.reward("#### (3 + 5) * 2 + 5 - 5", p).reason
 
 

@@ -197,7 +197,7 @@ def test_score_answers_prints_one_row_per_completion(tmp_path, capsys):
     assert out[0] == "id\tanswer\treward\treason"
     assert out[1] == "a\t(3 + 5) * 2\t1\t"
     assert out[2].startswith("b\t1 + 1 + 1\t0\tuses 1 3 times (given 1)")
-    assert out[3] == "b\t\t0\tno expression after '####'"
+    assert out[3].startswith("b\tno idea\t0\tmalformed")
     assert score_answers.main(["--task", "countdwn", "--problems", str(problems), "--completions", str(completions)]) == 2
     assert "unknown task kind 'countdwn'" in capsys.readouterr().err
     rows = score_file(task_from_arg('{"kind": "jsonl", "match": "numeric"}'), write_jsonl(

@@ -90,7 +90,9 @@ def generate(n: int, seed: int, block: Mapping[str, Any]) -> list[dict]:
 
 def extract_expression(completion: str) -> str | None:
     """The expression after the last "####" (to the end of its line), or inside the last
-    <answer>...</answer>; a trailing "= N" is dropped (models write "(3 + 5) * 2 = 16")."""
+    <answer>...</answer>, or else the last non-empty line (a small model often writes the bare
+    expression); a trailing "= N" is dropped (models write "(3 + 5) * 2 = 16"). Whether it is an
+    expression at all is the reward's question."""
     if not isinstance(completion, str):
         return None
     if "####" in completion:
@@ -98,7 +100,8 @@ def extract_expression(completion: str) -> str | None:
     elif "<answer>" in completion:
         text = completion.rsplit("<answer>", 1)[1].split("</answer>", 1)[0]
     else:
-        return None
+        lines = [line for line in completion.splitlines() if line.strip()]
+        text = lines[-1] if lines else ""
     text = text.split("=", 1)[0].strip()
     return text or None
 
@@ -107,7 +110,7 @@ def check(expression: str | None, numbers, target: int) -> Reward:
     """Countdown's reward of one expression: 1 if it parses, uses only the given numbers (each at most
     as often as given) and equals the target."""
     if expression is None:
-        return zero("no expression after '####'")
+        return zero("no expression found")
     try:
         value, used = evaluate(expression)
     except Malformed as err:
