@@ -3,7 +3,7 @@
 #   snakemake --cores all                          (the record and the report's figures)
 #   snakemake --report results/report.html         (after a run: the figures with their captions)
 #
-# The run, in order: freeze the GSM8K splits and the held-out text; prepare the model; score every
+# The run, in order: freeze the task's splits (GSM8K by default; randopt/tasks/) and the held-out text; prepare the model; score every
 # (seed, sigma) of the population on the train split, shard by shard (or in racing rounds); rank; let the top-k members
 # answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
 # write the record (with its statistics: randopt/report/statistics.py) and draw the report's figures.
@@ -12,7 +12,8 @@
 #
 # Where each stage's code is: the rule (in rules/<file>), its CLI scripts/<rule>.py (argument parsing),
 # and the library module the CLI calls (tests/test_docs.py checks this table against the code):
-#   freeze_gsm8k      data.smk      randopt/data/gsm8k.py (write_frozen)
+#   freeze_gsm8k      data.smk      randopt/data/gsm8k.py (write_frozen; task.kind gsm8k, the default)
+#   freeze_task       data.smk      randopt/tasks/freeze.py (write_frozen; every other task: docs/tasks.md)
 #   fetch_fineweb     data.smk      randopt/data/heldout.py (write_heldout)
 #   prepare_model     model.smk     randopt/stages/prepare_model.py
 #   evaluate_shard    search.smk    randopt/stages/evaluate_shard.py

@@ -44,6 +44,7 @@ def effective_config(configfiles) -> dict:
 def validate(config: dict) -> dict:
     """Return a validated copy with defaults filled; raise ConfigError naming the offending key."""
     config = copy.deepcopy(config)
+    _check_task_keys(config)
 
     def label(path):
         return f"config key '{'.'.join(map(str, path)) or '(top level)'}'"
@@ -64,6 +65,7 @@ def validate(config: dict) -> dict:
     for section in SOURCE_KINDS:
         kind = config[section]["source"]
         check_selected(section, kind, config[section][kind], lambda key: f"config key '{section}.{kind}.{key}'")
+    _check_task(config)
     try:
         compute_dtype.for_config(config)
     except ValueError as err:
@@ -86,10 +88,10 @@ def _check_selection(config: dict) -> None:
     selection = config["selection"]
     if selection["mode"] != "racing":
         return
-    n_train = config["gsm8k"]["n_train"]
+    n_train, where = problems_block(config)["n_train"], problems_key(config)
     if selection["rule"] == "exact" and n_train > EXACT_MAX_PROBLEMS:
         raise ConfigError(f"config key 'selection.rule': exact supports up to {EXACT_MAX_PROBLEMS} train problems "
-                          f"(gsm8k.n_train is {n_train}); use rule bayes, or a smaller gsm8k.n_train")
+                          f"({where}.n_train is {n_train}); use rule bayes, or a smaller {where}.n_train")
 
 
 def check_model_files(config: dict) -> None:
@@ -130,6 +132,117 @@ def model_attention_heads(model_dir: Path) -> int | None:
         if isinstance(heads, int) and heads > 0:
             return heads
     return None
+
+
+# The decode keys a task's block sets for every task but GSM8K (whose prompt stays in decode).
+_TASK_PROMPT_KEYS = ("system", "examples", "stop")
+
+
+def _check_task_keys(config: dict) -> None:
+    """Before defaults are filled (so that only what the config itself says counts): a task other
+    than GSM8K takes its prompt and splits from task.<kind>, so GSM8K's places for them are errors,
+    not silently ignored."""
+    kind = (config.get("task") or {}).get("kind", "gsm8k")
+    if kind == "gsm8k" or not isinstance(kind, str):
+        return
+    if config.get("gsm8k"):
+        raise ConfigError(f"config key 'gsm8k': task.kind is {kind!r}, and the gsm8k block is GSM8K's only; put the "
+                          f"split sizes and pins in task.{kind} (n_train, n_test, selection_seed, ...) and drop gsm8k")
+    given = sorted(set(config.get("decode") or {}) & set(_TASK_PROMPT_KEYS))
+    if given:
+        raise ConfigError(f"config key 'decode.{given[0]}': task.kind is {kind!r}, whose prompt is task.{kind}'s "
+                          f"(system, examples, stop, template); set task.{kind}.{given[0]} instead")
+
+
+def _check_task(config: dict) -> None:
+    """What the schema cannot say about the task: its source gives a path or a pinned revision; a
+    regex match has a valid pattern; Countdown's settings admit a solvable problem."""
+    kind = config["task"]["kind"]
+    if kind == "gsm8k":
+        return
+    block, name = config["task"][kind], lambda key: f"config key 'task.{kind}.{key}'"
+    if kind == "math":
+        source = block["source"]
+        check_selected("task.math", source, block[source], lambda key: f"config key 'task.math.{source}.{key}'")
+    elif kind == "jsonl":
+        if not block["path"]:
+            raise ConfigError(f"{name('path')}: task.kind is 'jsonl' but no path is given; give the JSONL file")
+        if block["match"] == "regex":
+            import re
+            if not block["pattern"]:
+                raise ConfigError(f"{name('pattern')}: match is 'regex' but no pattern is given")
+            try:
+                re.compile(block["pattern"])
+            except re.error as err:
+                raise ConfigError(f"{name('pattern')}: {block['pattern']!r} is not a regular expression ({err})") from None
+    elif kind == "countdown":
+        from randopt.tasks.countdown import check_settings
+        from randopt.io import InputError
+        try:
+            check_settings(block)
+        except InputError as err:
+            raise ConfigError(f"config key 'task.countdown': {err}") from None
+
+
+def check_task_files(config: dict) -> None:
+    """At DAG build, for a task read from local files (HumanEval's come in its wheel): load its problems,
+    so that a missing file, a row without a field (naming its line) or a split larger than the source
+    fails before any job runs."""
+    kind = config["task"]["kind"]
+    local = kind in ("jsonl", "code") or (kind == "math" and config["task"]["math"]["source"] == "jsonl")
+    if not local:
+        return
+    from randopt.io import InputError
+    from randopt.tasks import registry
+    block = config["task"][kind]
+    try:
+        pools = registry.make(task_spec(config)).load_pools()
+    except InputError as err:
+        raise ConfigError(f"config key 'task.{kind}': {err}") from None
+    sizes = {split: len(p) for split, p in pools.items()}
+    wanted = block["n_train"] + block["n_test"]
+    if "all" in sizes and wanted > sizes["all"]:
+        raise ConfigError(f"config key 'task.{kind}.n_train': n_train + n_test = {wanted} but the source holds "
+                          f"{sizes['all']} problems; lower them to sum to at most {sizes['all']}")
+    for split in ("train", "test"):
+        if split in sizes and block[f"n_{split}"] > sizes[split]:
+            raise ConfigError(f"config key 'task.{kind}.n_{split}': {block[f'n_{split}']} but {split}.jsonl holds "
+                              f"{sizes[split]} problems; lower it to at most {sizes[split]}")
+
+
+def task_spec(config: dict) -> dict:
+    """The run's task as its freezer and the manifest name it: {"kind", **task.<kind>}; GSM8K's is
+    {"kind": "gsm8k", "source": its selected source}."""
+    kind = config["task"]["kind"]
+    if kind == "gsm8k":
+        return {"kind": "gsm8k", "source": gsm8k_source(config)}
+    return {"kind": kind, **config["task"][kind]}
+
+
+def task_kind(config: dict) -> str:
+    """The run's task kind (a config validated before tasks existed, in an old record, has none: GSM8K)."""
+    return (config.get("task") or {}).get("kind", "gsm8k")
+
+
+def decode_for(config: dict) -> dict:
+    """The decode block the engine stages get: the config's, with the task's prompt (system line,
+    examples, stop strings) for every task but GSM8K, whose prompt is the decode block itself."""
+    kind = task_kind(config)
+    if kind == "gsm8k":
+        return config["decode"]
+    return config["decode"] | {key: config["task"][kind][key] for key in _TASK_PROMPT_KEYS}
+
+
+def problems_block(config: dict) -> dict:
+    """The block with the run's split sizes and pins: gsm8k, or task.<kind>."""
+    kind = task_kind(config)
+    return config["gsm8k"] if kind == "gsm8k" else config["task"][kind]
+
+
+def problems_key(config: dict) -> str:
+    """That block's name in the config, for messages."""
+    kind = task_kind(config)
+    return "gsm8k" if kind == "gsm8k" else f"task.{kind}"
 
 
 def gsm8k_source(config: dict) -> dict:

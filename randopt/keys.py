@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from randopt.code_keys import REPO, code_version
-from randopt.config import gsm8k_source, heldout_source
+from randopt.code_keys import REPO, code_version, modules_version
+from randopt.config import decode_for, gsm8k_source, heldout_source, task_kind, task_spec
+from randopt.tasks.registry import module_name
 from randopt.engines import compute_dtype
 from randopt.io import canonical_json
 from randopt.scoring import answer_blocks
@@ -23,6 +24,7 @@ from randopt.scoring import answer_blocks
 # decides which problems a member answers, not the answers, so editing it reuses the cache.
 KEY_STAGES = {
     "gsm8k": ("freeze_gsm8k",),
+    "task": ("freeze_task",),
     "heldout": ("fetch_fineweb",),
     "model": ("prepare_model",),
     "eval": ("evaluate_shard", "evaluate_members"),
@@ -49,9 +51,17 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
     # going back to the right pin finds them. With the pin outside the key, Snakemake's params trigger
     # reran the stage in place, deleting its outputs before the pin check failed.
     pins = {"train": g["train_sha256"], "test": g["test_sha256"]}
-    gsm8k = short_key({"source": gsm8k_source(config), "n_train": g["n_train"], "n_test": g["n_test"],
-                       "selection_seed": g["selection_seed"], "code": key_code("gsm8k", root)}
-                      | ({"pins": pins} if any(pins.values()) else {}))
+    kind = task_kind(config)
+    if kind == "gsm8k":
+        problems = short_key({"source": gsm8k_source(config), "n_train": g["n_train"], "n_test": g["n_test"],
+                              "selection_seed": g["selection_seed"], "code": key_code("gsm8k", root)}
+                             | ({"pins": pins} if any(pins.values()) else {}))
+        task_code = {}
+    else:
+        # Every other task: its block (source, splits, pins, prompt, reward knobs) and its own module's code,
+        # which the registry imports by name (so no stage's import graph holds it: it is added here).
+        task_code = {"task_code": modules_version(module_name(kind), root=root)}
+        problems = short_key({"task": task_spec(config), "code": key_code("task", root)} | task_code)
     heldout = short_key({"source": heldout_source(config), "code": key_code("heldout", root)}
                         | ({"pin": h["sha256"]} if h["sha256"] else {}))
     model = short_key({k: m[k] for k in ("source", "id", "wheel_module", "gguf_file", "path", "revision", "dtype")}
@@ -66,8 +76,8 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
     # The delta switch's drift changes the weights a seed gets (only when chosen: default keys stay).
     if config["perturbation"]["switch"] != "reconstruct":
         numerics["switch"] = config["perturbation"]["switch"]
-    evaluation = short_key({"model": model, "gsm8k": gsm8k, "decode": config["decode"], "engine": numerics,
-                            "code": key_code("eval", root)})
+    evaluation = short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config), "engine": numerics,
+                            "code": key_code("eval", root)} | task_code)
     selection = config.get("selection") or {"mode": "full"}  # records written before racing had none
     racing = selection["mode"] == "racing"
     # Racing's knobs decide which members are ranked complete, so they key the population (only under
@@ -79,5 +89,6 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
     race = short_key({"population": population, "chunk_size": config["population"]["shard_size"]}) if racing else None
     bpb = short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,
                      "code": key_code("bpb", root)})
-    return {"gsm8k": gsm8k, "heldout": heldout, "model": model, "eval": evaluation,
+    # The frozen problems' key is named after the task it holds: "gsm8k" (as before tasks) or "task".
+    return {("gsm8k" if kind == "gsm8k" else "task"): problems, "heldout": heldout, "model": model, "eval": evaluation,
             "population": population, "bpb": bpb, "race": race}

@@ -6,7 +6,8 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from randopt.config import ConfigError, check_model_files, gsm8k_source, heldout_source, validate
+from randopt.config import (ConfigError, check_model_files, check_task_files, decode_for, gsm8k_source,
+                            heldout_source, problems_block, problems_key, task_spec, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.code_keys import code_version
 from randopt.keys import key_code, run_keys
@@ -24,6 +25,7 @@ from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as st
 try:
     config = validate(config)
     check_model_files(config)
+    check_task_files(config)
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}")
 
@@ -31,6 +33,11 @@ KEYS = run_keys(config)
 REPO = workflow.basedir
 # Members, shards and k per fraction: one object (randopt/population.py), read by the stages too.
 POPULATION = Population.from_config(config)
+# The task (config task.kind; randopt/tasks/): its block holds the split sizes and pins (gsm8k for GSM8K),
+# DECODE is the decode block with the task's prompt (GSM8K's is the decode block itself).
+TASK = config["task"]["kind"]
+PROBLEMS = problems_block(config)
+DECODE = decode_for(config)
 
 
 # Stage CLIs run as modules of this checkout, whatever directory the workflow runs in; a PYTHONPATH
@@ -51,7 +58,11 @@ wildcard_constraints:
 # what the search computes from them. Both are keyed by content, so either can be kept or deleted alone.
 # The layout is defined once, in randopt/paths.py (tools that read a finished run use it too).
 PATHS = layout(KEYS)
-DATA_GSM8K = PATHS["gsm8k"]
+DATA_PROBLEMS = PATHS["problems"]
+# Each freeze rule's folder: the run's task's is DATA_PROBLEMS, the other kind's an "unused" one (both
+# rules exist in every run, so that rules/data.smk stays flat; nothing asks for the unused outputs).
+DATA_GSM8K = DATA_PROBLEMS if TASK == "gsm8k" else "data/gsm8k/unused"
+DATA_TASK = DATA_PROBLEMS if TASK != "gsm8k" else "data/tasks/unused"
 DATA_HELDOUT = PATHS["heldout"]
 MODEL = PATHS["model"]
 SHARDS = PATHS["shards"]
@@ -71,7 +82,7 @@ def verify_frozen_files():
     because Snakemake sees the edited file as newer than the shards built on it and would delete
     their outputs before the first job could refuse to run."""
     from randopt.io import InputError, verify_against_manifest
-    for path in (f"{DATA_GSM8K}/train.jsonl", f"{DATA_GSM8K}/test.jsonl", f"{DATA_HELDOUT}/heldout.jsonl"):
+    for path in (f"{DATA_PROBLEMS}/train.jsonl", f"{DATA_PROBLEMS}/test.jsonl", f"{DATA_HELDOUT}/heldout.jsonl"):
         if os.path.isfile(path):
             try:
                 verify_against_manifest(path)
@@ -85,6 +96,12 @@ verify_frozen_files()
 def q(obj):
     """One shell word holding obj as JSON (or a plain string as itself)."""
     return shlex.quote(obj if isinstance(obj, str) else json.dumps(obj))
+
+
+def q_text(obj):
+    """q(obj) as a param that may hold braces (a task's template "{numbers}", MATH's "\\boxed{}"): a
+    function, so that Snakemake does not read them as wildcards."""
+    return lambda wildcards: q(obj)
 
 
 # One shard's path below its stage folder (POPULATION.shard_stems() spells each one); {sigma},
@@ -143,7 +160,7 @@ def get_engine_args(**extra_options):
 
 # Cluster resources (profiles/slurm). Small stages run in the Snakemake process itself; the heavy ones
 # are submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
-localrules: all, freeze_gsm8k, fetch_fineweb, rank, race_round, vote, record, figures
+localrules: all, freeze_gsm8k, freeze_task, fetch_fineweb, rank, race_round, vote, record, figures
 
 
 def on_cluster():
@@ -269,8 +286,8 @@ if RACING:
         raise WorkflowError(f"invalid config: {err}")
     if RACE_PLAN.rounds == 1:
         # Not an error (the run is full evaluation in racing's clothes), but not what racing is for.
-        print(f"randopt: racing has a single round here, so no member can stop: gsm8k.n_train "
-              f"({config['gsm8k']['n_train']}) is within selection.first_slice ({RACE_PLAN.config.first_slice}) or one "
+        print(f"randopt: racing has a single round here, so no member can stop: {problems_key(config)}.n_train "
+              f"({PROBLEMS['n_train']}) is within selection.first_slice ({RACE_PLAN.config.first_slice}) or one "
               f"answer block (engine.batch_size {ANSWER_BLOCK}, torch engine). Lower them, or use selection.mode full.",
               file=sys.stderr)
 
@@ -312,7 +329,8 @@ def job_resources(stage, gpu_stage=True):
 def get_benchmarks():
     """RULE=PATH for every stage's Snakemake benchmark file, so the record can sum stage times. Called
     by rule record (rules/record.smk), after every rule it names is defined."""
-    pairs = [("freeze_gsm8k", rules.freeze_gsm8k), ("fetch_fineweb", rules.fetch_fineweb),
+    freeze = ("freeze_gsm8k", rules.freeze_gsm8k) if TASK == "gsm8k" else ("freeze_task", rules.freeze_task)
+    pairs = [freeze, ("fetch_fineweb", rules.fetch_fineweb),
              ("prepare_model", rules.prepare_model), ("rank", rules.rank),
              ("evaluate_members", rules.evaluate_members), ("vote", rules.vote), ("score_bpb", rules.score_bpb)]
     paths = [f"{name}={rule.benchmark}" for name, rule in pairs]

@@ -1,4 +1,6 @@
-# Data: frozen GSM8K splits and the held-out text slice, each with a manifest of sha256s.
+# Data: the task's frozen splits (GSM8K's by freeze_gsm8k, any other task's by freeze_task) and the
+# held-out text slice, each with a manifest of sha256s. Both freeze rules are defined in every run; the
+# one of the other kind writes under an "unused" path that nothing asks for (rules/common.smk).
 
 
 rule freeze_gsm8k:
@@ -8,19 +10,43 @@ rule freeze_gsm8k:
         manifest=f"{DATA_GSM8K}/manifest.json",
     params:
         source=q(gsm8k_source(config)),
-        n_train=config["gsm8k"]["n_train"],
-        n_test=config["gsm8k"]["n_test"],
-        selection_seed=config["gsm8k"]["selection_seed"],
-        pins=" ".join(f"--pinned-{split}-sha256 {config['gsm8k'][f'{split}_sha256']}"
-                      for split in ("train", "test") if config["gsm8k"][f"{split}_sha256"]),
+        n_train=PROBLEMS["n_train"],
+        n_test=PROBLEMS["n_test"],
+        selection_seed=PROBLEMS["selection_seed"],
+        pins=" ".join(f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
+                      for split in ("train", "test") if PROBLEMS[f"{split}_sha256"]),
         code=key_code("gsm8k"),
     log:
         "logs/freeze_gsm8k.log",
     benchmark:
-        f"{BENCH}/freeze_gsm8k/{KEYS['gsm8k']}.tsv"
+        f"{BENCH}/freeze_gsm8k/{KEYS.get('gsm8k', 'unused')}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
+        " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins}"
+        " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
+
+
+rule freeze_task:
+    output:
+        train=f"{DATA_TASK}/train.jsonl",
+        test=f"{DATA_TASK}/test.jsonl",
+        manifest=f"{DATA_TASK}/manifest.json",
+    params:
+        task=q_text(task_spec(config)),
+        n_train=PROBLEMS["n_train"],
+        n_test=PROBLEMS["n_test"],
+        selection_seed=PROBLEMS["selection_seed"],
+        pins=" ".join(f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
+                      for split in ("train", "test") if PROBLEMS[f"{split}_sha256"]),
+        code=key_code("task"),
+    log:
+        "logs/freeze_task.log",
+    benchmark:
+        f"{BENCH}/freeze_task/{KEYS.get('task', 'unused')}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.freeze_task --task-json {params.task} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 

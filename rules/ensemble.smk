@@ -7,8 +7,8 @@
 rule evaluate_members:
     input:
         model=f"{MODEL}/manifest.json",
-        test=f"{DATA_GSM8K}/test.jsonl",
-        train=f"{DATA_GSM8K}/train.jsonl",
+        test=f"{DATA_PROBLEMS}/test.jsonl",
+        train=f"{DATA_PROBLEMS}/train.jsonl",
         topk=f"{RANK}/topk.json",
     output:
         answers=f"{MEMBERS}/{KEYS['population']}/answers.parquet",
@@ -16,7 +16,7 @@ rule evaluate_members:
         base_train=f"{MEMBERS}/{KEYS['population']}/base_train.json",
     params:
         engine=get_engine_args(),
-        decode=q(config["decode"]),
+        decode=q_text(DECODE),
         cache=f"{MEMBERS}/cache",
         code=key_code("eval"),
     threads: job_threads()
@@ -38,7 +38,7 @@ rule vote:
     input:
         answers=rules.evaluate_members.output.answers,
         topk=f"{RANK}/topk.json",
-        test=f"{DATA_GSM8K}/test.jsonl",
+        test=f"{DATA_PROBLEMS}/test.jsonl",
     output:
         vote=f"{VOTE}/vote.json",
     log:

@@ -15,14 +15,14 @@ def get_previous_survivors(wildcards):
 rule race_slice:
     input:
         model=f"{MODEL}/manifest.json",
-        train=f"{DATA_GSM8K}/train.jsonl",
+        train=f"{DATA_PROBLEMS}/train.jsonl",
         survivors=get_previous_survivors,
     output:
         table=f"{RACE}/round={{round}}/chunk_{{chunk}}.parquet",
         timings=f"{RACE}/round={{round}}/chunk_{{chunk}}.timings.json",
     params:
         engine=get_engine_args(),
-        decode=q(config["decode"]),
+        decode=q_text(DECODE),
         plan=q(RACE_PLAN.to_json()),
         round=lambda wc: int(wc.round),
         chunk=lambda wc: int(wc.chunk),

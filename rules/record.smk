@@ -4,7 +4,7 @@
 rule record:
     input:
         model=rules.prepare_model.output.manifest,
-        gsm8k=rules.freeze_gsm8k.output.manifest,
+        problems=f"{DATA_PROBLEMS}/manifest.json",  # freeze_gsm8k's or freeze_task's
         heldout=rules.fetch_fineweb.output.manifest,
         topk=rules.rank.output.topk,
         ranking=rules.rank.output.ranking,
@@ -16,7 +16,7 @@ rule record:
     output:
         record="results/record.json",
     params:
-        config=q(config),
+        config=q_text(config),
         repo=q(REPO),
         benchmarks=" ".join(get_benchmarks()),
         records_md=q(config["records_md"]),
@@ -28,7 +28,7 @@ rule record:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.record --config-json {params.config} --repo-dir {params.repo}"
-        " --model-manifest {input.model} --gsm8k-manifest {input.gsm8k} --heldout-manifest {input.heldout}"
+        " --model-manifest {input.model} --problems-manifest {input.problems} --heldout-manifest {input.heldout}"
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"

@@ -5,13 +5,13 @@
 rule evaluate_shard:
     input:
         model=f"{MODEL}/manifest.json",
-        train=f"{DATA_GSM8K}/train.jsonl",
+        train=f"{DATA_PROBLEMS}/train.jsonl",
     output:
         table=f"{SHARDS}/{SHARD_STEM}.parquet",
         timings=f"{SHARDS}/{SHARD_STEM}.timings.json",
     params:
         engine=get_engine_args(),
-        decode=q(config["decode"]),
+        decode=q_text(DECODE),
         first=lambda wc: int(wc.first),
         last=lambda wc: int(wc.last),
         cache=ANSWER_CACHE,
@@ -47,7 +47,7 @@ rule rank:
         n_seeds=config["population"]["n_seeds"],
         sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
         fractions=" ".join(map(repr, config["topk"]["fractions"])),
-        n_train=config["gsm8k"]["n_train"],
+        n_train=PROBLEMS["n_train"],
         # full evaluation: only the mode, so that racing knobs left in a config rerun nothing
         selection=q(config["selection"] if RACING else {"mode": "full"}),
     log:

@@ -14,7 +14,7 @@ def parse_args(argv=None):
     p.add_argument("--config-json", dest="config", required=True, type=json_arg, help="the validated config, as JSON")
     p.add_argument("--repo-dir", required=True, help="the workflow's code dir (for the commit, or the code's hash)")
     p.add_argument("--model-manifest", required=True)
-    p.add_argument("--gsm8k-manifest", required=True)
+    p.add_argument("--problems-manifest", required=True, help="the frozen splits' manifest (freeze_gsm8k or freeze_task)")
     p.add_argument("--heldout-manifest", required=True)
     p.add_argument("--topk", required=True)
     p.add_argument("--ranking", required=True, help="rank's ranking table (parquet)")

@@ -124,6 +124,33 @@ EDITS = [
     ("randopt/config.py", set(), set()),              # the run's validation, at DAG build only
     ("randopt/runtime/progress.py", set(), set()),    # how a job runs, not what it computes
     ("randopt/runtime/resident/client.py", set(), set()),
+    # The tasks (randopt/tasks/): GSM8K's task, the interface and the registry are what the scorer and
+    # the vote run; every other task enters only its own runs' keys (COUNTDOWN_EDITS below).
+    ("randopt/tasks/gsm8k.py", {"eval", "population"}, {"eval", "population", "race"}),
+    ("randopt/tasks/base.py", {"eval", "population"}, {"eval", "population", "race"}),
+    ("randopt/tasks/registry.py", {"eval", "population"}, {"eval", "population", "race"}),
+    ("randopt/tasks/countdown.py", set(), set()),
+    ("randopt/tasks/arith.py", set(), set()),
+    ("randopt/tasks/jsonl.py", set(), set()),
+    ("randopt/tasks/local_jsonl.py", set(), set()),
+    ("randopt/tasks/math.py", set(), set()),
+    ("randopt/tasks/code.py", set(), set()),
+    ("randopt/tasks/sandbox.py", set(), set()),
+    ("randopt/tasks/sandbox_child.py", set(), set()),
+    ("randopt/tasks/freeze.py", set(), set()),
+    ("randopt/tasks/score_answers.py", set(), set()),  # a tool, no stage
+]
+
+COUNTDOWN = effective_config({"task": {"kind": "countdown"}})
+# Under a Countdown run: its frozen problems' key is "task" (no "gsm8k"); its own code keys them and eval.
+COUNTDOWN_EDITS = [
+    ("randopt/tasks/countdown.py", {"task", "eval"}),
+    ("randopt/tasks/arith.py", {"task", "eval"}),
+    ("randopt/tasks/freeze.py", {"task", "eval"}),  # eval holds the task key
+    ("randopt/tasks/math.py", set()),
+    ("randopt/tasks/gsm8k.py", {"task", "eval", "population"}),
+    # the freezer's selection and GSM8K's task; the held-out loader's hub download
+    ("randopt/data/gsm8k.py", {"task", "eval", "population", "heldout", "bpb"}),
 ]
 
 
@@ -145,6 +172,22 @@ def test_editing_a_module_changes_exactly_the_keys_of_the_stages_that_import_it(
         code_keys.clear_cache()
         assert changed(before["full"], run_keys(FULL, root=scratch)) == full
         assert changed(before["racing"], run_keys(RACING, root=scratch)) == racing
+    finally:
+        path.write_text(original)
+        code_keys.clear_cache()
+
+
+@pytest.mark.parametrize("module, keys", COUNTDOWN_EDITS, ids=[e[0] for e in COUNTDOWN_EDITS])
+def test_a_tasks_own_code_keys_its_runs(scratch, module, keys):
+    path = scratch / module
+    original = path.read_text()
+    code_keys.clear_cache()
+    before = run_keys(COUNTDOWN, root=scratch)
+    assert "task" in before and "gsm8k" not in before
+    try:
+        path.write_text(original + "\n_EDITED = True\n")
+        code_keys.clear_cache()
+        assert changed(before, run_keys(COUNTDOWN, root=scratch)) == keys
     finally:
         path.write_text(original)
         code_keys.clear_cache()

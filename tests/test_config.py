@@ -161,7 +161,7 @@ OVERLAYS = sorted(p.name for p in CONFIG_DIR.glob("*.yaml") if p.name not in ("c
 
 
 def test_the_shipped_overlays_are_all_checked():
-    assert {"default_vllm.yaml", "one_gpu_qwen7b.yaml", "standard_8xh100_qwen72b.yaml"} <= set(OVERLAYS)
+    assert {"default_vllm.yaml", "one_gpu_qwen7b.yaml", "standard_8xh100_qwen72b.yaml", "countdown.yaml"} <= set(OVERLAYS)
 
 
 @pytest.mark.parametrize("name", OVERLAYS)

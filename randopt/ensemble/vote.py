@@ -3,6 +3,11 @@
 Answers are compared numerically (as normalised by gsm8k.extract_answer). The most frequent valid
 answer wins; a tie goes to the tied answer given by the best-ranked member; a problem where no member
 gave a valid answer counts as wrong.
+
+For a task other than GSM8K (randopt/tasks/), answers are pooled by the task's vote key (Countdown's
+expressions by value, say) and the vote is right when the winning member's own answer earned full
+reward: its reference may be no single string (any expression reaching the target; a function that
+passes the tests; an answer math-verify finds equivalent). For GSM8K both rules agree.
 """
 from __future__ import annotations
 
@@ -44,3 +49,24 @@ def ensemble_correct(answers_in_rank_order: Sequence[Mapping[str, str | None]],
     member without an answer to a problem abstains on it."""
     return [answers_match(majority_vote([member.get(problem_id) for member in answers_in_rank_order]), reference)
             for problem_id, reference in references.items()]
+
+
+def majority_index(keys_in_rank_order: Sequence) -> int | None:
+    """The position of the vote's winner among keys listed best-ranked first (None abstains): the most
+    frequent key, a tie going to the best-ranked member among the tied; None when all abstain."""
+    counts = Counter(k for k in keys_in_rank_order if k is not None)
+    if not counts:
+        return None
+    best = max(counts.values())
+    return next(i for i, k in enumerate(keys_in_rank_order) if k is not None and counts[k] == best)
+
+
+def ensemble_correct_by_winner(keys_in_rank_order: Sequence[Mapping[str, object]],
+                               correct_in_rank_order: Sequence[Mapping[str, bool]],
+                               problem_ids: Sequence[str]) -> list[bool]:
+    """Per test problem, whether the vote's winning member (by vote key) was itself right."""
+    out = []
+    for problem_id in problem_ids:
+        winner = majority_index([member.get(problem_id) for member in keys_in_rank_order])
+        out.append(winner is not None and bool(correct_in_rank_order[winner].get(problem_id, False)))
+    return out

@@ -25,6 +25,13 @@ def _figure(width: float = 6.4, height: float = 4.0) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def _problems(record: dict) -> str:
+    """'problems', or 'countdown problems' for a task other than GSM8K: the figures say what was asked
+    (a GSM8K record's labels read as before tasks)."""
+    kind = (record.get("task") or {}).get("kind", "gsm8k")
+    return "problems" if kind == "gsm8k" else f"{kind} problems"
+
+
 def _cut_label(cut: dict) -> str:
     """A top-k cut as people read it: 'top 10 % (k=6)'."""
     return f"top {100 * cut['fraction']:g} % (k={cut['k']})"
@@ -47,7 +54,7 @@ def train_reward_histogram(record: dict, ranking: pd.DataFrame) -> Figure:
                      f"members at or above the base", fontsize=9)
         ax.set_ylabel("members")
         ax.legend(fontsize=8, loc="upper right")
-    axes[-1].set_xlabel(f"train reward (exact answers on {n_train} train problems)")
+    axes[-1].set_xlabel(f"train reward (exact answers on {n_train} train {_problems(record)})")
     return fig
 
 
@@ -96,7 +103,7 @@ def k_curve(record: dict) -> Figure:
     ax.set_ylim(min(ends) - pad, max(ends) + pad)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("k (members voting, best-ranked first)")
-    ax.set_ylabel(f"test accuracy ({n_test} problems)")
+    ax.set_ylabel(f"test accuracy ({n_test} {_problems(record)})")
     ax.set_title("Top-k vote against the base model (bars: the gain's 95 % interval)", fontsize=9)
     fig.legend(fontsize=8, loc="outside lower center")
     return fig

@@ -63,6 +63,20 @@ def switch_summary(switch: str, timings: list[dict]) -> dict:
         "fraction_changed": max(d["fraction_changed"] for d in measured)}}
 
 
+def data_fields(kind: str, problems: dict, heldout: dict, scored: dict) -> dict:
+    """record["data"]: the frozen splits' and the held-out slice's hashes and sizes. GSM8K's split
+    fields keep their names (gsm8k_train_sha256, ...), so its records read as before tasks existed; any
+    other task's are train_sha256 and test_sha256, and synthetic_parts names the task."""
+    prefix = "gsm8k_" if kind == "gsm8k" else ""
+    return {
+        f"{prefix}train_sha256": problems["train"]["sha256"], f"{prefix}test_sha256": problems["test"]["sha256"],
+        "n_train": problems["train"]["n"], "n_test": problems["test"]["n"],
+        "heldout_sha256": heldout["sha256"], "heldout_bytes": scored["n_bytes"], "heldout_docs": scored["n_docs"],
+        "synthetic": bool(problems["synthetic"] or heldout["synthetic"]),
+        "synthetic_parts": {kind: bool(problems["synthetic"]), "heldout": bool(heldout["synthetic"])},
+    }
+
+
 def package_versions() -> dict:
     versions = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -139,7 +153,9 @@ def records_row(record: dict) -> tuple[str, str]:
     gains = ", ".join(gain_cell(record["statistics"]["ensemble_gain"][f]) for f in fractions)
     bpb = ", ".join(f"{record['bpb']['ensemble'][f]:.4f}" for f in fractions)
     pop = record["population"]
-    row = (f"| {record['created_utc']} | {record['run_name']} | {record['model']['id']} | "
+    kind = (record.get("task") or {}).get("kind", "gsm8k")
+    run = record["run_name"] + (f" ({kind})" if kind != "gsm8k" else "")  # GSM8K's rows read as before tasks
+    row = (f"| {record['created_utc']} | {run} | {record['model']['id']} | "
            f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | "
            f"{record['accuracy']['base_train']:.3f}, {record['accuracy']['base_test']:.3f} | {ens} | {gains} | "
            f"{record['bpb']['base']:.4f} | {bpb} | {record['throughput']['seeds_per_s']:.4f} | "

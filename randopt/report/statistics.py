@@ -22,7 +22,7 @@ from scipy import stats
 
 from randopt.population import sigma_label
 from randopt.io import InputError
-from randopt.ensemble.vote import ensemble_correct
+from randopt.ensemble.vote import ensemble_correct, ensemble_correct_by_winner
 
 BOOTSTRAP_RESAMPLES = 10_000
 # Fixed, so that the same per-problem results always give the same interval.
@@ -110,24 +110,34 @@ def selection(train_rewards: Sequence[float], test_accuracies: Sequence[float]) 
     return {"spearman_train_test": rho, "n_members": int(train.size)}
 
 
-def k_curve(answers_in_rank_order: Sequence[Mapping[str, str | None]], references: Mapping[str, str]) -> list[dict]:
+def k_curve(answers_in_rank_order: Sequence[Mapping[str, str | None]], references: Mapping[str, str],
+            correct_in_rank_order: Sequence[Mapping[str, bool]] | None = None) -> list[dict]:
     """[{"k", "ensemble_test"}] for k = 1 .. len(answers_in_rank_order): the test accuracy of the vote
     of the k best-ranked members (one {problem_id: answer} per member, best first), voted by
-    randopt.ensemble.vote exactly as the vote stage votes."""
+    randopt.ensemble.vote exactly as the vote stage votes (correct_in_rank_order given: by the winner's
+    own correctness, answers being vote keys)."""
     if not references:
         raise ValueError("k_curve needs at least one test problem")
-    return [{"k": k, "ensemble_test": float(np.mean(ensemble_correct(answers_in_rank_order[:k], references)))}
+    return [{"k": k, "ensemble_test": float(np.mean(_vote(answers_in_rank_order[:k], references, correct_in_rank_order)))}
             for k in range(1, len(answers_in_rank_order) + 1)]
 
 
+def _vote(answers, references, correct=None) -> list[bool]:
+    if correct is None:
+        return ensemble_correct(answers, references)
+    return ensemble_correct_by_winner(answers, correct[:len(answers)], list(references))
+
+
 def per_problem_results(answers: pd.DataFrame, topk_lists: list[dict], references: Mapping[str, str],
-                        base_seed: int) -> dict:
+                        base_seed: int, by_winner: bool = False) -> dict:
     """What the vote stage records besides the accuracies, so that the record's statistics are computed
     from the same votes: the test problem ids, the base model's and each top-k ensemble's per-problem
     correctness (keyed like ensemble_test), each member's test accuracy in rank order, and the k-curve.
 
     answers: evaluate_members' table (seed, sigma, problem_id, answer, correct); topk_lists: rank's
     lists (every list a prefix of the ranking, members best first); references: problem_id -> answer.
+    by_winner: a task other than GSM8K, whose answer column holds vote keys and whose vote is right when
+    its winning member is (randopt/ensemble/vote.py).
     """
     answers = answers.assign(answer=answers["answer"].astype(object).where(answers["answer"].notna(), None))
     by_member = {key: dict(zip(frame["problem_id"], frame["answer"]))
@@ -147,15 +157,20 @@ def per_problem_results(answers: pd.DataFrame, topk_lists: list[dict], reference
         raise InputError(f"the base model has no answer row for {len(absent)} test problems (first: {absent[0]}); "
                          f"rerun evaluate_members")
     member_answers = [by_member[m] for m in ranked]
+    member_correct = None
+    if by_winner:
+        correct_of = {key: dict(zip(frame["problem_id"], frame["correct"]))
+                      for key, frame in answers.groupby(["seed", "sigma"], sort=False)}
+        member_correct = [correct_of[m] for m in ranked]
     correct = answers.groupby(["seed", "sigma"])["correct"].mean()
     return {
         "problem_ids": list(references),
         "base_correct": [bool(base[p]) for p in references],
-        "ensemble_correct": {repr(lst["fraction"]): ensemble_correct(member_answers[:lst["k"]], references)
+        "ensemble_correct": {repr(lst["fraction"]): _vote(member_answers[:lst["k"]], references, member_correct)
                              for lst in topk_lists},
         "member_test": [{"seed": int(s), "sigma": float(g), "rank": i + 1, "test_accuracy": float(correct[(s, g)])}
                         for i, (s, g) in enumerate(ranked)],
-        "k_curve": k_curve(member_answers, references),
+        "k_curve": k_curve(member_answers, references, member_correct),
     }
 
 

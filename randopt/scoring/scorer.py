@@ -1,4 +1,4 @@
-"""Scoring a model (base or perturbed) on GSM8K problems: prompts in, per-problem rows out.
+"""Scoring a model (base or perturbed) on a task's problems: prompts in, per-problem rows out.
 
 One function does the work for train shards, test members and the base model, so every number in
 the record comes from the same prompt, decode and extraction.
@@ -14,8 +14,9 @@ from randopt.scoring import answer_cache
 from randopt.scoring.answer_blocks import group_by_block
 from randopt.schema import check_decode
 from randopt.engines.base import Engine
-from randopt.data.gsm8k import extract_answer, is_correct
 from randopt.engines.switch import switch_weights
+from randopt.tasks.base import Task
+from randopt.tasks.gsm8k import GSM8K
 
 
 @dataclass(frozen=True)
@@ -38,14 +39,19 @@ def build_prompts(engine: Engine, problems: list[dict], spec: DecodeSpec) -> lis
     return [engine.chat_prompt(p["question"], spec.system, list(spec.examples)) for p in problems]
 
 
-def score_completions(problems: list[dict], completions) -> list[dict]:
-    return [{"problem_id": p["id"], "answer": extract_answer(c.text), "correct": bool(is_correct(c.text, p["answer"])),
+def score_completions(problems: list[dict], completions, task: Task | None = None) -> list[dict]:
+    """One row per problem: the task's extracted answer and whether its reward is full (every task's
+    reward is 0 or 1 so far; a partial reward counts as wrong here). task None: GSM8K."""
+    task = task or GSM8K({})
+    rewards = task.score_all([c.text for c in completions], problems)
+    return [{"problem_id": p["id"], "answer": task.extract(c.text), "correct": bool(r.value >= 1.0),
              "n_tokens": c.n_tokens, "finish": c.finish, "completion": c.text}
-            for p, c in zip(problems, completions)]
+            for p, c, r in zip(problems, completions, rewards)]
 
 
 def evaluate_weights(engine: Engine, prompts: list[str], problems: list[dict], spec: DecodeSpec,
-                     seed: int, sigma: float, batches: list[list[int]] | None = None) -> pd.DataFrame:
+                     seed: int, sigma: float, batches: list[list[int]] | None = None,
+                     task: Task | None = None) -> pd.DataFrame:
     """Set the weights to (seed, sigma), or base for seed == BASE, and score every problem.
 
     batches: positions in prompts, one generate call each (the answer blocks of
@@ -58,7 +64,7 @@ def evaluate_weights(engine: Engine, prompts: list[str], problems: list[dict], s
     for batch in batches:
         completions += engine.generate([prompts[i] for i in batch], spec.max_tokens, list(spec.stop))
     t2 = time.perf_counter()
-    rows = pd.DataFrame(score_completions([problems[i] for i in order], completions))
+    rows = pd.DataFrame(score_completions([problems[i] for i in order], completions, task))
     rows.insert(0, "sigma", float(sigma))
     rows.insert(0, "seed", int(seed))
     rows["switch_s"] = t1 - t0
@@ -77,8 +83,10 @@ class Scorer:
     answer_blocks (randopt/scoring/answer_blocks.py): missing problems are generated block by block, each
     block's in one engine call, so a problem's answer comes from the same batch in every mode."""
 
-    def __init__(self, make_engine, problems: list[dict], spec: DecodeSpec, cache_dir: str, answer_blocks):
+    def __init__(self, make_engine, problems: list[dict], spec: DecodeSpec, cache_dir: str, answer_blocks,
+                 task: Task | None = None):
         self._make_engine, self.problems, self.spec, self.cache_dir = make_engine, problems, spec, cache_dir
+        self.task = task
         self.answer_blocks = answer_blocks
         self.engine: Engine | None = None
         self.prompts: list[str] | None = None
@@ -105,7 +113,7 @@ class Scorer:
             todo = [i for group in groups for i in group]
             position = {problem: i for i, problem in enumerate(todo)}
             rows = evaluate_weights(engine, [self.prompts[i] for i in todo], [self.problems[i] for i in todo],
-                                    self.spec, seed, sigma, [[position[i] for i in g] for g in groups])
+                                    self.spec, seed, sigma, [[position[i] for i in g] for g in groups], self.task)
             rows.insert(2, "problem", todo)
             written = answer_cache.write_part(self.cache_dir, rows)
             cached = (pd.concat([cached, written], ignore_index=True) if len(cached) else written) \

@@ -142,7 +142,7 @@ class RacePlan:
     def from_config(cls, config: dict, parallel: int = 1) -> "RacePlan":
         """From a validated config (selection.mode racing); the answer block is the engine's."""
         block = block_size(config["engine"])
-        return cls(RacingConfig.from_selection(config["selection"], block), int(config["gsm8k"]["n_train"]),
+        return cls(RacingConfig.from_selection(config["selection"], block), int(_split_block(config)["n_train"]),
                    Population.from_config(config), block, parallel)
 
     @property
@@ -177,3 +177,10 @@ class RacePlan:
                                   tuple(population["fractions"])), data["answer_block"], int(data["parallel"]))
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise InputError(f"--plan is no racing plan (rules/common.smk writes it): {err!r}") from None
+
+
+def _split_block(config: dict) -> dict:
+    """The block with the run's n_train: gsm8k, or task.<kind> for another task (as randopt/config.py's
+    problems_block, which this module does not import: the config's checks are no racing code)."""
+    kind = (config.get("task") or {}).get("kind", "gsm8k")
+    return config["gsm8k"] if kind == "gsm8k" else config["task"][kind]

@@ -18,6 +18,7 @@ from randopt.engines.switch import engine_drift
 from randopt.population import BASE
 from randopt.scoring.member_cache import member_path, plan_members
 from randopt.runtime.progress import progress
+from randopt.tasks import registry
 
 
 def evaluate_base_on_train(engine: Engine | None, make_engine: Callable[[], Engine], spec: DecodeSpec,
@@ -29,7 +30,8 @@ def evaluate_base_on_train(engine: Engine | None, make_engine: Callable[[], Engi
     if not path.is_file():
         problems = read_jsonl(train, required=("id", "question", "answer"))
         engine = engine or make_engine()
-        frame = evaluate_weights(engine, build_prompts(engine, problems, spec), problems, spec, BASE, 0.0)
+        frame = evaluate_weights(engine, build_prompts(engine, problems, spec), problems, spec, BASE, 0.0,
+                                 task=registry.of_split(train))
         log.info("base model: train accuracy %.3f", frame["correct"].mean())
         with atomic_path(path) as tmp:
             frame.to_parquet(tmp, index=False)
@@ -43,6 +45,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, test: str, train: st
     verify_against_manifest(test)
     problems = read_jsonl(test, required=("id", "question", "answer"))
     spec = DecodeSpec.from_config(decode)
+    task = registry.of_split(test)
     members, todo = plan_members(read_json(topk)["topk"], cache_dir, ".parquet")
     log.info("%d members (base included), %d cached, %d to evaluate", len(members), len(members) - len(todo), len(todo))
     timing = {"switch_s": 0.0, "generate_s": 0.0, "gen_tokens": 0, "evaluated": len(todo)}
@@ -51,7 +54,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, test: str, train: st
         engine = make_engine()
         prompts = build_prompts(engine, problems, spec)
         for seed, sigma in progress(todo, total=len(todo), desc="test split", unit="member"):
-            frame = evaluate_weights(engine, prompts, problems, spec, seed, sigma)
+            frame = evaluate_weights(engine, prompts, problems, spec, seed, sigma, task=task)
             log.info("member seed %d sigma %g: test accuracy %.3f", seed, sigma, frame["correct"].mean())
             timing["switch_s"] += float(frame["switch_s"].iloc[0])
             timing["generate_s"] += float(frame["generate_s"].iloc[0])

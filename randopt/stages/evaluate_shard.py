@@ -19,6 +19,7 @@ from randopt.scoring.scorer import Scorer, DecodeSpec
 from randopt.engines.switch import engine_drift
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.runtime.progress import progress
+from randopt.tasks import registry
 
 
 def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: float, first_seed: int,
@@ -29,7 +30,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
     verify_against_manifest(train)
     problems = read_jsonl(train, required=("id", "question", "answer"))
     scorer = Scorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir,
-                          answer_blocks.blocks(len(problems), order_seed, block_size))
+                          answer_blocks.blocks(len(problems), order_seed, block_size), registry.of_split(train))
     everything = range(len(problems))
     frames = []
     seeds = range(first_seed, last_seed + 1)

@@ -18,6 +18,7 @@ from randopt.scoring.scorer import DecodeSpec, Scorer
 from randopt.selection.chunks import chunk_members, read_racing
 from randopt.selection.plan import RacePlan
 from randopt.stages.evaluate_shard import scoring_timings
+from randopt.tasks import registry
 
 
 def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, plan: RacePlan, round_index: int, chunk: int,
@@ -41,7 +42,8 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, plan: Ra
     log.info("round %d chunk %d: %d of %d racing members on %d problems", round_index, chunk, len(members),
              len(racing), len(slice_))
     scorer = Scorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir,
-                    answer_blocks.blocks(len(problems), plan.config.order_seed, plan.answer_block))
+                    answer_blocks.blocks(len(problems), plan.config.order_seed, plan.answer_block),
+                    registry.of_split(train))
     frames = []
     for seed, sigma in progress(members, total=len(members), desc=f"round {round_index}", unit="member"):
         frames.append(scorer.answers(seed, sigma, slice_))

@@ -12,10 +12,11 @@ from randopt.io import read_json, write_json_atomic
 from randopt.report.statistics import record_statistics
 
 
-def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str, heldout_manifest: str, topk: str,
+def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: str, heldout_manifest: str, topk: str,
         ranking: str, vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
         benchmarks: list[str], records_md: str, out: str, engines: dict | None = None) -> None:
-    model, gsm8k, heldout = (read_json(p) for p in (model_manifest, gsm8k_manifest, heldout_manifest))
+    model, problems, heldout = (read_json(p) for p in (model_manifest, problems_manifest, heldout_manifest))
+    kind = (config.get("task") or {}).get("kind", "gsm8k")  # a config from before tasks: GSM8K
     ranked, voted, scored = read_json(topk), read_json(vote), read_json(bpb)
     shards = [read_json(p) for p in shard_timings]
     members = read_json(members_timings)
@@ -46,13 +47,9 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, gsm8k_manifest: str
         # engines_resolved: how many engines ran side by side a device, and why (engine.engines_per_gpu)
         "engine": config["engine"] | {"compute_dtype_resolved": rec.single_compute_dtype(shards)}
         | ({"engines_resolved": engines} if engines else {}),
-        "data": {
-            "gsm8k_train_sha256": gsm8k["train"]["sha256"], "gsm8k_test_sha256": gsm8k["test"]["sha256"],
-            "n_train": gsm8k["train"]["n"], "n_test": gsm8k["test"]["n"],
-            "heldout_sha256": heldout["sha256"], "heldout_bytes": scored["n_bytes"], "heldout_docs": scored["n_docs"],
-            "synthetic": bool(gsm8k["synthetic"] or heldout["synthetic"]),
-            "synthetic_parts": {"gsm8k": bool(gsm8k["synthetic"]), "heldout": bool(heldout["synthetic"])},
-        },
+        # The task the rewards and accuracies below are of (randopt/tasks/; the config holds its block).
+        "task": {"kind": kind, "synthetic": bool(problems["synthetic"])},
+        "data": rec.data_fields(kind, problems, heldout, scored),
         "noise": {"kind": "rademacher", "definition": "kernels/noise_ref.py v1"},
         "perturbation": rec.switch_summary(config["perturbation"]["switch"], shards + [members]),
         "population": {"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],

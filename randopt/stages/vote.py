@@ -10,6 +10,7 @@ from randopt.data.gsm8k import extract_answer
 from randopt.population import BASE
 from randopt.io import read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.report.statistics import per_problem_results
+from randopt.tasks import registry
 
 
 def run(*, answers: str, topk: str, test: str, out: str) -> None:
@@ -17,14 +18,19 @@ def run(*, answers: str, topk: str, test: str, out: str) -> None:
     verify_against_manifest(test)
     table = pd.read_parquet(answers)
     table["answer"] = table["answer"].astype(object).where(table["answer"].notna(), None)
-    references = {p["id"]: extract_answer(p["answer"]) for p in read_jsonl(test, required=("id", "answer"))}
+    task = registry.of_split(test)
+    gsm8k = task.kind == "gsm8k"
+    rows = read_jsonl(test, required=("id", "answer"))
+    references = {p["id"]: extract_answer(p["answer"]) if gsm8k else p["answer"] for p in rows}
+    if not gsm8k:  # another task: members pool their answers by its vote key (randopt/ensemble/vote.py)
+        table["answer"] = [task.vote_key(a) for a in table["answer"]]
     base = table[table["seed"] == BASE]
     result = {"stage": "vote", "n_test": len(references),
               "base_test": float(base["correct"].mean()), "ensemble_test": {}, "member_mean_test": {}}
     lists = read_json(topk)["topk"]
     # Per-problem correctness, member test accuracies and the k-curve: what the record's statistics
     # need, so that they are computed from this stage's own votes.
-    details = per_problem_results(table, lists, references, BASE)
+    details = per_problem_results(table, lists, references, BASE, by_winner=not gsm8k)
     for lst in lists:
         members = [(m["seed"], m["sigma"]) for m in lst["members"]]
         key = repr(lst["fraction"])

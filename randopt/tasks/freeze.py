@@ -1,0 +1,91 @@
+"""freeze_task: a task's frozen train and test splits (every task but GSM8K, which keeps freeze_gsm8k).
+
+The same contract as GSM8K's splits (randopt/data/gsm8k.py): seeded selection (the first n of a
+permutation, so a larger n extends a smaller one), canonical JSONL rows, pinned sha256s checked before
+anything is written, all outputs written together or not at all. A task with one pool (MATH-500,
+HumanEval, a single JSONL file) gives train the first n_train of the permutation and test the next
+n_test, so the two never share a problem. The manifest names the task (kind and block): the engine
+stages read the task from it (randopt/tasks/registry.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from randopt.data.gsm8k import check_sha256, rows_to_jsonl, select_indices
+from randopt.io import InputError, atomic_path, sha256_bytes
+from randopt.tasks import registry
+
+SPLITS = ("train", "test")
+
+
+def frozen_rows(task, pool: list[dict], indices: list[int], split: str) -> list[dict]:
+    rows = []
+    for i in indices:
+        problem = pool[i]
+        rows.append({**problem, "id": str(problem.get("id", f"{split}-{i}")), "question": task.render(problem),
+                     "answer": str(problem["answer"])})
+    return rows
+
+
+def freeze_splits(spec: Mapping, n_train: int, n_test: int, selection_seed: int, *, cache_dir=None):
+    """(train_rows, test_rows, info) of the task spec {"kind", **block}."""
+    task = registry.make(spec)
+    pools = task.load_pools(cache_dir=cache_dir)
+    wanted = {"train": n_train, "test": n_test}
+    out = {}
+    if "all" in pools:
+        pool = pools["all"]
+        if n_train + n_test > len(pool):
+            raise InputError(f"task {task.kind}: n_train + n_test = {n_train + n_test} is more than the "
+                             f"{len(pool)} problems of its source; lower them to sum to at most {len(pool)}")
+        order = select_indices(len(pool), n_train + n_test, selection_seed)
+        out = {"train": frozen_rows(task, pool, order[:n_train], "all"),
+               "test": frozen_rows(task, pool, order[n_train:], "all")}
+        sizes = {"all": len(pool)}
+    else:
+        for split in SPLITS:
+            pool = pools[split]
+            if wanted[split] > len(pool):
+                raise InputError(f"task {task.kind}: n_{split}={wanted[split]} is larger than the {split} pool "
+                                 f"({len(pool)} problems); lower n_{split} to at most {len(pool)}")
+            out[split] = frozen_rows(task, pool, select_indices(len(pool), wanted[split], selection_seed), split)
+        sizes = {split: len(pools[split]) for split in SPLITS}
+    for split in SPLITS:
+        if not out[split]:
+            raise InputError(f"task {task.kind}: the frozen {split} split is empty; give n_{split} >= 1")
+    info = {"pool_sizes": sizes, "synthetic": task.synthetic, "selection_seed": selection_seed,
+            "task": dict(spec)}
+    return out["train"], out["test"], info
+
+
+def write_frozen(spec: Mapping, n_train: int, n_test: int, selection_seed: int, *, out_train, out_test, manifest,
+                 pinned_train_sha256=None, pinned_test_sha256=None, cache_dir=None) -> dict:
+    """Freeze both splits of a task and write them and the manifest, all or nothing."""
+    check_sha256(pinned_train_sha256, "pinned train sha256")
+    check_sha256(pinned_test_sha256, "pinned test sha256")
+    paths = {"train": Path(out_train), "test": Path(out_test)}
+    train, test, info = freeze_splits(spec, n_train, n_test, selection_seed, cache_dir=cache_dir)
+    rows = {"train": train, "test": test}
+    data = {split: rows_to_jsonl(rows[split]) for split in SPLITS}
+    pinned = {"train": pinned_train_sha256, "test": pinned_test_sha256}
+    record: dict = {}
+    for split in SPLITS:
+        digest = sha256_bytes(data[split])
+        if pinned[split] is not None and pinned[split].lower() != digest:
+            raise InputError(f"{paths[split]}: sha256 of the frozen {split} split is {digest}, but the config pins "
+                             f"{pinned[split].lower()}; the source or selection changed (nothing was written): fix "
+                             "the source, or update the pinned sha256 if the change is intended")
+        record[split] = {"sha256": digest, "n": len(rows[split]), "path": str(paths[split])}
+    record.update(info)
+    text = json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    with contextlib.ExitStack() as stack:
+        tmp_train = stack.enter_context(atomic_path(paths["train"]))
+        tmp_test = stack.enter_context(atomic_path(paths["test"]))
+        tmp_manifest = stack.enter_context(atomic_path(manifest))
+        tmp_train.write_bytes(data["train"])
+        tmp_test.write_bytes(data["test"])
+        tmp_manifest.write_text(text, encoding="utf-8")
+    return record

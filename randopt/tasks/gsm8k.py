@@ -1,0 +1,44 @@
+"""GSM8K as a task: its extraction and scoring are randopt/data/gsm8k.py's, unchanged (the first number
+after the last "####", compared as exact decimals). Its problems are frozen by freeze_gsm8k from the
+config's gsm8k block, and its prompt is the decode block's system line and examples, as before tasks
+existed: so the embedded default's keys and record stay what they were."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from randopt.data import gsm8k
+from randopt.tasks.base import Reward, Task, full, zero
+
+
+class GSM8K(Task):
+    kind = "gsm8k"
+
+    def load_pools(self, cache_dir=None) -> dict[str, list[dict]]:
+        source = self.block.get("source")
+        return gsm8k.load_pools(source, cache_dir=cache_dir)
+
+    def render(self, problem: Mapping[str, Any]) -> str:
+        return problem["question"]
+
+    def prompt(self) -> dict:
+        return {}  # the decode block's system line and examples
+
+    def extract(self, completion: str) -> str | None:
+        return gsm8k.extract_answer(completion)
+
+    def reward(self, completion: str, problem: Mapping[str, Any]) -> Reward:
+        if gsm8k.is_correct(completion, problem["answer"]):
+            return full()
+        answer = self.extract(completion)
+        if answer is None:
+            return zero("no number found")
+        return zero(f"wrong: {answer}, reference {gsm8k.reference_answer(problem['answer'])}")
+
+    def vote_key(self, answer):
+        """As the vote stage compares GSM8K answers (randopt/ensemble/vote.py): as exact numbers."""
+        return None if answer is None else Fraction(answer)
+
+
+TASK_CLASS = GSM8K
