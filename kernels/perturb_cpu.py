@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from kernels.noise_kinds import GAUSSIAN, RADEMACHER, check_kind
-from kernels.noise_ref import _fmix32_np_, gaussian_bits_of_hash, gaussian_table_bits, tensor_keys
+from kernels.noise_ref import _fmix32_np_, gaussian_bits_of_hash, gaussian_table, tensor_keys
 
 CHUNK = 1 << 16        # elements per inner step: the uint32 hash buffer stays in L2
 BLOCK = 1 << 22        # elements per thread-pool task
@@ -117,22 +117,22 @@ def _compile_numba():
             h = fmix32(fmix32(np.uint64(i) ^ ka) ^ kb)
             live[i] = base[i] + (-sigma32 if h >> 31 else sigma32)
 
-    # Gaussian: G's bits are T_bits[k] | sign, read back as a float32 through a 1-element view; the
-    # product sigma32 * G is a float32 multiply (both operands float32) and the add another.
+    # Gaussian: sigma32 * T[k] is a float32 multiply (both operands float32), negated when bit 31 of h
+    # is set. Negating the rounded product is the definition's rn32(sigma * -T[k]) exactly (rounding to
+    # nearest even is symmetric in sign), and it spares the bit cast of G through memory (1.3x
+    # Rademacher's loop on a 4M-element block instead of 1.7x, measured).
     @numba.njit(nogil=True, cache=True, inline="always")
-    def gauss_bits(h, table):
-        return table[(h >> 16) & 0x7FFF] | np.uint32(h & 0x80000000)
+    def gauss_step(h, table, sigma32):
+        step = sigma32 * table[(h >> 16) & 0x7FFF]
+        return -step if h >> 31 else step
 
     @numba.njit(nogil=True, cache=True)
     def block_gauss_bf16(live, base, start, stop, ka, kb, sigma32, table):
         wide = np.empty(1, np.float32)
         bits = wide.view(np.uint32)
-        noise = np.empty(1, np.float32)
-        noise_bits = noise.view(np.uint32)
         for i in range(start, stop):
             h = fmix32(fmix32(np.uint64(i) ^ ka) ^ kb)
-            noise_bits[0] = gauss_bits(h, table)
-            step = sigma32 * noise[0]
+            step = gauss_step(h, table, sigma32)
             bits[0] = np.uint32(base[i]) << np.uint32(16)
             wide[0] = wide[0] + step
             u = bits[0]
@@ -140,13 +140,9 @@ def _compile_numba():
 
     @numba.njit(nogil=True, cache=True)
     def block_gauss_fp32(live, base, start, stop, ka, kb, sigma32, table):
-        noise = np.empty(1, np.float32)
-        noise_bits = noise.view(np.uint32)
         for i in range(start, stop):
             h = fmix32(fmix32(np.uint64(i) ^ ka) ^ kb)
-            noise_bits[0] = gauss_bits(h, table)
-            step = sigma32 * noise[0]
-            live[i] = base[i] + step
+            live[i] = base[i] + gauss_step(h, table, sigma32)
 
     return block_bf16, block_fp32, block_gauss_bf16, block_gauss_fp32
 
@@ -159,7 +155,7 @@ def _block(live: np.ndarray, base: np.ndarray, is_bf16: bool, start: int, stop: 
     if use_numba and _NUMBA is not None and (is_bf16 or live.dtype == np.float32):
         if gauss:
             fn = _NUMBA[2] if is_bf16 else _NUMBA[3]
-            fn(live, base, start, stop, np.uint64(ka), np.uint64(kb), sigma32, gaussian_table_bits())
+            fn(live, base, start, stop, np.uint64(ka), np.uint64(kb), sigma32, gaussian_table())
         else:
             fn = _NUMBA[0] if is_bf16 else _NUMBA[1]
             fn(live, base, start, stop, np.uint64(ka), np.uint64(kb), sigma32)
