@@ -52,7 +52,7 @@ T[2**15 - 1] = 4.3249 (the draws are bounded there); the table's variance is 0.9
 Why 2**16 quantiles are enough at sigma <= 1e-2 in bf16: the table's step between neighbouring
 values is 3.8e-5 at 0, 6.3e-5 at |G| = 1, 2.8e-4 at 2 and 3.5e-3 at 3 (1.3e-4 on average over
 draws). Relative to the value (step / |G|) it is at most 2**-8 = 3.9e-3, the smallest relative ULP
-of bf16, for 0.0098 <= |G| <= 3.43 (99.2 % of draws): there the noise sigma*G rounded to bf16 by
+of bf16, for 0.0098 <= |G| <= 3.42 (99.2 % of draws): there the noise sigma*G rounded to bf16 by
 itself would lose more than the table does. Against the weights, the table's step is
 sigma * 1.3e-4 <= 1.3e-6 on average at sigma <= 1e-2, 46 to 185 times below the bf16 ULP of a
 weight of magnitude 0.01 to 0.05 (6.1e-5 to 2.4e-4). Measured: drawing the exact
