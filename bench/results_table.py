@@ -142,10 +142,25 @@ def _verify(d):
 
 def _perturb(d):
     ms = {t["method"]: t["ms_per_seed"] for t in d["timing"]}
+    gaussian = ([f"Gaussian {ms['reconstruct, Gaussian: SwitchPlan (CUDA graph)']} ms "
+                 f"({d['gaussian_over_floor']:.2f}× the floor, {d['gaussian_over_rademacher']:.2f}× Rademacher)"]
+                if "gaussian_over_floor" in d else [])
     return [f"reconstruct {ms['reconstruct: SwitchPlan (CUDA graph)']} ms vs copy floor "
-            f"{ms['copy base->live (floor)']} ms (**{d['reconstruct_over_floor']:.2f}×**)",
+            f"{ms['copy base->live (floor)']} ms (**{d['reconstruct_over_floor']:.2f}×**)", *gaussian,
             f"upstream-style switch {ms['upstream-style (randn add, regen subtract)']} ms",
             f"{sum(d['correctness'].values())}/{len(d['correctness'])} bit-exactness checks pass"]
+
+
+def _perturb_cpu(d):
+    ms = {r["method"]: r["ms_per_seed"] for r in d["rows"]}
+    ratios = d["ratios"]
+    return [f"SmolLM2-135M-shaped bf16 switch: Gaussian {ms['reconstruct, Gaussian (CPU kernel, numba)']} ms, "
+            f"Rademacher {ms['reconstruct, Rademacher (CPU kernel, numba)']} ms, copy floor "
+            f"{ms['copy base->live (floor)']} ms (medians)",
+            f"**Gaussian {ratios['gaussian_over_rademacher']:.2f}× Rademacher**, {ratios['gaussian_over_floor']:.1f}× "
+            f"the floor (Rademacher {ratios['rademacher_over_floor']:.1f}×)",
+            f"table vs exact normal at sigma 1e-2: {100 * d['resolution']['sigma_0.01']['share_of_weights_changed']:.2f} % "
+            "of bf16 weights differ"]
 
 
 # (the top-level keys it reads, its headline figures): the first entry whose keys a file has all of
@@ -169,6 +184,7 @@ FIGURES = [
         f"{d['engine_core_process']['total_s']:.1f} s with a separate core",
         f"import vllm {min(d['import_s']):.1f}–{max(d['import_s']):.1f} s"]),
     (("reconstruct_over_floor", "timing", "correctness"), _perturb),
+    (("ratios", "rows", "resolution"), _perturb_cpu),
     (("export_s", "params", "files", "GB_per_s_read_plus_write", "tensors_checked_bit_equal"), lambda d: [
         f"{d['params'] / 1e9:.2f} B parameters in {d['files']} files exported in **{d['export_s']:.1f} s**",
         f"{d['GB_per_s_read_plus_write']:.2f} GB/s read + write",

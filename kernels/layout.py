@@ -1,7 +1,8 @@
 """Where the elements of a sharded or fused local tensor sit in the logical (checkpoint) tensors.
 
-The noise of an element depends only on its logical tensor's name and its row-major index there
-(kernels/noise_ref.py), so a local tensor is perturbed through a description of that mapping:
+The noise of an element (Rademacher or Gaussian) depends only on its logical tensor's name and its
+row-major index there (kernels/noise_ref.py), so a local tensor is perturbed through a description
+of that mapping:
 
 * a local tensor is viewed as 2-D: (shape[0], prod(shape[1:])); a 1-D tensor is (n, 1);
 * a ``Block`` says that local rows [local_row, +nrows) x local columns [local_col, +ncols) hold
@@ -25,7 +26,8 @@ from functools import cached_property
 
 import torch
 
-from kernels.noise_ref import check_logical_numel, delta_step, negative_mask, tensor_keys
+from kernels.noise_kinds import RADEMACHER
+from kernels.noise_ref import check_logical_numel, delta_step, noise_step, tensor_keys
 
 # Local elements per reference chunk: bounds the int64 index temporaries.
 _CHUNK = 1 << 22
@@ -240,18 +242,18 @@ def _check_local(live: torch.Tensor, src: torch.Tensor | None, layout: LocalLayo
 
 
 def _apply_local_reference_(live: torch.Tensor, src: torch.Tensor, layout: LocalLayout,
-                            to: tuple[int, float] | None, frm: tuple[int, float] | None) -> None:
+                            to: tuple[int, float] | None, frm: tuple[int, float] | None, noise: str) -> None:
     """live[block] := rne(fp32(src[block]) + d) for every block, d as in noise_ref.delta_step."""
     live2, src2 = live.view(layout.rows, layout.cols), src.reshape(layout.rows, layout.cols)
     for b in layout.blocks:
-        keys_to = tensor_keys(to[0], b.name) if to else None
-        keys_from = tensor_keys(frm[0], b.name) if frm else None
+        keys_to = tensor_keys(to[0], b.name, noise) if to else None
+        keys_from = tensor_keys(frm[0], b.name, noise) if frm else None
         step = max(1, _CHUNK // max(1, b.width))
         for r0 in range(0, b.nrows, step):
             r1 = min(b.nrows, r0 + step)
             idx = _block_index(b, r0, r1, live.device)
-            d = delta_step(negative_mask(idx, *keys_to) if keys_to else None, to[1] if to else 0.0,
-                           negative_mask(idx, *keys_from) if keys_from else None, frm[1] if frm else 0.0)
+            d = delta_step(noise_step(idx, keys_to, to[1], noise) if keys_to else None,
+                           noise_step(idx, keys_from, frm[1], noise) if keys_from else None)
             rows = slice(b.local_row + r0, b.local_row + r1)
             cols = slice(b.local_col, b.local_col + b.width)
             live2[rows, cols] = (src2[rows, cols].to(torch.float32) + d).to(live.dtype)
@@ -265,20 +267,21 @@ def copy_gaps_(live: torch.Tensor, base: torch.Tensor, layout: LocalLayout) -> N
 
 
 def reconstruct_local_reference_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float,
-                                 layout: LocalLayout) -> None:
-    """live := base + sigma * R at each element's logical (name, index); uncovered elements := base."""
+                                 layout: LocalLayout, noise: str = RADEMACHER) -> None:
+    """live := base + sigma * N at each element's logical (name, index); uncovered elements := base."""
     _check_local(live, base, layout)
     if not sigma > 0:
         raise ValueError(f"sigma must be > 0, got {sigma!r}")
-    _apply_local_reference_(live, base, layout, (seed, sigma), None)
+    _apply_local_reference_(live, base, layout, (seed, sigma), None, noise)
     copy_gaps_(live, base, layout)
 
 
 def delta_switch_local_reference_(live: torch.Tensor, layout: LocalLayout, seed_from: int | None,
-                                  sigma_from: float, seed_to: int | None, sigma_to: float) -> None:
+                                  sigma_from: float, seed_to: int | None, sigma_to: float,
+                                  noise: str = RADEMACHER) -> None:
     """In-place switch of a local tensor (see noise_ref.delta_switch_reference_); gaps untouched."""
     _check_local(live, None, layout)
     to = (seed_to, sigma_to) if seed_to is not None and sigma_to != 0 else None
     frm = (seed_from, sigma_from) if seed_from is not None and sigma_from != 0 else None
     if to or frm:
-        _apply_local_reference_(live, live, layout, to, frm)
+        _apply_local_reference_(live, live, layout, to, frm, noise)

@@ -18,10 +18,19 @@ in registers and the loads must keep their vector width. The length ``n`` is del
 specialized (Triton then knows n % 16 and keeps 16-byte accesses; excluding it made the pass 3.5x
 slower); the keys and sigma change every seed and are excluded, so a new seed never recompiles.
 
-Bit-exactness notes: every side of d is exactly +-sigma_f32, built by OR-ing the hash's top bit into
-sigma's sign bit. bf16 is rounded to nearest even: by the hardware conversion when compiled, by hand
-on the fp32 bits (add 0x7FFF + lsb, shift) and stored through an int16 view under the Triton
-interpreter, whose bf16 store truncates. fp16 and fp32 use the plain conversion (RNE in both).
+Bit-exactness notes: every Rademacher side of d is exactly +-sigma_f32, built by OR-ing the hash's
+top bit into sigma's sign bit. A Gaussian side (GAUSS) reads T[(h >> 16) & 0x7FFF] from a 128 KiB
+device table, ORs the same bit into its sign and multiplies by sigma in fp32. That product must be
+rounded before the add (the definition, kernels/noise_ref.py): on CUDA, Triton contracts a*b + c into
+one FMA by default (LLVM and ptxas both), which rounds once and changes the last bit of some fp32
+sums, so Gaussian launches pass enable_fp_fusion=False (no contraction in LLVM, ptxas --fmad=false).
+Rademacher launches keep the default: they multiply nothing, so there is nothing to contract, and
+their compiled code stays what bench/perturb/ measured. The interpreter (numpy) never fuses, so it
+cannot show this: tests/test_kernel_cuda.py and bench/perturb/bench_perturb_h200.py check the
+compiled Gaussian kernels against the reference on a GPU. bf16 is rounded to nearest even: by the
+hardware conversion when compiled, by hand on the fp32 bits (add 0x7FFF + lsb, shift) and stored
+through an int16 view under the Triton interpreter, whose bf16 store truncates. fp16 and fp32 use
+the plain conversion (RNE in both).
 """
 from __future__ import annotations
 
@@ -35,16 +44,18 @@ import triton
 import triton.language as tl
 
 from kernels.layout import Block, LocalLayout, copy_gaps_, replicated
-from kernels.noise_ref import check_logical_numel, tensor_keys, tensor_keys_many
+from kernels.noise_kinds import GAUSSIAN, RADEMACHER, check_kind
+from kernels.noise_ref import check_logical_numel, gaussian_table_bits, tensor_keys, tensor_keys_many
 
 
 @triton.jit
-def _sign_bit(i, k1, kb):
-    """Bit 31 of h = fmix32(fmix32(i ^ ka) ^ kb) as uint32 (0 or 0x80000000); i, k1, kb uint32.
+def _mixed(i, k1, kb):
+    """h = fmix32(fmix32(i ^ ka) ^ kb) but for its final h ^= h >> 16, as uint32; i, k1, kb uint32.
 
     k1 = ka ^ (ka >> 16) (host) folds the key into the first xor-shift, since
     (i ^ ka) ^ ((i ^ ka) >> 16) = i ^ (i >> 16) ^ k1; and the second fmix32's final
-    h ^= h >> 16 leaves bit 31 alone, so it is skipped. Two integer ops saved per element."""
+    h ^= h >> 16 leaves bits 16..31 alone (all either noise reads), so it is skipped. Two integer
+    ops saved per element."""
     h = i ^ (i >> 16) ^ k1
     h = h * 0x85EBCA6B
     h = h ^ (h >> 13)
@@ -54,26 +65,36 @@ def _sign_bit(i, k1, kb):
     h = h * 0x85EBCA6B
     h = h ^ (h >> 13)
     h = h * 0xC2B2AE35
-    return h & 0x80000000
+    return h
 
 
 @triton.jit
-def _signed_sigma(i, k1, kb, sbits):
-    """sigma * R(i) in fp32: sigma's bits with the hash's top bit as the sign (R = -1 iff bit set)."""
+def _noise_step(i, k1, kb, sbits, table_ptr, GAUSS: tl.constexpr):
+    """sigma * N(i) in fp32. Rademacher: sigma's bits with the hash's top bit as the sign (R = -1 iff
+    bit set), exact. Gaussian: G = T[(h >> 16) & 0x7FFF] with bit 31 as its sign, times sigma,
+    rounded to fp32 (launched with enable_fp_fusion=False, so the add after it stays an add)."""
     k1 = k1.to(tl.uint32, bitcast=True)
     kb = kb.to(tl.uint32, bitcast=True)
     sbits = sbits.to(tl.uint32, bitcast=True)
-    return (_sign_bit(i, k1, kb) | sbits).to(tl.float32, bitcast=True)
+    h = _mixed(i, k1, kb)
+    if GAUSS:
+        magnitude = tl.load(table_ptr + ((h >> 16) & 0x7FFF).to(tl.int32)).to(tl.uint32, bitcast=True)
+        g = (magnitude | (h & 0x80000000)).to(tl.float32, bitcast=True)
+        step = g * sbits.to(tl.float32, bitcast=True)
+    else:
+        step = ((h & 0x80000000) | sbits).to(tl.float32, bitcast=True)
+    return step
 
 
 @triton.jit
-def _switched(x, i, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr, HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr):
-    """fp32(x) + d with d = sigma_to*R_to - sigma_from*R_from (an absent side contributes nothing)."""
+def _switched(x, i, table_ptr, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr, HAS_TO: tl.constexpr,
+              HAS_FROM: tl.constexpr, GAUSS: tl.constexpr):
+    """fp32(x) + d with d = sigma_to*N_to - sigma_from*N_from (an absent side contributes nothing)."""
     d = tl.full(x.shape, 0.0, tl.float32)  # tl.full is a builtin (tl.zeros is a jit helper: see tests)
     if HAS_TO:
-        d = _signed_sigma(i, k1_to, kb_to, sb_to)
+        d = _noise_step(i, k1_to, kb_to, sb_to, table_ptr, GAUSS)
     if HAS_FROM:
-        d = d - _signed_sigma(i, k1_fr, kb_fr, sb_fr)
+        d = d - _noise_step(i, k1_fr, kb_fr, sb_fr, table_ptr, GAUSS)
     return x.to(tl.float32) + d
 
 
@@ -101,9 +122,9 @@ def _load_keys(keys_ptr):
 
 
 @triton.jit(do_not_specialize=_SCALARS)
-def _flat_kernel(out_ptr, src_ptr, n, idx0, keys_ptr,
+def _flat_kernel(out_ptr, src_ptr, n, idx0, keys_ptr, table_ptr,
                  k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr,
-                 HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr, KEYS_FROM_TABLE: tl.constexpr,
+                 HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr, KEYS_FROM_TABLE: tl.constexpr, GAUSS: tl.constexpr,
                  BF16_BY_HAND: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
     """Elements 0..n-1 of a contiguous range whose logical indices are idx0 + 0..n-1.
     KEYS_FROM_TABLE: the keys come from memory (a CUDA graph replays fixed scalar arguments)."""
@@ -117,14 +138,14 @@ def _flat_kernel(out_ptr, src_ptr, n, idx0, keys_ptr,
     idx = (offs + idx0).to(tl.uint32)
     mask = offs < n
     x = tl.load(src_ptr + offs, mask=mask)
-    y = _switched(x, idx, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr, HAS_TO, HAS_FROM)
+    y = _switched(x, idx, table_ptr, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr, HAS_TO, HAS_FROM, GAUSS)
     _store_rounded(out_ptr + offs, y, mask, BF16_BY_HAND)
 
 
 @triton.jit(do_not_specialize=_SCALARS)
 def _tile_kernel(out_ptr, src_ptr, nrows, ncols, row_stride, logical_row, logical_cols, logical_col, keys_ptr,
-                 k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr,
-                 HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr, KEYS_FROM_TABLE: tl.constexpr,
+                 table_ptr, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr,
+                 HAS_TO: tl.constexpr, HAS_FROM: tl.constexpr, KEYS_FROM_TABLE: tl.constexpr, GAUSS: tl.constexpr,
                  BF16_BY_HAND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """A window of nrows x ncols local elements (row stride row_stride) holding logical rows
     logical_row.. and columns logical_col.. of a logical tensor with logical_cols columns."""
@@ -137,7 +158,7 @@ def _tile_kernel(out_ptr, src_ptr, nrows, ncols, row_stride, logical_row, logica
     row_idx = ((r + logical_row) * logical_cols + logical_col).to(tl.uint32)  # < 2**32 by check
     idx = row_idx[:, None] + c.to(tl.uint32)[None, :]
     x = tl.load(src_ptr + offs, mask=mask)
-    y = _switched(x, idx, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr, HAS_TO, HAS_FROM)
+    y = _switched(x, idx, table_ptr, k1_to, kb_to, sb_to, k1_fr, kb_fr, sb_fr, HAS_TO, HAS_FROM, GAUSS)
     _store_rounded(out_ptr + offs, y, mask, BF16_BY_HAND)
 
 
@@ -173,29 +194,46 @@ def _sigma_bits(sigma: float) -> int:
     return bits
 
 
-def _side(seed: int | None, sigma: float, name: str) -> tuple[int, int, int] | None:
+def _side(seed: int | None, sigma: float, name: str, noise: str) -> tuple[int, int, int] | None:
     """(k1, kb, sigma bits) of one side of a switch as int32, or None when the side is absent."""
     if seed is None or sigma == 0:
         return None
-    ka, kb = tensor_keys(seed, name)
+    ka, kb = tensor_keys(seed, name, noise)
     return _i32(ka ^ (ka >> 16)), _i32(kb), _i32(_sigma_bits(sigma))
+
+
+_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
+def _gauss_table(device: torch.device) -> torch.Tensor:
+    """T's float32 bits as an int32 tensor on ``device``, uploaded once (a CUDA graph replays its pointer)."""
+    table = _TABLES.get(device)
+    if table is None:
+        table = _TABLES[device] = torch.from_numpy(gaussian_table_bits().view(np.int32).copy()).to(device)
+    return table
 
 
 @dataclass(frozen=True)
 class _Keys:
-    """What one launch needs to know about the switch: which sides are present, and their keys:
-    scalars (eager launches) or a key-table row (launches replayed by a CUDA graph)."""
+    """What one launch needs to know about the switch: which sides are present, their keys (scalars
+    for eager launches, or a key-table row for launches replayed by a CUDA graph), and the noise."""
     has_to: bool
     has_from: bool
     to: tuple[int, int, int] = _NO_KEYS
     frm: tuple[int, int, int] = _NO_KEYS
     row: torch.Tensor | None = None
+    gauss: bool = False
 
     def args(self, dummy: torch.Tensor) -> list:
-        """keys_ptr, the six scalars, HAS_TO, HAS_FROM, KEYS_FROM_TABLE; dummy stands in for an
-        unused keys_ptr (never read: KEYS_FROM_TABLE is then False)."""
+        """keys_ptr, table_ptr, the six scalars, HAS_TO, HAS_FROM, KEYS_FROM_TABLE, GAUSS; dummy stands
+        in for an unused pointer (never read: KEYS_FROM_TABLE or GAUSS is then False)."""
         row = self.row if self.row is not None else dummy
-        return [row, *self.to, *self.frm, self.has_to, self.has_from, self.row is not None]
+        table = _gauss_table(dummy.device) if self.gauss else dummy
+        return [row, table, *self.to, *self.frm, self.has_to, self.has_from, self.row is not None, self.gauss]
+
+    def options(self) -> dict:
+        """Compile options: a Gaussian side's product must be rounded before the add (no FMA)."""
+        return {"enable_fp_fusion": False} if self.gauss else {}
 
 
 def _by_hand(t: torch.Tensor) -> bool:
@@ -216,33 +254,35 @@ def _check_pair(out: torch.Tensor, src: torch.Tensor, what: str) -> None:
         raise ValueError(f"{what}: live and base must be contiguous")
 
 
-def _launch_flat(out: torch.Tensor, src: torch.Tensor, start: int, n: int, idx0: int, keys: _Keys) -> None:
-    """Elements start..start+n-1 of the contiguous out/src; their logical indices are idx0 + 0..n-1."""
+def _launch_flat(out: torch.Tensor, src: torch.Tensor, start: int, n: int, idx0: int, keys: _Keys):
+    """Elements start..start+n-1 of the contiguous out/src; their logical indices are idx0 + 0..n-1.
+    Returns what Triton's launch returns (compiled: the kernel, whose .asm the CUDA tests read)."""
     if n == 0:
-        return
+        return None
     if start:
         out, src = out.view(-1)[start:], src.view(-1)[start:]
     block = LaunchConfig.block
     wide = n + idx0 + block >= 2**31
-    _flat_kernel[(triton.cdiv(n, block),)](
+    return _flat_kernel[(triton.cdiv(n, block),)](
         _out_view(out), src, n, idx0, *keys.args(src), _by_hand(out), wide,
-        BLOCK=block, num_warps=LaunchConfig.num_warps)
+        BLOCK=block, num_warps=LaunchConfig.num_warps, **keys.options())
 
 
-def _launch_tile(out2: torch.Tensor, src2: torch.Tensor, b: Block, keys: _Keys) -> None:
-    """out2, src2: the 2-D local views of the whole local tensor; one launch for block b."""
+def _launch_tile(out2: torch.Tensor, src2: torch.Tensor, b: Block, keys: _Keys):
+    """out2, src2: the 2-D local views of the whole local tensor; one launch for block b (returns
+    Triton's launch result, as _launch_flat)."""
     ncols = b.width
     if b.nrows == 0 or ncols == 0:
-        return
+        return None
     block_c = min(1024, triton.next_power_of_2(ncols))
     block_r = max(1, LaunchConfig.tile_elems // block_c)
     out_win = out2[b.local_row:, b.local_col:]
     src_win = src2[b.local_row:, b.local_col:]
     grid = (triton.cdiv(b.nrows, block_r), triton.cdiv(ncols, block_c))
-    _tile_kernel[grid](
+    return _tile_kernel[grid](
         _out_view(out_win), src_win, b.nrows, ncols, out2.stride(0), b.logical_row, b.logical_cols,
         b.logical_col, *keys.args(src2), _by_hand(out2),
-        BLOCK_R=block_r, BLOCK_C=block_c, num_warps=LaunchConfig.num_warps)
+        BLOCK_R=block_r, BLOCK_C=block_c, num_warps=LaunchConfig.num_warps, **keys.options())
 
 
 def _launch_block(out: torch.Tensor, src: torch.Tensor, layout: LocalLayout, b: Block, keys: _Keys) -> None:
@@ -260,23 +300,25 @@ def _launch_block(out: torch.Tensor, src: torch.Tensor, layout: LocalLayout, b: 
 # Eager entry points (same semantics as the references in noise_ref.py / layout.py)
 
 
-def reconstruct_triton_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str) -> None:
-    """live := base + sigma * R(seed, name, ·) for a whole logical tensor (one launch)."""
+def reconstruct_triton_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str,
+                        noise: str = RADEMACHER) -> None:
+    """live := base + sigma * N(seed, name, ·) for a whole logical tensor (one launch)."""
     _check_pair(live, base, name)
     check_logical_numel(name, base.numel())
     _sigma_bits(sigma)  # validates: sigma > 0 (a zero sigma would make _side return None)
-    keys = _Keys(True, False, to=_side(seed, sigma, name))
+    keys = _Keys(True, False, to=_side(seed, sigma, name, noise), gauss=check_kind(noise) == GAUSSIAN)
     _launch_flat(live, base, 0, live.numel(), 0, keys)
 
 
 def delta_switch_triton_(live: torch.Tensor, name: str, seed_from: int | None, sigma_from: float,
-                         seed_to: int | None, sigma_to: float) -> None:
-    """In place: live := rne(fp32(live) + sigma_to*R_to - sigma_from*R_from) (one launch)."""
+                         seed_to: int | None, sigma_to: float, noise: str = RADEMACHER) -> None:
+    """In place: live := rne(fp32(live) + sigma_to*N_to - sigma_from*N_from) (one launch)."""
     _check_pair(live, live, name)
     check_logical_numel(name, live.numel())
-    to, frm = _side(seed_to, sigma_to, name), _side(seed_from, sigma_from, name)
+    to, frm = _side(seed_to, sigma_to, name, noise), _side(seed_from, sigma_from, name, noise)
     if to or frm:
-        _launch_flat(live, live, 0, live.numel(), 0, _Keys(bool(to), bool(frm), to or _NO_KEYS, frm or _NO_KEYS))
+        _launch_flat(live, live, 0, live.numel(), 0, _Keys(bool(to), bool(frm), to or _NO_KEYS, frm or _NO_KEYS,
+                                                           gauss=check_kind(noise) == GAUSSIAN))
 
 
 def _check_local(live: torch.Tensor, src: torch.Tensor, layout: LocalLayout) -> None:
@@ -286,23 +328,27 @@ def _check_local(live: torch.Tensor, src: torch.Tensor, layout: LocalLayout) -> 
 
 
 def reconstruct_local_triton_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float,
-                              layout: LocalLayout) -> None:
+                              layout: LocalLayout, noise: str = RADEMACHER) -> None:
     """A local (sharded / fused) tensor: blocks perturbed at their logical indices, gaps := base."""
     _check_local(live, base, layout)
     _sigma_bits(sigma)
+    gauss = check_kind(noise) == GAUSSIAN
     for b in layout.blocks:
-        _launch_block(live, base, layout, b, _Keys(True, False, to=_side(seed, sigma, b.name)))
+        _launch_block(live, base, layout, b, _Keys(True, False, to=_side(seed, sigma, b.name, noise), gauss=gauss))
     copy_gaps_(live, base, layout)
 
 
 def delta_switch_local_triton_(live: torch.Tensor, layout: LocalLayout, seed_from: int | None,
-                               sigma_from: float, seed_to: int | None, sigma_to: float) -> None:
+                               sigma_from: float, seed_to: int | None, sigma_to: float,
+                               noise: str = RADEMACHER) -> None:
     """In-place switch of a local tensor; gaps (padding) untouched."""
     _check_local(live, live, layout)
+    gauss = check_kind(noise) == GAUSSIAN
     for b in layout.blocks:
-        to, frm = _side(seed_to, sigma_to, b.name), _side(seed_from, sigma_from, b.name)
+        to, frm = _side(seed_to, sigma_to, b.name, noise), _side(seed_from, sigma_from, b.name, noise)
         if to or frm:
-            _launch_block(live, live, layout, b, _Keys(bool(to), bool(frm), to or _NO_KEYS, frm or _NO_KEYS))
+            _launch_block(live, live, layout, b, _Keys(bool(to), bool(frm), to or _NO_KEYS, frm or _NO_KEYS,
+                                                       gauss=gauss))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,12 +374,15 @@ class SwitchPlan:
     the eager entry points (the same kernels).
 
     live: local tensors by key; base: their resident base copies (reconstruct; None for a
-    delta-only plan); layouts: by key (None: keys are checkpoint names, whole tensors). The plan
-    holds on to the tensors: build a new one if they are reallocated.
+    delta-only plan); layouts: by key (None: keys are checkpoint names, whole tensors); noise: the
+    plan's noise kind (every switch of an engine uses one). The plan holds on to the tensors: build a
+    new one if they are reallocated.
     """
 
     def __init__(self, live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor] | None = None,
-                 layouts: Mapping[str, LocalLayout] | None = None, use_graphs: bool | None = None) -> None:
+                 layouts: Mapping[str, LocalLayout] | None = None, use_graphs: bool | None = None,
+                 noise: str = RADEMACHER) -> None:
+        self._noise = check_kind(noise)
         self._items = []  # (live, base or None, layout)
         names = []
         for key, t in live.items():
@@ -390,7 +439,7 @@ class SwitchPlan:
         """(ka, kb) of every slot for a seed; the last two seeds are kept (sha256 costs ~0.7 us each)."""
         keys = self._recent_keys.get(seed)
         if keys is None:
-            keys = tensor_keys_many(seed, self._names)
+            keys = tensor_keys_many(seed, self._names, self._noise)
             self._recent_keys = {k: v for k, v in list(self._recent_keys.items())[-1:]}
             self._recent_keys[seed] = keys
         return keys
@@ -431,7 +480,8 @@ class SwitchPlan:
             out = _scratch_like(live) if scratch else live
             src = out if in_place else base
             for b in lay.blocks:
-                _launch_block(out, src, lay, b, _Keys(has_to, has_from, row=self._table[slot]))
+                _launch_block(out, src, lay, b, _Keys(has_to, has_from, row=self._table[slot],
+                                                      gauss=self._noise == GAUSSIAN))
                 slot += 1
             if not in_place and not scratch:
                 copy_gaps_(live, base, lay)

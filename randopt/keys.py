@@ -73,9 +73,12 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
     # order's seed decides which problems share a batch, and so the answers.
     if answer_blocks.block_size(e) is not None:
         numerics["answer_order_seed"] = (config.get("selection") or {}).get("order_seed", 0)
-    # The delta switch's drift changes the weights a seed gets (only when chosen: default keys stay).
+    # The delta switch's drift changes the weights a seed gets, and so does the noise kind (each only
+    # when chosen: the default's keys stay as they were before either option existed).
     if config["perturbation"]["switch"] != "reconstruct":
         numerics["switch"] = config["perturbation"]["switch"]
+    if config["perturbation"]["noise"] != "rademacher":
+        numerics["noise"] = config["perturbation"]["noise"]
     evaluation = short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config), "engine": numerics,
                             "code": key_code("eval", root)} | task_code)
     selection = config.get("selection") or {"mode": "full"}  # records written before racing had none

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from kernels.noise_kinds import KINDS, RADEMACHER
 from randopt.runtime.cli import run_stage
 from randopt.model.export import export_member, export_rank
 
@@ -17,6 +18,8 @@ def parse_args(argv=None):
     p.add_argument("--ranking", help="rank's ranking.parquet (with --rank, instead of --seed/--sigma)")
     p.add_argument("--rank", type=int, help="the member's rank in --ranking (1 = best)")
     p.add_argument("--out", required=True, help="the new model dir (written atomically)")
+    p.add_argument("--noise", default=RADEMACHER, choices=KINDS,
+                   help="the run's perturbation.noise (default: %(default)s); a member is its seed under that noise")
     return p.parse_args(argv)
 
 
@@ -26,8 +29,8 @@ def main(argv=None) -> int:
             or (args.ranking is None) != (args.rank is None):
         raise SystemExit("give either --seed and --sigma, or --ranking and --rank")
     return run_stage("export_member", lambda: print(json.dumps(
-        export_rank(args.model_dir, args.ranking, args.rank, args.out) if args.ranking
-        else export_member(args.model_dir, args.seed, args.sigma, args.out), indent=2)))
+        export_rank(args.model_dir, args.ranking, args.rank, args.out, args.noise) if args.ranking
+        else export_member(args.model_dir, args.seed, args.sigma, args.out, args.noise), indent=2)))
 
 
 if __name__ == "__main__":

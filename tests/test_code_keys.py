@@ -108,6 +108,7 @@ EDITS = [
     ("randopt/scoring/member_cache.py", {"eval", "bpb"}, {"eval", "bpb"}),
     ("randopt/engines/perturb.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
     ("kernels/noise_ref.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
+    ("kernels/noise_kinds.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),  # record, export: code params
     ("randopt/stages/evaluate_shard.py", {"eval"}, {"eval", "population", "race"}),
     ("randopt/report/statistics.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/vote.py", {"population"}, {"population", "race"}),

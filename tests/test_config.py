@@ -154,6 +154,89 @@ def test_delta_switch_is_torch_only_and_changes_only_the_engine_keys():
     changed = {k for k in default if default[k] != delta[k]}
     assert changed == {"eval", "bpb"}  # the drift changes what a seed's weights are; data and model stay
 
+# --- perturbation.noise -------------------------------------------------------------------------------
+
+def test_the_schema_lists_the_kernels_noise_kinds_with_rademacher_the_default():
+    from kernels.noise_kinds import KINDS, RADEMACHER
+    noise = load_schema()["properties"]["perturbation"]["properties"]["noise"]
+    assert tuple(noise["enum"]) == KINDS and noise["default"] == RADEMACHER
+    options = load_schema()["definitions"]["engine_options"]["properties"]["noise"]
+    assert tuple(options["enum"]) == KINDS
+
+
+def test_an_unknown_noise_kind_names_the_key_and_the_kinds():
+    with pytest.raises(ConfigError, match=re.escape("config key 'perturbation.noise': 'uniform' is not one of "
+                                                    "['rademacher', 'gaussian']")):
+        validate({"perturbation": {"noise": "uniform"}})
+
+
+def test_gaussian_noise_changes_only_the_engine_keys_and_the_default_keeps_its_keys():
+    from randopt.keys import run_keys
+    default = run_keys(validate({}))
+    assert validate({})["perturbation"]["noise"] == "rademacher"
+    assert run_keys(validate({"perturbation": {"noise": "rademacher"}})) == default  # the default's keys stay
+    gaussian = run_keys(validate({"perturbation": {"noise": "gaussian"}}))
+    assert {k for k in default if default[k] != gaussian[k]} == {"eval", "bpb"}  # data and model stay
+    both = run_keys(validate({"perturbation": {"noise": "gaussian", "switch": "delta"}}))
+    assert len({default["eval"], gaussian["eval"], both["eval"]}) == 3
+    # under vLLM too (the worker extension perturbs with the configured kind)
+    vllm = {"engine": {"kind": "vllm", "device": "cuda"}}
+    assert run_keys(validate(vllm | {"perturbation": {"noise": "gaussian"}}))["eval"] != run_keys(validate(vllm))["eval"]
+
+
+@pytest.mark.slow
+def test_an_unknown_noise_kind_fails_when_snakemake_builds_the_dag(tmp_path):
+    """`snakemake -n` with perturbation.noise: uniform stops before any job, naming the key."""
+    import os
+    import subprocess
+
+    import yaml
+
+    from tests.support.workflow import SNAKEMAKE
+    overlay = tmp_path / "bad.yaml"
+    overlay.write_text(yaml.safe_dump({"perturbation": {"noise": "uniform"}}))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path / "run"),
+                           "--configfile", str(overlay), "-n", "results/record.json"],
+                          capture_output=True, text=True, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config key 'perturbation.noise': 'uniform' is not one of ['rademacher', 'gaussian']" in out, out[-3000:]
+    assert not (tmp_path / "run" / "results").exists()
+
+
+@pytest.mark.slow
+def test_gaussian_noise_reaches_every_engine_command_and_the_export(tmp_path):
+    """The engine stages get "noise": "gaussian" in --engine-options only when it is chosen, so the
+    default's commands (and params) are what they were; the export rule passes it too."""
+    import yaml
+    overlay = tmp_path / "gauss.yaml"
+    overlay.write_text(yaml.safe_dump({"perturbation": {"noise": "gaussian"}}))
+    out = dry_run(tmp_path / "g", overlay)
+    engine_rules = ("evaluate_shard", "evaluate_members", "score_bpb")
+    for rule in engine_rules:
+        commands = commands_of(out, rule)
+        assert commands and all('"noise": "gaussian"' in c for c in commands), rule
+    default = dry_run(tmp_path / "d")
+    for rule in engine_rules:
+        assert all('"noise"' not in c for c in commands_of(default, rule)), rule
+    export = dry_run_target(tmp_path / "e", overlay, target="export")
+    assert any("--noise gaussian" in c for c in commands_of(export, "export_member"))
+
+
+def dry_run_target(workdir, *configfiles, target: str) -> str:
+    """Like dry_run, for another target (the export's DAG builds from the ranking it would write)."""
+    import os
+    import subprocess
+
+    from tests.support.workflow import SNAKEMAKE
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(workdir / "hf")}
+    extra = [arg for path in configfiles for arg in ("--configfile", str(path))]
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir / "run"),
+                           *extra, "-n", "-p", target], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
 # --- every shipped config, and the default through Snakemake ---------------------------------------
 
 CONFIG_DIR = REPO / "config"

@@ -147,3 +147,41 @@ def test_delta_switch_walks_in_place_and_measures_its_drift(engine, tiny_model_d
 def test_unknown_switch_is_refused(tiny_model_dir):
     with pytest.raises(ValueError, match="switch must be one of"):
         TorchEngine(str(tiny_model_dir), device="cpu", switch="teleport")
+
+
+# --- perturbation.noise: gaussian -------------------------------------------------------------------
+
+@pytest.mark.parametrize("compute_dtype", ["bfloat16", "float32"])
+def test_gaussian_engine_runs_the_gaussian_member_and_restores_exactly(tiny_model_dir, compute_dtype):
+    """noise="gaussian": every switch builds rne(W0 + sigma*G) (the reference's bits, widened exactly
+    when the engine computes in fp32), not the Rademacher member; restore is exact."""
+    from kernels.noise_ref import reconstruct_reference_
+    gauss = TorchEngine(str(tiny_model_dir), device="cpu", batch_size=3, compute_dtype=compute_dtype, noise="gaussian")
+    base = gauss.read_weights()
+    gauss.set_weights(5, 0.02)
+    got = gauss.read_weights()
+    for name, b in base.items():
+        expected, rademacher = torch.empty_like(b), torch.empty_like(b)
+        reconstruct_reference_(expected, b, 5, 0.02, name, "gaussian")
+        reconstruct_reference_(rademacher, b, 5, 0.02, name)
+        assert torch.equal(got[name], expected) and not torch.equal(got[name], rademacher), name
+    gauss.restore_base()
+    assert all(torch.equal(t, base[n]) for n, t in gauss.read_weights().items())
+
+
+def test_gaussian_delta_switch_is_the_reconstruct_after_one_hop(tiny_model_dir):
+    from kernels.noise_ref import reconstruct_reference_
+    delta = TorchEngine(str(tiny_model_dir), device="cpu", switch="delta", noise="gaussian")
+    base = delta.read_weights()
+    delta.set_weights(3, 0.05)
+    for name, t in delta.read_weights().items():
+        expected = torch.empty_like(base[name])
+        reconstruct_reference_(expected, base[name], 3, 0.05, name, "gaussian")
+        assert torch.equal(t, expected), name
+    delta.set_weights(4, 0.05)
+    assert delta.drift()["switches"] == 3
+
+
+def test_unknown_noise_is_refused_before_the_model_loads(tiny_model_dir):
+    with pytest.raises(ValueError, match="perturbation.noise is one of"):
+        TorchEngine(str(tiny_model_dir), device="cpu", noise="uniform")

@@ -104,3 +104,56 @@ def test_the_cli_exports_and_refuses_bad_input(tiny_model_dir, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "scripts.export_member", "--model-dir", str(tiny_model_dir),
                           "--seed", "5", "--sigma", "-1", "--out", str(tmp_path / "bad")], capture_output=True, text=True)
     assert bad.returncode == 2 and "sigma must be" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+# --- a Gaussian member (perturbation.noise: gaussian) ---------------------------------------------------
+
+def _gaussian_member_by_hand(base: torch.Tensor, seed: int, sigma: float, name: str) -> torch.Tensor:
+    """The Gaussian member of one bf16 tensor from the written definition (kernels/noise_ref.py), with
+    hashlib, numpy uint32 arithmetic and the shipped table only: no randopt code."""
+    import hashlib
+
+    import numpy as np
+    from kernels.noise_ref import GAUSSIAN_TABLE  # the file's path; its bits are read here with numpy
+
+    digest = hashlib.sha256(b"randopt-gauss-v2\0" + seed.to_bytes(8, "little") + name.encode()).digest()
+    ka, kb = (np.uint32(int.from_bytes(digest[a:a + 4], "little")) for a in (0, 4))
+
+    def fmix32(h):
+        h = h ^ (h >> np.uint32(16))
+        h = h * np.uint32(0x85EBCA6B)
+        h = h ^ (h >> np.uint32(13))
+        h = h * np.uint32(0xC2B2AE35)
+        return h ^ (h >> np.uint32(16))
+
+    h = fmix32(fmix32(np.arange(base.numel(), dtype=np.uint32) ^ ka) ^ kb)
+    table = np.fromfile(GAUSSIAN_TABLE, dtype="<u4")
+    g = (table[(h >> np.uint32(16)) & np.uint32(0x7FFF)] | (h & np.uint32(0x80000000))).view(np.float32)
+    w0 = (base.reshape(-1).view(torch.int16).numpy().view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    w = w0 + np.float32(sigma) * g  # the product rounded to fp32, then the sum (numpy: two operations)
+    u = w.view(np.uint32)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    return torch.from_numpy(rounded.view(np.int16).copy()).view(torch.bfloat16).view(base.shape)
+
+
+def test_a_gaussian_export_equals_an_independent_reconstruction(tiny_model_dir, tmp_path):
+    out = tmp_path / "gaussian"
+    member = export_member(tiny_model_dir, 7, 0.01, out, noise="gaussian")
+    assert member["noise"] == "kernels/noise_ref.py gaussian v2"
+    assert json.loads((out / MEMBER_FILE).read_text()) == member
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    got = load_file(str(out / "model.safetensors"))
+    export_member(tiny_model_dir, 7, 0.01, tmp_path / "r")  # the same seed under the default noise
+    rademacher = load_file(str(tmp_path / "r" / "model.safetensors"))
+    for name, tensor in got.items():
+        assert tensor.dtype == torch.bfloat16
+        assert torch.equal(tensor, _gaussian_member_by_hand(base[name], 7, 0.01, name)), name
+        assert not torch.equal(tensor, rademacher[name]), name
+    cli = subprocess.run([sys.executable, "-m", "scripts.export_member", "--model-dir", str(tiny_model_dir), "--seed", "7",
+                          "--sigma", "0.01", "--noise", "gaussian", "--out", str(tmp_path / "cli")],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert sha256_file(tmp_path / "cli" / "model.safetensors") == member["weights_sha256"]["model.safetensors"]
+    with pytest.raises(InputError, match="perturbation.noise"):
+        export_member(tiny_model_dir, 7, 0.01, tmp_path / "bad", noise="uniform")
+    assert not (tmp_path / "bad").exists()

@@ -1,5 +1,6 @@
 """Layouts (tensor parallelism, fused qkv / gate_up, vocab padding) and the Triton kernels under the
-Triton interpreter, all against the pure-torch reference, bit for bit.
+Triton interpreter, all against the pure-torch reference, bit for bit, under both noise kinds
+(Rademacher, and Gaussian with its golden vectors).
 
 TRITON_INTERPRET is read when a function is decorated with triton.jit: triton's own jit'd helpers
 at its first import, our kernels when kernels/perturb_triton.py is executed. So it is set here
@@ -49,6 +50,7 @@ from kernels.noise_ref import delta_switch_reference_, rademacher, reconstruct_r
 from randopt.engines import perturb  # noqa: E402
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+NOISES = ["rademacher", "gaussian"]
 
 
 @pytest.fixture(autouse=True)
@@ -84,27 +86,75 @@ def _base(shape, dtype, seed=0):
 # ------------------------------------------------------------------------------ whole tensors, interpreter
 
 
+@pytest.mark.parametrize("noise", NOISES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1,), (7,), (4097,), (3, 3001)])
-def test_reconstruct_bit_exact(tk, dtype, shape):
+def test_reconstruct_bit_exact(tk, dtype, shape, noise):
     base = _base(shape, dtype)
     for seed, sigma in [(1, 1e-3), (2**63 - 1, 0.5), (12345, 3e-2)]:
         got, want = torch.empty_like(base), torch.empty_like(base)
-        tk.reconstruct_triton_(got, base, seed, sigma, "model.w")
-        reconstruct_reference_(want, base, seed, sigma, "model.w")
+        tk.reconstruct_triton_(got, base, seed, sigma, "model.w", noise)
+        reconstruct_reference_(want, base, seed, sigma, "model.w", noise)
         assert _equal(got, want), (dtype, shape, seed, sigma)
 
 
+@pytest.mark.parametrize("noise", NOISES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_delta_switch_bit_exact(tk, dtype):
+def test_delta_switch_bit_exact(tk, dtype, noise):
     base = _base((5, 1001), dtype)
     # base -> a, a -> b (both sides), b -> b with another sigma, b -> base (one side)
     path = [(None, 0.0, 3, 1e-2), (3, 1e-2, 4, 1e-2), (4, 1e-2, 4, 2e-3), (4, 2e-3, None, 0.0)]
     got, want = base.clone(), base.clone()
     for step in path:
-        tk.delta_switch_triton_(got, "m.w", *step)
-        delta_switch_reference_(want, "m.w", *step)
+        tk.delta_switch_triton_(got, "m.w", *step, noise=noise)
+        delta_switch_reference_(want, "m.w", *step, noise=noise)
         assert _equal(got, want), (dtype, step)
+
+
+def _gauss_golden():
+    import json
+    return json.loads((pathlib.Path(__file__).parent / "golden" / "noise_gaussian_v2.json").read_text(encoding="utf-8"))
+
+
+def _f32_hex(t: torch.Tensor) -> list[str]:
+    return [f"{int(v) & 0xFFFFFFFF:08x}" for v in t.contiguous().view(torch.int32).tolist()]
+
+
+def test_gaussian_golden_through_the_interpreted_kernels(tk):
+    """The Gaussian golden vectors through Triton: G itself (fp32 base 0, sigma 1) at indices 0..63
+    (flat kernel) and in a 2^16 window across 2^31 of a logical tensor of 2^32 - 1 elements (flat
+    kernel at a logical offset); the bf16 cases on a nonzero base, at index 0 and at a row past 2^31 of
+    a 1,048,000 x 4096 tensor (tile kernel: a column window), and through a SwitchPlan."""
+    import hashlib
+    golden = _gauss_golden()
+    for e in golden["entries"]:
+        got = torch.empty(64)
+        tk.reconstruct_triton_(got, torch.zeros(64), e["seed"], 1.0, e["name"], "gaussian")
+        assert _f32_hex(got) == e["first64_f32"], e["name"]
+    e = golden["entries"][1]
+    start = next(int(k.rsplit("_", 1)[1]) for k in e if k.startswith("sha256_2^16_from_"))
+    assert start < 2**31 < start + (1 << 16)
+    window = L.LocalLayout((1 << 16,), (L.Block(e["name"], (2**32 - 1,), 0, start, 1 << 16),))
+    got = torch.empty(1 << 16)
+    tk.reconstruct_local_triton_(got, torch.zeros(1 << 16), e["seed"], 1.0, window, "gaussian")
+    assert hashlib.sha256(got.numpy().astype("<f4").tobytes()).hexdigest() == e[f"sha256_2^16_from_{start}"]
+    bf16 = golden["perturbed_bf16"]
+    base = torch.tensor([int(v, 16) for v in bf16["base_bf16"]], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    huge = bf16["huge_tensor"]
+    for case in bf16["cases"]:
+        low = torch.empty_like(base)
+        tk.reconstruct_triton_(low, base, case["seed"], case["sigma"], case["name"], "gaussian")
+        assert [f"{int(v) & 0xFFFF:04x}" for v in low.view(torch.int16).tolist()] == case["bf16_at_0"]
+        row = base.view(1, -1)
+        lay = L.LocalLayout(row.shape, (L.Block(huge["name"], tuple(huge["shape"]), 0, huge["row"], 1, 0, 0, 64),))
+        assert not lay.blocks[0].full_rows  # the tile kernel
+        high = torch.empty_like(row)
+        tk.reconstruct_local_triton_(high, row, case["seed"], case["sigma"], lay, "gaussian")
+        assert [f"{int(v) & 0xFFFF:04x}" for v in high.view(torch.int16).view(-1).tolist()] == \
+            case[f"bf16_at_{huge['name']}_row_{huge['row']}"]
+        live = {case["name"]: torch.empty_like(base)}
+        tk.SwitchPlan(live, {case["name"]: base}, use_graphs=False, noise="gaussian").reconstruct_(case["seed"], case["sigma"])
+        assert [f"{int(v) & 0xFFFF:04x}" for v in live[case["name"]].view(torch.int16).tolist()] == case["bf16_at_0"]
 
 
 def _ties():
@@ -247,37 +297,39 @@ def test_sharding_harness_roundtrip(dtype):
         assert all(_equal(back[k], full[k]) for k in full) and _equal(pad, _pad(dtype))
 
 
-def _perturbed_shards(impl, dtype, tp, seed, sigma):
+def _perturbed_shards(impl, dtype, tp, seed, sigma, noise="rademacher"):
     full = _logical_base(dtype)
     shards = []
     for r in range(tp):
         base = _shard(full, tp, r, _pad(dtype))
         live = {k: torch.empty_like(v) for k, v in base.items()}
         for key, lay in _layouts(tp, r).items():
-            impl(live[key], base[key], seed, sigma, lay)
+            impl(live[key], base[key], seed, sigma, lay, noise)
         shards.append(live)
     return full, shards
 
 
+@pytest.mark.parametrize("noise", NOISES)
 @pytest.mark.parametrize("impl_name", ["reference", "triton"])
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
-def test_tp_shards_reassemble_to_unsharded(request, impl_name, tp):
+def test_tp_shards_reassemble_to_unsharded(request, impl_name, tp, noise):
     """A seed means the same weights at every TP degree and fusion; padding rows stay base. The
     reference runs without Triton; only the Triton variant needs it."""
     dtype, seed, sigma = torch.bfloat16, 77, 1e-2
     impl = (L.reconstruct_local_reference_ if impl_name == "reference"
             else request.getfixturevalue("tk").reconstruct_local_triton_)
-    full, shards = _perturbed_shards(impl, dtype, tp, seed, sigma)
+    full, shards = _perturbed_shards(impl, dtype, tp, seed, sigma, noise)
     back, pad = _reassemble(shards, tp)
     for name, base in full.items():
         want = torch.empty_like(base)
-        reconstruct_reference_(want, base, seed, sigma, name)
+        reconstruct_reference_(want, base, seed, sigma, name, noise)
         assert _equal(back[name], want), (tp, name)
     assert _equal(pad, _pad(dtype))
 
 
+@pytest.mark.parametrize("noise", NOISES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_local_kernels_bit_exact_tp4(tk, dtype):
+def test_local_kernels_bit_exact_tp4(tk, dtype, noise):
     """Every dtype, TP=4 (kv heads not replicated) and TP=8 (replicated): reconstruct and delta."""
     full = _logical_base(dtype)
     for tp in (4, 8):
@@ -285,11 +337,11 @@ def test_local_kernels_bit_exact_tp4(tk, dtype):
         base = _shard(full, tp, r, _pad(dtype))
         for key, lay in _layouts(tp, r).items():
             got, want = torch.empty_like(base[key]), torch.empty_like(base[key])
-            tk.reconstruct_local_triton_(got, base[key], 9, 3e-3, lay)
-            L.reconstruct_local_reference_(want, base[key], 9, 3e-3, lay)
+            tk.reconstruct_local_triton_(got, base[key], 9, 3e-3, lay, noise)
+            L.reconstruct_local_reference_(want, base[key], 9, 3e-3, lay, noise)
             assert _equal(got, want), (dtype, tp, key)
-            tk.delta_switch_local_triton_(got, lay, 9, 3e-3, 10, 3e-3)
-            L.delta_switch_local_reference_(want, lay, 9, 3e-3, 10, 3e-3)
+            tk.delta_switch_local_triton_(got, lay, 9, 3e-3, 10, 3e-3, noise)
+            L.delta_switch_local_reference_(want, lay, 9, 3e-3, 10, 3e-3, noise)
             assert _equal(got, want), (dtype, tp, key, "delta")
 
 
@@ -347,7 +399,8 @@ def test_perturb_api_local_and_delta():
 # ---------------------------------------------------------------------------------- plans (key tables)
 
 
-def test_plan_local_tensors_match_reference(tk):
+@pytest.mark.parametrize("noise", NOISES)
+def test_plan_local_tensors_match_reference(tk, noise):
     """SwitchPlan's kernels read the keys from a table (what its CUDA graph replays); without
     graphs (here) it launches them eagerly: same bits as the references, any sequence of switches."""
     dtype = torch.bfloat16
@@ -356,35 +409,36 @@ def test_plan_local_tensors_match_reference(tk):
         base = _shard(full, tp, r, _pad(dtype))
         layouts = _layouts(tp, r)
         live = {k: torch.empty_like(v) for k, v in base.items()}
-        plan = tk.SwitchPlan(live, base, layouts, use_graphs=False)
+        plan = tk.SwitchPlan(live, base, layouts, use_graphs=False, noise=noise)
         for seed, sigma in ((3, 1e-2), (2**63 - 1, 2e-3)):
             plan.reconstruct_(seed, sigma)
             for k, lay in layouts.items():
                 want = torch.empty_like(base[k])
-                L.reconstruct_local_reference_(want, base[k], seed, sigma, lay)
+                L.reconstruct_local_reference_(want, base[k], seed, sigma, lay, noise)
                 assert _equal(live[k], want), (tp, k, seed)
         walk = {k: v.clone() for k, v in live.items()}
         plan.delta_switch_(2**63 - 1, 2e-3, 4, 1e-2)
         plan.delta_switch_(4, 1e-2, None, 0.0)
         for k, lay in layouts.items():
-            L.delta_switch_local_reference_(walk[k], lay, 2**63 - 1, 2e-3, 4, 1e-2)
-            L.delta_switch_local_reference_(walk[k], lay, 4, 1e-2, None, 0.0)
+            L.delta_switch_local_reference_(walk[k], lay, 2**63 - 1, 2e-3, 4, 1e-2, noise)
+            L.delta_switch_local_reference_(walk[k], lay, 4, 1e-2, None, 0.0, noise)
             assert _equal(live[k], walk[k]), (tp, k, "delta")
 
 
-def test_plan_whole_tensors_mixed_dtypes(tk):
+@pytest.mark.parametrize("noise", NOISES)
+def test_plan_whole_tensors_mixed_dtypes(tk, noise):
     base = {f"t{j}.{str(dt)[6:]}": _base(shape, dt, seed=j)
             for j, (shape, dt) in enumerate([((7,), torch.bfloat16), ((3, 3001), torch.float16),
                                              ((4097,), torch.float32), ((64, 33), torch.bfloat16)])}
     live = {k: torch.empty_like(v) for k, v in base.items()}
-    plan = tk.SwitchPlan(live, base, use_graphs=False)
+    plan = tk.SwitchPlan(live, base, use_graphs=False, noise=noise)
     plan.reconstruct_(11, 5e-3)
     for k in base:
         want = torch.empty_like(base[k])
-        reconstruct_reference_(want, base[k], 11, 5e-3, k)
+        reconstruct_reference_(want, base[k], 11, 5e-3, k, noise)
         assert _equal(live[k], want), k
     delta_only = {k: v.clone() for k, v in base.items()}
-    tk.SwitchPlan(delta_only, use_graphs=False).delta_switch_(None, 0.0, 11, 5e-3)  # base -> 11: exact
+    tk.SwitchPlan(delta_only, use_graphs=False, noise=noise).delta_switch_(None, 0.0, 11, 5e-3)  # base -> 11: exact
     assert all(_equal(delta_only[k], live[k]) for k in base)
     with pytest.raises(ValueError, match="no base"):
         tk.SwitchPlan(delta_only, use_graphs=False).reconstruct_(1, 1e-2)
@@ -392,19 +446,20 @@ def test_plan_whole_tensors_mixed_dtypes(tk):
         plan.reconstruct_(1, 0.0)
 
 
-def test_perturber_cpu_falls_back_to_reference():
+@pytest.mark.parametrize("noise", NOISES)
+def test_perturber_cpu_falls_back_to_reference(noise):
     dtype, tp, r = torch.bfloat16, 4, 2
     base = _shard(_logical_base(dtype), tp, r, _pad(dtype))
     layouts = _layouts(tp, r)
     live = {k: torch.empty_like(v) for k, v in base.items()}
-    p = perturb.Perturber(live, base, layouts)
+    p = perturb.Perturber(live, base, layouts, noise=noise)
     p.to_member_(6, 1e-2)
     want = {k: torch.empty_like(v) for k, v in base.items()}
-    perturb.reconstruct_local_(want, base, 6, 1e-2, layouts)
+    perturb.reconstruct_local_(want, base, 6, 1e-2, layouts, noise)
     assert all(_equal(live[k], want[k]) for k in live)
     perturbed = {k: v.clone() for k, v in live.items()}
     p.step_(6, 1e-2, None, 0.0)  # seed 6 -> base, in place: the reference's bits (bf16 drift and all)
-    perturb.delta_switch_(want, 6, 1e-2, None, 0.0, layouts)
+    perturb.delta_switch_(want, 6, 1e-2, None, 0.0, layouts, noise)
     assert all(_equal(live[k], want[k]) for k in live)  # asserted before restore_ overwrites it
     assert all(not _equal(live[k], perturbed[k]) for k in live)  # the switch moved every tensor
     p.to_base_()

@@ -115,23 +115,24 @@ def test_the_test_loaders_give_vllms_local_shapes():
             assert {n: tuple(t.shape) for n, t in vllm_load(ckpt, tp, rank).items()} == vllm_shapes(tp), (tp, rank)
 
 
+@pytest.mark.parametrize("noise", ["rademacher", "gaussian"])
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])  # 8 > kv heads: each kv head replicated over 4 ranks
-def test_every_rank_perturbs_exactly_what_vllm_loaded_there(tp):
+def test_every_rank_perturbs_exactly_what_vllm_loaded_there(tp, noise):
     """Perturbing a rank's parameters through randopt's layouts gives, bit for bit, what vLLM's loaders
     would put on that rank from the perturbed checkpoint: every element gets the noise of the checkpoint
-    element vLLM placed there, and padding rows stay as loaded (0)."""
+    element vLLM placed there, and padding rows stay as loaded (0); under either noise kind."""
     shapes = checkpoint()
     torch.manual_seed(0)
     full_base = {n: torch.randn(s).to(torch.bfloat16) for n, s in shapes.items()}
     full_perturbed = {}
     for n, t in full_base.items():
         full_perturbed[n] = torch.empty_like(t)
-        reconstruct_reference_(full_perturbed[n], t, 5, 0.01, n)
+        reconstruct_reference_(full_perturbed[n], t, 5, 0.01, n, noise)
     for rank in range(tp):
         base = vllm_load(full_base, tp, rank)
         layouts = model_layouts({n: tuple(t.shape) for n, t in base.items()}, shapes, (HEADS, KV), tp, rank)
         live = {n: t.clone() for n, t in base.items()}
-        perturb.reconstruct_local_(live, base, 5, 0.01, layouts)
+        perturb.reconstruct_local_(live, base, 5, 0.01, layouts, noise)
         want = vllm_load(full_perturbed, tp, rank)
         for name in base:
             assert torch.equal(live[name], want[name]), (tp, rank, name)
@@ -148,3 +149,44 @@ def test_a_checkpoint_tensor_left_out_is_an_error():
     del named["model.layers.1.mlp.down_proj.weight"]
     with pytest.raises(ValueError, match="no vLLM parameter"):
         model_layouts(named, checkpoint(), (HEADS, KV), 1, 0)
+
+
+@pytest.mark.parametrize("noise", ["rademacher", "gaussian"])
+def test_the_worker_extension_perturbs_each_rank_with_its_noise(tmp_path, monkeypatch, noise):
+    """RandoptWorkerExtension itself, on the CPU (vLLM's rank functions and the CUDA sync stood in): on
+    each rank of TP 2 (fused qkv and gate_up, row-parallel, padded vocab) randopt_setup(model_dir, noise)
+    then randopt_set gives exactly what vLLM's loaders would place there from the perturbed
+    checkpoint, and randopt_restore gives the loaded weights back."""
+    import json
+    import sys
+    import types
+
+    from safetensors.torch import save_file
+
+    from randopt.engines.vllm_worker import RandoptWorkerExtension
+
+    tp = 2
+    shapes = checkpoint()
+    torch.manual_seed(1)
+    full_base = {n: torch.randn(s).to(torch.bfloat16) for n, s in shapes.items()}
+    save_file(full_base, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": HEADS, "num_key_value_heads": KV}))
+    full_perturbed = {}
+    for n, t in full_base.items():
+        full_perturbed[n] = torch.empty_like(t)
+        reconstruct_reference_(full_perturbed[n], t, 5, 0.01, n, noise)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    for rank in range(tp):
+        monkeypatch.setitem(sys.modules, "vllm.distributed", types.SimpleNamespace(
+            get_tensor_model_parallel_rank=lambda: rank, get_tensor_model_parallel_world_size=lambda: tp))
+        params = {n: torch.nn.Parameter(t, requires_grad=False) for n, t in vllm_load(full_base, tp, rank).items()}
+        worker = RandoptWorkerExtension()
+        worker.model_runner = types.SimpleNamespace(model=types.SimpleNamespace(named_parameters=params.items))
+        assert worker.randopt_setup(str(tmp_path), noise)["noise"] == noise
+        worker.randopt_set(5, 0.01)
+        want = vllm_load(full_perturbed, tp, rank)
+        for name, p in params.items():
+            assert torch.equal(p.data, want[name]), (rank, name)
+        worker.randopt_restore()
+        loaded = vllm_load(full_base, tp, rank)
+        assert all(torch.equal(p.data, loaded[n]) for n, p in params.items())

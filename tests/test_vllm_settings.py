@@ -61,3 +61,42 @@ def test_llm_arguments_turn_prefix_caching_off():
     assert options["enforce_eager"] is False  # CUDA graphs stay on: the weights change in place
     assert options["worker_extension_cls"] == EXTENSION
     assert (options["tensor_parallel_size"], options["gpu_memory_utilization"], options["max_num_seqs"]) == (2, 0.67, 256)
+
+
+# --- perturbation.noise reaches every tensor-parallel worker ------------------------------------------
+
+def test_the_engine_hands_its_noise_to_every_workers_setup(tmp_path, monkeypatch):
+    """VllmEngine(noise=...) passes the kind to randopt_setup on every rank (a stand-in vllm module
+    records the calls); an unknown kind fails before vLLM is imported."""
+    import sys
+    import types
+
+    from randopt.engines import vllm_engine
+
+    calls = []
+
+    class FakeLLM:
+        def __init__(self, **options):
+            self.options = options
+
+        def collective_rpc(self, method, args=()):
+            calls.append((method, args))
+            return [{"rank": 0}]
+
+        def get_tokenizer(self):
+            return types.SimpleNamespace(bos_token_id=1, eos_token_id=2)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    monkeypatch.setattr(vllm_engine, "set_vllm_environment", lambda tp: None)
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"max_position_embeddings": 4096}')
+    engine = vllm_engine.VllmEngine(str(model), gpu_memory_utilization=0.5, noise="gaussian")
+    assert calls == [("randopt_setup", (str(model), "gaussian"))] and engine.noise == "gaussian"
+    calls.clear()
+    vllm_engine.VllmEngine(str(model), gpu_memory_utilization=0.5)
+    assert calls == [("randopt_setup", (str(model), "rademacher"))]
+    monkeypatch.delitem(sys.modules, "vllm")
+    with pytest.raises(ValueError, match="perturbation.noise is one of"):
+        vllm_engine.VllmEngine(str(model), gpu_memory_utilization=0.5, noise="uniform")
+

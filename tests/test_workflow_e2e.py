@@ -55,6 +55,7 @@ def test_record_is_complete(finished_run):
     assert record["data"]["synthetic"] is True  # the held-out text is generated
     assert record["population"] == {"n_seeds": 4, "sigmas": [0.01, 0.02], "size": 8}
     assert record["perturbation"] == {"switch": "reconstruct", "drift": None}  # the exact default switch
+    assert record["noise"] == {"kind": "rademacher", "definition": "kernels/noise_ref.py v1"}  # as ever
     assert record["code_sha256"] == code_sha256(REPO)  # the code that ran, whether or not it is a checkout
     assert set(record["timings_s"]) == set(STAGES)
     assert record["throughput"]["seeds_per_s"] > 0 and record["throughput"]["gen_tokens_per_s"] > 0

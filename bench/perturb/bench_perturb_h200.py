@@ -4,15 +4,18 @@ switch on a 7.6B-parameter bf16 set shaped like Qwen2.5-7B.
     PYTHONPATH=. python bench/perturb/bench_perturb_h200.py          # on the GPU; JSON to $OUT if set
     TRITON_INTERPRET=1 PYTHONPATH=. python bench/perturb/bench_perturb_h200.py --tiny   # CPU dry run
 
-(a) compiled kernels == reference bit for bit: bf16/fp16/fp32, odd sizes, in-place delta switches,
-    TP layouts (flat and tile kernels), and a set of more than 2**31 elements (one tensor alone
-    has more, so offsets go 64-bit and indices pass 2**31).
+(a) compiled kernels == reference bit for bit, under Rademacher and under Gaussian noise (issue 26):
+    bf16/fp16/fp32, odd sizes, in-place delta switches, TP layouts (flat and tile kernels), and a
+    set of more than 2**31 elements (one tensor alone has more, so offsets go 64-bit and indices pass
+    2**31); and the Gaussian kernels compiled without fp32 FMA (their PTX), with what a fused build
+    would change (info: the interpreter and the CPU cannot show it).
 (b) ms per seed: copy base->live (the floor: any reconstruct pass moves at least these bytes), our
     absolute reconstruct and in-place delta switch (through a SwitchPlan: one CUDA graph replay;
     and eagerly, one Triton launch per tensor from Python), and the upstream-style switch (per
     parameter: torch.manual_seed + randn + add, then regenerate + subtract, synchronize,
     empty_cache). Plus: the bf16 hand rounding, a launch-config sweep, and one TP=2 rank's local
-    tensors through the layout path.
+    tensors through the layout path. The Gaussian rows: its SwitchPlan reconstruct (against the copy
+    floor and against Rademacher's, in the same run), eager, its delta switch, and one TP=2 rank.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from kernels import perturb_triton as pt
 from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_, tensor_keys_many
 
 SIGMA = 1e-3
-RESULTS: dict = {"correctness": {}, "timing": [], "sweep": [], "tp2_rank0": []}
+NOISES = ("rademacher", "gaussian")
+RESULTS: dict = {"correctness": {}, "timing": [], "sweep": [], "tp2_rank0": [], "info": {}}
 
 
 def log(msg: str) -> None:
@@ -133,37 +137,83 @@ def check(name: str, ok: bool) -> bool:
 # --------------------------------------------------------------------------------------- correctness
 
 
+def _prefix(noise: str) -> str:
+    """Check names: the Rademacher ones keep the names of earlier runs (perturb_h200.json)."""
+    return "" if noise == "rademacher" else f"{noise}: "
+
+
 def check_whole_tensors(device, tiny: bool) -> None:
     gen = torch.Generator(device=device).manual_seed(0)
     shapes = [(1,), (7,), (4097,), (3, 3001)] + ([] if tiny else [(1023, 4099), (12_345_679,)])
-    for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        for by_hand in ((False, True) if dtype == torch.bfloat16 else (False,)):
-            pt.LaunchConfig.bf16_by_hand = by_hand
-            ok = True
-            for shape in shapes:
-                base = rand(shape, dtype, device, gen)
-                for seed, sigma in ((1, 1e-3), (2**63 - 1, 0.5), (98765, 3e-2)):
-                    got, want = torch.empty_like(base), torch.empty_like(base)
-                    pt.reconstruct_triton_(got, base, seed, sigma, f"t{shape}")
-                    reconstruct_reference_(want, base, seed, sigma, f"t{shape}")
-                    ok &= same_bits(got, want)
-                path = [(None, 0.0, 3, 1e-2), (3, 1e-2, 4, 1e-2), (4, 1e-2, 4, 2e-3), (4, 2e-3, None, 0.0)]
-                got, want = base.clone(), base.clone()
-                for step in path:
-                    pt.delta_switch_triton_(got, "d", *step)
-                    delta_switch_reference_(want, "d", *step)
-                    ok &= same_bits(got, want)
-            check(f"whole tensors {str(dtype)[6:]}{' (bf16 by hand)' if by_hand else ''}: reconstruct + delta, "
-                  f"{len(shapes)} odd shapes", ok)
-    pt.LaunchConfig.bf16_by_hand = False
-    # the GPU reference (int64 torch) against the CPU one (numpy uint32): same definition
-    base = rand((1001, 77), torch.bfloat16, device, gen)
-    on_dev, on_cpu = torch.empty_like(base), torch.empty_like(base.cpu())
-    reconstruct_reference_(on_dev, base, 5, 1e-2, "x")
-    reconstruct_reference_(on_cpu, base.cpu(), 5, 1e-2, "x")
-    check("reference: GPU torch path == CPU numpy path", same_bits(on_dev.cpu(), on_cpu))
+    for noise in NOISES:
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for by_hand in ((False, True) if dtype == torch.bfloat16 else (False,)):
+                pt.LaunchConfig.bf16_by_hand = by_hand
+                ok = True
+                for shape in shapes:
+                    base = rand(shape, dtype, device, gen)
+                    for seed, sigma in ((1, 1e-3), (2**63 - 1, 0.5), (98765, 3e-2)):
+                        got, want = torch.empty_like(base), torch.empty_like(base)
+                        pt.reconstruct_triton_(got, base, seed, sigma, f"t{shape}", noise)
+                        reconstruct_reference_(want, base, seed, sigma, f"t{shape}", noise)
+                        ok &= same_bits(got, want)
+                    path = [(None, 0.0, 3, 1e-2), (3, 1e-2, 4, 1e-2), (4, 1e-2, 4, 2e-3), (4, 2e-3, None, 0.0)]
+                    got, want = base.clone(), base.clone()
+                    for step in path:
+                        pt.delta_switch_triton_(got, "d", *step, noise=noise)
+                        delta_switch_reference_(want, "d", *step, noise=noise)
+                        ok &= same_bits(got, want)
+                check(f"{_prefix(noise)}whole tensors {str(dtype)[6:]}{' (bf16 by hand)' if by_hand else ''}: "
+                      f"reconstruct + delta, {len(shapes)} odd shapes", ok)
+        pt.LaunchConfig.bf16_by_hand = False
+        # the GPU reference (int64 torch; Gaussian: a table gather, mul and add as separate kernels)
+        # against the CPU one (numpy uint32): same definition
+        base = rand((1001, 77), torch.bfloat16, device, gen)
+        on_dev, on_cpu = torch.empty_like(base), torch.empty_like(base.cpu())
+        reconstruct_reference_(on_dev, base, 5, 1e-2, "x", noise)
+        reconstruct_reference_(on_cpu, base.cpu(), 5, 1e-2, "x", noise)
+        check(f"{_prefix(noise)}reference: GPU torch path == CPU numpy path", same_bits(on_dev.cpu(), on_cpu))
+        # fp32 compiled against the CPU reference: where a contracted FMA would show most (1.8 % of weights)
+        base = rand((4_000_037,), torch.float32, device, gen)
+        got, want = torch.empty_like(base), torch.empty_like(base.cpu())
+        pt.reconstruct_triton_(got, base, 77, 1e-2, "fp32", noise)
+        reconstruct_reference_(want, base.cpu(), 77, 1e-2, "fp32", noise)
+        check(f"{_prefix(noise)}fp32 compiled == CPU reference (4.0M elements)", same_bits(got.cpu(), want))
     if not tiny:
         check_big_set(device, gen)
+    if device.type == "cuda":
+        check_no_fma(device, gen)
+
+
+def check_no_fma(device, gen) -> None:
+    """The Gaussian variants' PTX has no fp32 FMA (enable_fp_fusion=False reached the compiler); and,
+    for the record, what the same kernel compiled with Triton's default (fusion on) changes."""
+    n = 1 << 22
+    src = rand((n,), torch.float32, device, gen)
+    out = torch.empty_like(src)
+    to, frm = pt._side(3, 1e-2, "w", "gaussian"), pt._side(4, 1e-2, "w", "gaussian")
+    ok = True
+    for keys in (pt._Keys(True, False, to=to, gauss=True), pt._Keys(True, True, to=to, frm=frm, gauss=True)):
+        ptx = pt._launch_flat(out, src, 0, n, 0, keys).asm["ptx"]
+        ok &= "fma.rn.f32" not in ptx
+    lay = L.row_parallel("w", (64, 4096), 2, 1)
+    src2 = rand(lay.shape, torch.float32, device, gen)
+    ok &= "fma.rn.f32" not in pt._launch_tile(torch.empty_like(src2), src2, lay.blocks[0],
+                                              pt._Keys(True, False, to=to, gauss=True)).asm["ptx"]
+    check("gaussian: flat and tile kernels compiled without fp32 FMA (PTX)", ok)
+
+    class Fused(pt._Keys):
+        def options(self):
+            return {}
+
+    ptx = pt._launch_flat(out, src, 0, n, 0, Fused(True, False, to=to, gauss=True)).asm["ptx"]
+    want = torch.empty_like(src.cpu())
+    reconstruct_reference_(want, src.cpu(), 3, 1e-2, "w", "gaussian")
+    differ = int((out.cpu().view(torch.int32) != want.view(torch.int32)).sum())
+    RESULTS["info"]["gaussian_fused_build"] = {"fma_in_ptx": "fma.rn.f32" in ptx, "fp32_weights_differing": differ,
+                                               "of": n}
+    log(f"  (info) the Gaussian kernel compiled with fusion on: fma in PTX {'fma.rn.f32' in ptx}, "
+        f"{differ} of {n} fp32 weights differ from the definition")
 
 
 def check_big_set(device, gen) -> None:
@@ -171,19 +221,20 @@ def check_big_set(device, gen) -> None:
     shapes = {"big.bf16": ((2**31 + 4097,), torch.bfloat16), "big.fp16": ((40_000_001,), torch.float16),
               "big.fp32": ((123_457, 1001), torch.float32)}
     total = sum(torch.Size(s).numel() for s, _ in shapes.values())
-    ok = True
-    for name, (shape, dtype) in shapes.items():
-        base = rand(shape, dtype, device, gen)
-        got, want = torch.empty_like(base), torch.empty_like(base)
-        pt.reconstruct_triton_(got, base, 2024, SIGMA, name)
-        reconstruct_reference_(want, base, 2024, SIGMA, name)
-        ok &= same_bits(got, want)
-        pt.delta_switch_triton_(got, name, 2024, SIGMA, 2025, SIGMA)
-        delta_switch_reference_(want, name, 2024, SIGMA, 2025, SIGMA)
-        ok &= same_bits(got, want)
-        del base, got, want
-        torch.cuda.empty_cache()
-    check(f"set of {total} elements (> 2**31): reconstruct + delta", ok)
+    for noise in NOISES:
+        ok = True
+        for name, (shape, dtype) in shapes.items():
+            base = rand(shape, dtype, device, gen)
+            got, want = torch.empty_like(base), torch.empty_like(base)
+            pt.reconstruct_triton_(got, base, 2024, SIGMA, name, noise)
+            reconstruct_reference_(want, base, 2024, SIGMA, name, noise)
+            ok &= same_bits(got, want)
+            pt.delta_switch_triton_(got, name, 2024, SIGMA, 2025, SIGMA, noise)
+            delta_switch_reference_(want, name, 2024, SIGMA, 2025, SIGMA, noise)
+            ok &= same_bits(got, want)
+            del base, got, want
+            torch.cuda.empty_cache()
+        check(f"{_prefix(noise)}set of {total} elements (> 2**31): reconstruct + delta", ok)
 
 
 def gqa_shapes() -> tuple[dict, dict]:
@@ -209,34 +260,35 @@ def check_layouts(device, shapes, cfg, tiny: bool) -> None:
     if not tiny:
         gqa = gqa_shapes()
         cases += [("GQA kv-replicated", *gqa, 8, 7), ("GQA kv-replicated", *gqa, 8, 2)]
-    for what, shp, c, tp, rank in cases:
-        layouts = dict(list(tp_layouts(shp, c, tp, rank).items())[:16])
-        base = {k: rand(lay.shape, torch.bfloat16, device, gen) for k, lay in layouts.items()}
-        ok = True
-        for key, lay in layouts.items():
-            got, want = torch.empty_like(base[key]), torch.empty_like(base[key])
-            pt.reconstruct_local_triton_(got, base[key], 31, 1e-2, lay)
-            L.reconstruct_local_reference_(want, base[key], 31, 1e-2, lay)
-            ok &= same_bits(got, want)
-            pt.delta_switch_local_triton_(got, lay, 31, 1e-2, 32, 1e-2)
-            L.delta_switch_local_reference_(want, lay, 31, 1e-2, 32, 1e-2)
-            ok &= same_bits(got, want)
-        check(f"{what} TP={tp} rank {rank} local tensors (fused qkv, gate_up, row-parallel, vocab): "
-              f"reconstruct + delta", ok)
-        # the same through a SwitchPlan (CUDA graph, keys from the device table)
-        live = {k: torch.empty_like(v) for k, v in base.items()}
-        plan = pt.SwitchPlan(live, base, layouts)
-        plan.reconstruct_(2**63 - 1, 3e-3)
-        ok = True
-        for key, lay in layouts.items():
-            want = torch.empty_like(base[key])
-            L.reconstruct_local_reference_(want, base[key], 2**63 - 1, 3e-3, lay)
-            ok &= same_bits(live[key], want)
-            L.delta_switch_local_reference_(want, lay, 2**63 - 1, 3e-3, 5, 1e-2)
-            base[key] = want  # reuse as the expected state after the plan's delta below
-        plan.delta_switch_(2**63 - 1, 3e-3, 5, 1e-2)
-        ok &= all(same_bits(live[k], base[k]) for k in layouts)
-        check(f"{what} TP={tp} rank {rank}: SwitchPlan reconstruct + delta (graph replay)", ok)
+    for noise in NOISES:
+        for what, shp, c, tp, rank in cases:
+            layouts = dict(list(tp_layouts(shp, c, tp, rank).items())[:16])
+            base = {k: rand(lay.shape, torch.bfloat16, device, gen) for k, lay in layouts.items()}
+            ok = True
+            for key, lay in layouts.items():
+                got, want = torch.empty_like(base[key]), torch.empty_like(base[key])
+                pt.reconstruct_local_triton_(got, base[key], 31, 1e-2, lay, noise)
+                L.reconstruct_local_reference_(want, base[key], 31, 1e-2, lay, noise)
+                ok &= same_bits(got, want)
+                pt.delta_switch_local_triton_(got, lay, 31, 1e-2, 32, 1e-2, noise)
+                L.delta_switch_local_reference_(want, lay, 31, 1e-2, 32, 1e-2, noise)
+                ok &= same_bits(got, want)
+            check(f"{_prefix(noise)}{what} TP={tp} rank {rank} local tensors (fused qkv, gate_up, row-parallel, "
+                  f"vocab): reconstruct + delta", ok)
+            # the same through a SwitchPlan (CUDA graph, keys from the device table)
+            live = {k: torch.empty_like(v) for k, v in base.items()}
+            plan = pt.SwitchPlan(live, base, layouts, noise=noise)
+            plan.reconstruct_(2**63 - 1, 3e-3)
+            ok = True
+            for key, lay in layouts.items():
+                want = torch.empty_like(base[key])
+                L.reconstruct_local_reference_(want, base[key], 2**63 - 1, 3e-3, lay, noise)
+                ok &= same_bits(live[key], want)
+                L.delta_switch_local_reference_(want, lay, 2**63 - 1, 3e-3, 5, 1e-2, noise)
+                base[key] = want  # reuse as the expected state after the plan's delta below
+            plan.delta_switch_(2**63 - 1, 3e-3, 5, 1e-2)
+            ok &= all(same_bits(live[k], base[k]) for k in layouts)
+            check(f"{_prefix(noise)}{what} TP={tp} rank {rank}: SwitchPlan reconstruct + delta (graph replay)", ok)
 
 
 # -------------------------------------------------------------------------------------------- timing
@@ -354,6 +406,7 @@ def time_full_set(device, shapes, reps: int) -> None:
     del before
     dlt_eager = time_ms(delta_all, device, reps)
     row("delta switch: eager", dlt_eager, floor, nbytes, "host-bound")
+    time_gaussian(device, live, base, items, verify, floor, rec, nbytes, reps)
 
     pt.LaunchConfig.bf16_by_hand = True
     hand_plan = pt.SwitchPlan(live, base)
@@ -379,10 +432,51 @@ def time_full_set(device, shapes, reps: int) -> None:
         torch.cuda.empty_cache()
 
 
-def _ref(base: torch.Tensor, seed: int, name: str) -> torch.Tensor:
+def _ref(base: torch.Tensor, seed: int, name: str, noise: str = "rademacher") -> torch.Tensor:
     out = torch.empty_like(base)
-    reconstruct_reference_(out, base, seed, SIGMA, name)
+    reconstruct_reference_(out, base, seed, SIGMA, name, noise)
     return out
+
+
+def time_gaussian(device, live, base, items, verify, floor: float, rademacher_ms: float, nbytes: int,
+                  reps: int) -> None:
+    """The Gaussian switch on the same set in the same run: against the copy floor and Rademacher's."""
+    plan = pt.SwitchPlan(live, base, noise="gaussian")
+    t0 = time.perf_counter()
+    plan.reconstruct_(1, SIGMA)
+    sync(device)
+    log(f"  (Gaussian plan: first reconstruct incl. warm-up + graph capture {time.perf_counter() - t0:.2f} s)")
+    ms = time_ms(lambda r: plan.reconstruct_(1000 + r, SIGMA), device, reps)
+    row("reconstruct, Gaussian: SwitchPlan (CUDA graph)", ms, floor, nbytes, "a table read and an fp32 multiply, no FMA")
+    RESULTS["gaussian_over_floor"] = ms / floor
+    RESULTS["gaussian_over_rademacher"] = ms / rademacher_ms
+    log(f"  Gaussian / Rademacher reconstruct: {ms / rademacher_ms:.3f}x")
+    plan.reconstruct_(1007, SIGMA)
+    check("gaussian: Qwen set: SwitchPlan reconstruct == reference (6 tensors)",
+          all(same_bits(live[k], _ref(base[k], 1007, k, "gaussian")) for k in verify))
+
+    def eager(r=0):
+        for k, b in items:
+            pt.reconstruct_triton_(live[k], b, 1000 + r, SIGMA, k, "gaussian")
+
+    row("reconstruct, Gaussian: eager, one launch per tensor", time_ms(eager, device, reps), floor, nbytes, "host-bound")
+    plan.reconstruct_(1000, SIGMA)
+    state = {"seed": 1000}
+
+    def delta(r=0):
+        nxt = 9000 + r + 100 * (r < 0)
+        plan.delta_switch_(state["seed"], SIGMA, nxt, SIGMA)
+        state["seed"] = nxt
+
+    row("delta switch, Gaussian: SwitchPlan (CUDA graph)", time_ms(delta, device, reps), floor, nbytes,
+        "in place, two hashes and table reads per element")
+    before = {k: live[k].clone() for k in verify}
+    seed_from = state["seed"]
+    delta(50)
+    for k in verify:
+        delta_switch_reference_(before[k], k, seed_from, SIGMA, state["seed"], SIGMA, "gaussian")
+    check("gaussian: Qwen set: SwitchPlan delta == reference (6 tensors)", all(same_bits(live[k], before[k]) for k in verify))
+    del plan, before
 
 
 def sweep_configs(device, live, base, floor: float, reps: int) -> None:
@@ -419,16 +513,20 @@ def time_tp_rank(device, shapes, cfg, reps: int) -> None:
 
     plan = pt.SwitchPlan(live, base, layouts)
     plan.reconstruct_(1, SIGMA)
+    gplan = pt.SwitchPlan(live, base, layouts, noise="gaussian")
+    gplan.reconstruct_(1, SIGMA)
     floor = time_ms(copy_all, device, reps)
     ms_plan = time_ms(lambda r: plan.reconstruct_(100 + r, SIGMA), device, reps)
+    ms_gauss = time_ms(lambda r: gplan.reconstruct_(100 + r, SIGMA), device, reps)
     ms_eager = time_ms(local_all, device, reps)
     RESULTS["tp2_rank0"] = [{"params": n, "tensors": len(base), "launches": sum(len(l.blocks) for l in layouts.values()),
                              "copy_ms": round(floor, 3), "plan_ms": round(ms_plan, 3), "eager_ms": round(ms_eager, 3),
-                             "plan_ratio": round(ms_plan / floor, 3)}]
+                             "plan_ratio": round(ms_plan / floor, 3), "gaussian_plan_ms": round(ms_gauss, 3),
+                             "gaussian_plan_ratio": round(ms_gauss / floor, 3)}]
     log(f"\n  TP=2 rank 0 local set ({n / 1e9:.2f}B in {len(base)} tensors, fused qkv/gate_up, row-parallel tiles):"
         f"\n    copy {floor:.3f} ms, reconstruct_local SwitchPlan {ms_plan:.3f} ms ({ms_plan / floor:.3f}x), "
-        f"eager {ms_eager:.3f} ms ({ms_eager / floor:.3f}x)")
-    del base, live, plan
+        f"Gaussian {ms_gauss:.3f} ms ({ms_gauss / floor:.3f}x), eager {ms_eager:.3f} ms ({ms_eager / floor:.3f}x)")
+    del base, live, plan, gplan
 
 
 # ---------------------------------------------------------------------------------------------- main

@@ -2,8 +2,9 @@
 
 An engine holds a resident base copy of each perturbable tensor under its checkpoint name and
 asks this module to rebuild the live tensor for (seed, sigma), or to restore it. The noise itself is
-defined in kernels/noise_ref.py; on CUDA the Triton kernels (kernels/perturb_triton.py, when Triton
-is installed) give the same bits. kernels/README.md summarises the definitions.
+defined in kernels/noise_ref.py: Rademacher (the default) or Gaussian, the ``noise`` argument of
+every entry point (perturbation.noise); on CUDA the Triton kernels (kernels/perturb_triton.py, when
+Triton is installed) give the same bits. kernels/README.md summarises the definitions.
 
 * reconstruct_         whole logical tensors, keyed by checkpoint name (the default switch)
 * reconstruct_local_   sharded / fused local tensors, each with a kernels.layout.LocalLayout
@@ -21,6 +22,7 @@ from types import ModuleType
 import torch
 
 from kernels.layout import LocalLayout, delta_switch_local_reference_, reconstruct_local_reference_
+from kernels.noise_kinds import RADEMACHER, check_kind
 from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_
 from kernels.perturb_cpu import reconstruct_many_cpu_
 
@@ -41,57 +43,63 @@ def _check_sigma(sigma: float) -> None:
         raise ValueError(f"sigma must be > 0, got {sigma!r}")
 
 
-def _reconstruct_one_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str) -> None:
+def _reconstruct_one_(live: torch.Tensor, base: torch.Tensor, seed: int, sigma: float, name: str,
+                      noise: str) -> None:
     kernels = _triton_for(live)
     if kernels is not None:
-        kernels.reconstruct_triton_(live, base, seed, sigma, name)
+        kernels.reconstruct_triton_(live, base, seed, sigma, name, noise)
     else:
-        reconstruct_reference_(live, base, seed, sigma, name)
+        reconstruct_reference_(live, base, seed, sigma, name, noise)
 
 
 @torch.no_grad()
-def reconstruct_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor], seed: int, sigma: float) -> None:
-    """Set every live tensor to base + sigma * R(seed, name): path-independent and bit-identical
-    however many seeds were set before."""
+def reconstruct_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor], seed: int, sigma: float,
+                 noise: str = RADEMACHER) -> None:
+    """Set every live tensor to base + sigma * N(seed, name) (N: the noise of kind ``noise``):
+    path-independent and bit-identical however many seeds were set before."""
     _check_sigma(sigma)
+    check_kind(noise)
     cpu = [(n, t, base[n]) for n, t in live.items()
            if t.device.type == "cpu" and t.is_contiguous() and base[n].is_contiguous()]
     if cpu:  # one thread pool over every CPU tensor (kernels/perturb_cpu.py says why not torch ops)
-        reconstruct_many_cpu_(cpu, sigma, seed)
+        reconstruct_many_cpu_(cpu, sigma, seed, noise=noise)
     done = {n for n, _, _ in cpu}
     for name, live_tensor in live.items():
         if name not in done:
-            _reconstruct_one_(live_tensor, base[name], seed, sigma, name)
+            _reconstruct_one_(live_tensor, base[name], seed, sigma, name, noise)
 
 
 @torch.no_grad()
 def reconstruct_local_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor], seed: int,
-                       sigma: float, layouts: Mapping[str, LocalLayout]) -> None:
+                       sigma: float, layouts: Mapping[str, LocalLayout], noise: str = RADEMACHER) -> None:
     """Like reconstruct_ for local tensors (keyed by their local name, e.g. vLLM's
     ``...qkv_proj.weight``): every element gets the noise of its logical (checkpoint) tensor and
     index, so a seed means the same weights at every TP degree and fusion; padding stays base."""
     _check_sigma(sigma)
+    check_kind(noise)
     for key, live_tensor in live.items():
         kernels = _triton_for(live_tensor)
         fn = kernels.reconstruct_local_triton_ if kernels is not None else reconstruct_local_reference_
-        fn(live_tensor, base[key], seed, sigma, layouts[key])
+        fn(live_tensor, base[key], seed, sigma, layouts[key], noise)
 
 
 @torch.no_grad()
 def delta_switch_(live: Mapping[str, torch.Tensor], seed_from: int | None, sigma_from: float,
-                  seed_to: int | None, sigma_to: float, layouts: Mapping[str, LocalLayout] | None = None) -> None:
-    """In place, no base copy: W := rne(fp32(W) + sigma_to*R_to - sigma_from*R_from). seed None
+                  seed_to: int | None, sigma_to: float, layouts: Mapping[str, LocalLayout] | None = None,
+                  noise: str = RADEMACHER) -> None:
+    """In place, no base copy: W := rne(fp32(W) + sigma_to*N_to - sigma_from*N_from). seed None
     means the base weights (from base: seed_from=None; back to base: seed_to=None). Not
     path-independent: bf16/fp16 rounding leaves a bounded error (kernels/README.md has the numbers).
     Without layouts the keys are checkpoint names; with layouts, local names."""
+    check_kind(noise)
     for key, live_tensor in live.items():
         kernels = _triton_for(live_tensor)
         if layouts is not None:
             fn = kernels.delta_switch_local_triton_ if kernels is not None else delta_switch_local_reference_
-            fn(live_tensor, layouts[key], seed_from, sigma_from, seed_to, sigma_to)
+            fn(live_tensor, layouts[key], seed_from, sigma_from, seed_to, sigma_to, noise)
         else:
             fn = kernels.delta_switch_triton_ if kernels is not None else delta_switch_reference_
-            fn(live_tensor, key, seed_from, sigma_from, seed_to, sigma_to)
+            fn(live_tensor, key, seed_from, sigma_from, seed_to, sigma_to, noise)
 
 
 @torch.no_grad()
@@ -108,16 +116,17 @@ class Perturber:
     in a CUDA graph (keys read from a device table), so a switch costs one key upload and one replay
     instead of ~45 us of host time per tensor; elsewhere it calls the functions above. Same bits
     either way. ``layouts`` (by key) makes the keys local names, as for reconstruct_local_; without
-    it keys are checkpoint names. ``base`` may be None for delta switches only. The plan keeps
-    references to the tensors: build a new Perturber if they are reallocated.
+    it keys are checkpoint names. ``base`` may be None for delta switches only. ``noise``: the noise
+    kind of every switch (perturbation.noise). The plan keeps references to the tensors: build a
+    new Perturber if they are reallocated.
     """
 
     def __init__(self, live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor] | None = None,
-                 layouts: Mapping[str, LocalLayout] | None = None) -> None:
-        self.live, self.base, self.layouts = live, base, layouts
+                 layouts: Mapping[str, LocalLayout] | None = None, noise: str = RADEMACHER) -> None:
+        self.live, self.base, self.layouts, self.noise = live, base, layouts, check_kind(noise)
         first = next(iter(live.values()), None)
         kernels = _triton_for(first) if first is not None else None
-        self._plan = kernels.SwitchPlan(live, base, layouts) if kernels is not None else None
+        self._plan = kernels.SwitchPlan(live, base, layouts, noise=noise) if kernels is not None else None
 
     @torch.no_grad()
     def to_member_(self, seed: int, sigma: float) -> None:
@@ -128,9 +137,9 @@ class Perturber:
         if self._plan is not None:
             self._plan.reconstruct_(seed, sigma)
         elif self.layouts is not None:
-            reconstruct_local_(self.live, self.base, seed, sigma, self.layouts)
+            reconstruct_local_(self.live, self.base, seed, sigma, self.layouts, self.noise)
         else:
-            reconstruct_(self.live, self.base, seed, sigma)
+            reconstruct_(self.live, self.base, seed, sigma, self.noise)
 
     @torch.no_grad()
     def step_(self, seed_from: int | None, sigma_from: float, seed_to: int | None, sigma_to: float) -> None:
@@ -138,7 +147,7 @@ class Perturber:
         if self._plan is not None:
             self._plan.delta_switch_(seed_from, sigma_from, seed_to, sigma_to)
         else:
-            delta_switch_(self.live, seed_from, sigma_from, seed_to, sigma_to, self.layouts)
+            delta_switch_(self.live, seed_from, sigma_from, seed_to, sigma_to, self.layouts, self.noise)
 
     @torch.no_grad()
     def to_base_(self) -> None:

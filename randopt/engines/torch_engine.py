@@ -7,8 +7,9 @@ the checkpoint dtype, or fp32 on a CPU without native bf16. In fp32 the seed's w
 built in the checkpoint dtype, rne(W0 + sigma*R), in a staging copy, then widened exactly into the
 model's fp32 parameters, so a seed means the same weights whatever the engine computes in.
 The option perturbation.switch: delta keeps no base copy (1x memory) and moves from seed to seed in
-place, W += sigma_to*R_to - sigma_from*R_from; bf16/fp16 rounding then drifts, and drift() measures
-how far against the checkpoint on disk (kernels/README.md has the drift table).
+place, W += sigma_to*N_to - sigma_from*N_from; bf16/fp16 rounding then drifts, and drift() measures
+how far against the checkpoint on disk (kernels/README.md has the drift table). The noise N is
+Rademacher, or Gaussian with noise="gaussian" (perturbation.noise); every switch uses the one kind.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import os
 import numpy as np
 import torch
 
+from kernels.noise_kinds import RADEMACHER, check_kind, definition
 from randopt.engines import perturb
 from randopt.engines import compute_dtype as cdt
 from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
@@ -39,13 +41,14 @@ def _pick_device(device: str) -> torch.device:
 class TorchEngine:
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 32,
                  threads: int | None = None, trust_remote_code: bool = False, max_context: int = 1024,
-                 compute_dtype: str = "auto", switch: str = "reconstruct"):
+                 compute_dtype: str = "auto", switch: str = "reconstruct", noise: str = RADEMACHER):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model_path = Path(model_dir)
         if not (model_path / "config.json").is_file():
             raise FileNotFoundError(f"{model_dir}: no model here (config.json missing); run prepare_model "
                                     "or point model.path at a Hugging Face model directory")
+        self.noise = check_kind(noise)  # before the model loads: a bad kind fails at once
         if threads:
             torch.set_num_threads(int(threads))
         self.device = _pick_device(device)
@@ -71,7 +74,8 @@ class TorchEngine:
             auto_name, auto_why = cdt.resolve("auto", engine="torch", device=self.device.type, checkpoint_dtype=name)
             why = f"{why}; {auto_why}" + ("" if auto_name == dtype_name else f" (auto here would pick {auto_name})")
         self.compute_dtype, self.compute_dtype_reason = getattr(torch, dtype_name), why
-        logging.getLogger("randopt").info("torch engine computes in %s (%s)", dtype_name, why)
+        logging.getLogger("randopt").info("torch engine computes in %s (%s); noise: %s", dtype_name, why,
+                                          definition(self.noise))
         if switch not in SWITCHES:
             raise ValueError(f"switch must be one of {SWITCHES}, got {switch!r}")
         self.switch = switch
@@ -89,7 +93,7 @@ class TorchEngine:
             self.model.to(self.compute_dtype)
             self._compute = {n: p.data for n, p in self.model.named_parameters()}
         # Built once: on CUDA it captures a whole switch as one graph replay (kernels/README.md).
-        self._perturber = perturb.Perturber(self._live, self._base)
+        self._perturber = perturb.Perturber(self._live, self._base, noise=self.noise)
         # transformers renamed past_key_values to cache (5.x deprecates the old name); take what it has.
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self._start_id = start_token_id(self.tokenizer, self.model.config.bos_token_id)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels.noise_kinds import check_kind
 from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
 from randopt.engines.vllm_worker import RandoptWorkerExtension
@@ -84,7 +85,9 @@ class VllmEngine:
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 256,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
-                 enforce_eager: bool = False, threads: int | None = None, engines_per_gpu: int = 1):
+                 enforce_eager: bool = False, threads: int | None = None, engines_per_gpu: int = 1,
+                 noise: str = "rademacher"):
+        check_kind(noise)  # before vLLM starts: an unknown kind fails in seconds, not after the load
         set_vllm_environment(tensor_parallel_size)
         if gpu_memory_utilization == "auto":
             gpu_memory_utilization = auto_memory_utilization(model_dir, tensor_parallel_size, engines=engines_per_gpu)
@@ -100,7 +103,9 @@ class VllmEngine:
                                      gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                                      trust_remote_code=trust_remote_code, max_model_len=max_model_len,
                                      batch_size=batch_size))
-        self.setup = self.llm.collective_rpc("randopt_setup", args=(self.model_dir,))
+        # Every rank perturbs with the same noise kind (the worker extension builds its Perturber with it).
+        self.setup = self.llm.collective_rpc("randopt_setup", args=(self.model_dir, noise))
+        self.noise = noise
         self.tokenizer = self.llm.get_tokenizer()
         self._start_id = start_token_id(self.tokenizer)
 

@@ -1,6 +1,7 @@
 """The vLLM worker extension: lives inside every tensor-parallel worker process, keeps a resident
 base copy of this rank's weights and rebuilds (seed, sigma) in place through the shared perturbation
-kernel, with this rank's mapping to the checkpoint's logical tensors (randopt/engines/vllm_layouts.py).
+kernel, with this rank's mapping to the checkpoint's logical tensors (randopt/engines/vllm_layouts.py)
+and the run's noise kind (Rademacher or Gaussian, given once at setup).
 
 Writes go into the parameters' own storage, so the CUDA graphs vLLM captured stay valid. Reached
 from the engine by ``LLM.collective_rpc("randopt_...")``.
@@ -18,7 +19,7 @@ class RandoptWorkerExtension:
         runner = self.model_runner
         return runner.get_model() if hasattr(runner, "get_model") else runner.model
 
-    def randopt_setup(self, model_dir: str) -> dict:
+    def randopt_setup(self, model_dir: str, noise: str = "rademacher") -> dict:
         from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
 
         tp, rank = get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()
@@ -30,13 +31,13 @@ class RandoptWorkerExtension:
                                                            shapes, heads, tp, rank)
         self._randopt_live = live
         self._randopt_base = {n: t.detach().clone() for n, t in live.items()}
-        self._randopt_perturber = perturb.Perturber(live, self._randopt_base, self._randopt_layouts)
-        # Compile the kernel now, not inside the seed loop: on the H200 the first switch of a 7B model
-        # took 540 ms (Triton JIT) against 10-11 ms for every later one.
+        self._randopt_perturber = perturb.Perturber(live, self._randopt_base, self._randopt_layouts, noise=noise)
+        # Compile the kernel now (the noise kind's variant), not inside the seed loop: on the H200 the
+        # first switch of a 7B model took 540 ms (Triton JIT) against 10-11 ms for every later one.
         self._randopt_perturber.to_member_(0, 1e-3)
         self._randopt_perturber.to_base_()
         torch.cuda.synchronize()
-        return {"rank": rank, "tp": tp, "tensors": len(live),
+        return {"rank": rank, "tp": tp, "tensors": len(live), "noise": noise,
                 "base_copy_bytes": sum(t.numel() * t.element_size() for t in self._randopt_base.values())}
 
     def randopt_set(self, seed: int, sigma: float) -> None:

@@ -27,7 +27,8 @@ def topk_members(record: dict, fraction: float) -> list[dict]:
 
 
 def engine_options(record: dict) -> dict:
-    """The engine the run used, as the workflow built it (rules/common.smk get_engine_options)."""
+    """The engine the run used, as the workflow built it (rules/common.smk get_engine_options), with
+    the run's noise kind (a record written before perturbation.noise existed is Rademacher's)."""
     e, model = record["engine"], record["config"]["model"]
     options = {"device": e["device"], "batch_size": e["batch_size"], "trust_remote_code": model["trust_remote_code"]}
     if e["kind"] == "torch":
@@ -35,6 +36,9 @@ def engine_options(record: dict) -> dict:
         options["compute_dtype"] = resolved or e.get("compute_dtype", "auto")
     else:
         options |= {"tensor_parallel_size": e["tensor_parallel_size"], "gpu_memory_utilization": e["gpu_memory_utilization"]}
+    noise = (record.get("noise") or {}).get("kind", "rademacher")
+    if noise != "rademacher":  # as the workflow passes it: only when chosen
+        options["noise"] = noise
     return options
 
 

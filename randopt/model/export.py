@@ -1,11 +1,12 @@
-"""Export one member of a search, W(seed, sigma) = rne(W0 + sigma*R(seed)), as a Hugging Face model dir.
+"""Export one member of a search, W(seed, sigma) = rne(W0 + sigma*N(seed)), as a Hugging Face model dir.
 
 The weights are rebuilt from the prepared base checkpoint through randopt.engines.perturb (the same
 definition and kernels as every engine), file by file, so a 72B checkpoint never sits in memory
 twice: each safetensors file is read, perturbed tensor by tensor and written under the same name.
 Everything else of the model dir (config, generation config, tokenizer, chat template) is copied.
 `randopt_member.json` says what the weights are: the base weights' sha256 (as prepare_model
-computes it), the noise definition, seed, sigma, and the sha256 of every weight file written.
+computes it), the noise definition (kernels/noise_kinds.py: Rademacher v1, or "gaussian v2" for a run
+with perturbation.noise gaussian), seed, sigma, and the sha256 of every weight file written.
 
 What gets perturbed is what an engine perturbs: the model's parameters under their checkpoint
 names (the torch engine's named_parameters(), where a tied lm_head is not a parameter of its own).
@@ -21,11 +22,12 @@ from pathlib import Path
 
 import torch
 
+from kernels.noise_kinds import KINDS, RADEMACHER, definition
 from randopt.engines import perturb
 from randopt.io import InputError, atomic_path, sha256_file
 from randopt.model.prepare import combined_sha256, weights_sha256
 
-NOISE_DEFINITION = "kernels/noise_ref.py v1"
+NOISE_DEFINITION = definition(RADEMACHER)  # what a default export's randopt_member.json says
 MEMBER_FILE = "randopt_member.json"
 INDEX_FILE = "model.safetensors.index.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -52,12 +54,16 @@ def _parameter_names(model_dir: Path) -> tuple[set[str], set[str]]:
     return params, every - params
 
 
-def export_member(model_dir: str | Path, seed: int, sigma: float, out_dir: str | Path) -> dict:
-    """Write the member (seed, sigma) of the base model in model_dir to out_dir; return its description."""
+def export_member(model_dir: str | Path, seed: int, sigma: float, out_dir: str | Path,
+                  noise: str = RADEMACHER) -> dict:
+    """Write the member (seed, sigma) of the base model in model_dir to out_dir, under the run's noise
+    kind (perturbation.noise); return its description."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
     seed, sigma = check_member(seed, sigma)
+    if noise not in KINDS:
+        raise InputError(f"noise {noise!r}: use the run's perturbation.noise, one of {list(KINDS)}")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if not (model_dir / "config.json").is_file():
         raise InputError(f"{model_dir}: no base model here (config.json missing); give the prepared model dir "
@@ -87,7 +93,7 @@ def export_member(model_dir: str | Path, seed: int, sigma: float, out_dir: str |
                                          "checkpoints whose tensor names are the model's parameter names")
                     base = f.get_tensor(name).contiguous()
                     live = torch.empty_like(base)
-                    perturb.reconstruct_({name: live}, {name: base}, seed, sigma)
+                    perturb.reconstruct_({name: live}, {name: base}, seed, sigma, noise)
                     tensors[name] = live
                     seen.add(name)
             save_file(tensors, str(tmp / source.name), metadata=metadata or {"format": "pt"})
@@ -106,7 +112,7 @@ def export_member(model_dir: str | Path, seed: int, sigma: float, out_dir: str |
             (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
         per_file = {p.name: sha256_file(p) for p in sorted(tmp.glob("*.safetensors"))}
         member = {
-            "base_model_dir": str(model_dir), "base_sha256": base_sha256, "noise": NOISE_DEFINITION,
+            "base_model_dir": str(model_dir), "base_sha256": base_sha256, "noise": definition(noise),
             "seed": seed, "sigma": sigma, "weights_sha256": per_file, "sha256": combined_sha256(per_file),
             "tied_aliases_dropped": sorted(dropped),
         }
@@ -124,7 +130,8 @@ def member_at_rank(ranking: str | Path, rank: int) -> tuple[int, float]:
     return int(row["seed"].iloc[0]), float(row["sigma"].iloc[0])
 
 
-def export_rank(model_dir: str | Path, ranking: str | Path, rank: int, out_dir: str | Path) -> dict:
+def export_rank(model_dir: str | Path, ranking: str | Path, rank: int, out_dir: str | Path,
+                noise: str = RADEMACHER) -> dict:
     """export_member for the member at `rank` of a finished search (the workflow's export rule)."""
     seed, sigma = member_at_rank(ranking, rank)
-    return export_member(model_dir, seed, sigma, out_dir) | {"rank": rank}
+    return export_member(model_dir, seed, sigma, out_dir, noise) | {"rank": rank}

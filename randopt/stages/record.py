@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import pandas as pd
 
+from kernels.noise_kinds import definition
 from randopt.report import record as rec
 from randopt.population import population_size
 from randopt.io import read_json, write_json_atomic
@@ -50,7 +51,8 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         # The task the rewards and accuracies below are of (randopt/tasks/; the config holds its block).
         "task": {"kind": kind, "synthetic": bool(problems["synthetic"])},
         "data": rec.data_fields(kind, problems, heldout, scored),
-        "noise": {"kind": "rademacher", "definition": "kernels/noise_ref.py v1"},
+        # The configured noise and its written definition (for the default: what every record has said).
+        "noise": {"kind": config["perturbation"]["noise"], "definition": definition(config["perturbation"]["noise"])},
         "perturbation": rec.switch_summary(config["perturbation"]["switch"], shards + [members]),
         "population": {"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
                        "size": population},
