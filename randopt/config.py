@@ -62,6 +62,7 @@ def validate(config: dict) -> dict:
                 f"(population.n_seeds x len(population.sigmas)) keeps no member; raise population.n_seeds "
                 f"or the fraction")
     _check_selection(config)
+    _check_speculation(config["engine"])
     for section in SOURCE_KINDS:
         kind = config[section]["source"]
         check_selected(section, kind, config[section][kind], lambda key: f"config key '{section}.{kind}.{key}'")
@@ -81,6 +82,21 @@ def validate(config: dict) -> dict:
             raise ConfigError("config key 'model.revision': a hub model needs a pinned revision (a commit hash)")
         check_commit("config key 'model.revision'", model["revision"])
     return config
+
+
+def _check_speculation(engine: dict) -> None:
+    """engine.speculation: population is the vLLM engine's (a custom proposer class); checked against the
+    installed vLLM where there is one (a host that only builds the DAG for a cluster may have none)."""
+    if engine["speculation"] == "none":
+        return
+    if engine["kind"] != "vllm":
+        raise ConfigError(f"config key 'engine.speculation': {engine['speculation']} is wired for engine.kind vllm "
+                          "only (on a CPU a draft-and-verify pass did not pay: bench/speculation/README.md); "
+                          "use speculation: none with the torch engine")
+    from randopt.engines.vllm_speculation import unsupported_reason
+    why = unsupported_reason()
+    if why:
+        raise ConfigError(f"config key 'engine.speculation': {why}")
 
 
 def _check_selection(config: dict) -> None:

@@ -79,8 +79,13 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
         numerics["switch"] = config["perturbation"]["switch"]
     if config["perturbation"]["noise"] != "rademacher":
         numerics["noise"] = config["perturbation"]["noise"]
-    evaluation = short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config), "engine": numerics,
-                            "code": key_code("eval", root)} | task_code)
+    # Speculation drafts the answers (engine.speculation): verification runs other kernels than plain decode
+    # steps, so a near-tie may resolve otherwise; it keys the answers (only when on), not bpb, whose engine
+    # generates nothing and is built without it.
+    speculation = ({"speculation": {"kind": e["speculation"], "draft_tokens": e["draft_tokens"]}}
+                   if e["speculation"] != "none" else {})
+    evaluation = short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config),
+                            "engine": numerics | speculation, "code": key_code("eval", root)} | task_code)
     selection = config.get("selection") or {"mode": "full"}  # records written before racing had none
     racing = selection["mode"] == "racing"
     # Racing's knobs decide which members are ranked complete, so they key the population (only under

@@ -160,6 +160,14 @@ def get_engine_args(**extra_options):
             f"--engine-options {q(get_engine_options() | extra_options)}")
 
 
+def get_generating_engine_args():
+    """Engine flags of the stages that generate answers: engine.speculation reaches only them (score_bpb
+    scores given text, where drafts have nothing to do; only when on, so the default's params stay)."""
+    e = config["engine"]
+    speculation = {"speculation": e["speculation"], "draft_tokens": e["draft_tokens"]} if e["speculation"] != "none" else {}
+    return get_engine_args(**speculation)
+
+
 # Cluster resources (profiles/slurm). Small stages run in the Snakemake process itself; the heavy ones
 # are submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
 localrules: all, freeze_gsm8k, freeze_task, fetch_fineweb, rank, race_round, vote, record, figures
