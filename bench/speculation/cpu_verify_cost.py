@@ -54,25 +54,29 @@ def main(argv=None) -> None:
     tokens[:, width:] = torch.randint(100, 1000, (len(ids), args.context), generator=torch.Generator().manual_seed(0))
     mask = (tokens != engine.tokenizer.pad_token_id).long()
 
-    def cache():
-        with torch.inference_mode():
-            return model(input_ids=tokens, attention_mask=mask, use_cache=True).past_key_values
+    import copy
+    from transformers import DynamicCache
+    cache_kwarg = engine._cache_kwarg  # the name this transformers gives the KV cache argument
+    prefilled = DynamicCache(config=model.config)
+    with torch.inference_mode():   # the prompts and the tokens already written: once
+        model(input_ids=tokens, attention_mask=mask, use_cache=True, **{cache_kwarg: prefilled})
 
-    def step(q: int, kv) -> float:
+    def step(q: int) -> float:
+        kv = copy.deepcopy(prefilled)   # every step extends the same cache
         new = torch.randint(100, 1000, (len(ids), q), generator=torch.Generator().manual_seed(q))
         full_mask = torch.cat([mask, torch.ones(len(ids), q, dtype=torch.long)], 1)
         t = time.perf_counter()
         with torch.inference_mode():
-            model(input_ids=new, attention_mask=full_mask, past_key_values=kv, use_cache=True)
+            model(input_ids=new, attention_mask=full_mask, use_cache=True, **{cache_kwarg: kv})
         return time.perf_counter() - t
 
     qs = [1] + [1 + k for k in args.ks]
     times = {q: [] for q in qs}
-    step(1, cache())  # warm-up
+    for q in qs:
+        step(q)  # warm-up
     for _ in range(args.reps):
         for q in qs:     # interleaved, so load on a shared machine falls on every q alike
-            kv = cache()
-            times[q].append(step(q, kv))
+            times[q].append(step(q))
     median = {q: statistics.median(v) for q, v in times.items()}
     rows = [{"k": q - 1, "tokens_a_row": q, "ms": 1e3 * median[q], "cost_ratio": median[q] / median[1]} for q in qs]
     for r in rows:
@@ -82,7 +86,8 @@ def main(argv=None) -> None:
         "model_dir": args.model_dir, "batch": args.batch, "prompt_tokens_max": width, "context": args.context,
         "reps": args.reps, "compute_dtype": str(engine.compute_dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(), "rows": rows,
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+        "machine": {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "cpu_flags": _bf16_flags(),
+                    "python": platform.python_version(),
                     "torch": torch.__version__, "load_average": os.getloadavg()}})
 
 
@@ -90,6 +95,13 @@ def _cpu_model() -> str | None:
     info = Path("/proc/cpuinfo")
     return next((line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
                  if line.startswith("model name")), None) if info.exists() else None
+
+
+def _bf16_flags() -> list[str]:
+    info = Path("/proc/cpuinfo")
+    flags = next((line.split(":", 1)[1].split() for line in info.read_text().splitlines()
+                  if line.startswith("flags")), []) if info.exists() else []
+    return [f for f in ("avx512_bf16", "amx_bf16", "avx2") if f in flags]
 
 
 if __name__ == "__main__":
