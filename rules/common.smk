@@ -154,9 +154,10 @@ def get_engine_options():
     return options
 
 
-def get_engine_args(**extra_options):
-    """Engine flags of the stage CLIs (the rule's shell adds --threads {threads})."""
-    return (f"--model-dir {MODEL}/model --engine {config['engine']['kind']} "
+def get_engine_args(model_dir=None, **extra_options):
+    """Engine flags of the stage CLIs (the rule's shell adds --threads {threads}); model_dir: the
+    prepared model's by default (evaluate_distilled loads a fine-tuned one as its base)."""
+    return (f"--model-dir {model_dir or f'{MODEL}/model'} --engine {config['engine']['kind']} "
             f"--engine-options {q(get_engine_options() | extra_options)}")
 
 
@@ -280,6 +281,8 @@ ORDER_SEED = config["selection"]["order_seed"]
 # while another races (on the CPU a job takes every core: one at a time; on a cluster the shard size
 # alone decides).
 RACING = config["selection"]["mode"] == "racing"
+# distill.enabled: rules/distill.smk joins the DAG (docs/distill.md); off, no rule, key or path changes.
+DISTILL_ENABLED = config["distill"]["enabled"]
 RACE_PLAN = None
 if RACING:
     try:
@@ -336,6 +339,8 @@ def get_benchmarks():
              ("prepare_model", rules.prepare_model), ("rank", rules.rank),
              ("evaluate_members", rules.evaluate_members), ("vote", rules.vote), ("score_bpb", rules.score_bpb)]
     paths = [f"{name}={rule.benchmark}" for name, rule in pairs]
+    if DISTILL_ENABLED:  # distillation's stages (rules/distill.smk): what distill.enabled adds to the run
+        paths += distill_benchmarks()
     if RACING:
         paths += [f"race_slice={BENCH}/race_slice/{KEYS['race']}/{stem}.tsv"
                   for r in range(RACE_PLAN.rounds) for stem in race_chunk_stems(r)]

@@ -1,0 +1,134 @@
+# Distillation (distill.enabled; docs/distill.md): the distilled top-k list's correct train completions
+# fine-tune a LoRA of the base (the distilled model); the base model's own correct samples, resampled to
+# the same size, fine-tune another (the control). Both merged models answer the test split and score bpb
+# as the base does, and the record compares them with the base and the ensemble. Included by the
+# Snakefile only when enabled, so a run without it has the rules, keys and paths it always had.
+from randopt.config import distill_fraction
+from randopt.distill.lora import check_model_dir
+
+DISTILL = config["distill"]
+DISTILL_FRACTION = distill_fraction(config)
+DISTILL_ROUND = 1  # distill.rounds > 1 (round r's base: round r-1's distilled model) is not built yet
+DISTILL_ARMS = ("distilled", "control")
+DISTILL_DATA = PATHS["distill_data"]
+DISTILL_TRAIN = PATHS["distill_train"]
+DISTILL_EVAL = PATHS["distill_eval"]
+
+# At DAG build: a LoRA target module the model lacks (read from config.json, no weights) is an error now,
+# not after the search. A model not prepared yet is checked when distill_train loads it.
+try:
+    check_model_dir(config["model"]["path"] if config["model"]["source"] == "local" else f"{MODEL}/model",
+                    DISTILL["lora"]["target_modules"])
+except InputError as err:
+    raise WorkflowError(f"invalid config: {err}")
+
+wildcard_constraints:
+    arm="distilled|control",
+
+
+def distill_benchmarks():
+    """RULE=PATH of distillation's benchmark files, for the record's stage times (get_benchmarks)."""
+    return ([f"distill_data={BENCH}/distill_data/{KEYS['distill_data']}.tsv"]
+            + [f"distill_train={BENCH}/distill_train/{KEYS['distill_train']}/{arm}.tsv" for arm in DISTILL_ARMS]
+            + [f"evaluate_distilled={BENCH}/evaluate_distilled/{KEYS['distill_eval']}/{arm}.tsv" for arm in DISTILL_ARMS])
+
+
+def distill_record_inputs():
+    """What the record reads of distillation: the datasets' manifest, each arm's model manifest and result."""
+    return {"distill_data": f"{DISTILL_DATA}/manifest.json",
+            "distill_models": [f"{DISTILL_TRAIN}/{arm}/manifest.json" for arm in DISTILL_ARMS],
+            "distill_results": [f"{DISTILL_EVAL}/{arm}/result.json" for arm in DISTILL_ARMS]}
+
+
+rule distill_data:
+    input:
+        model=f"{MODEL}/manifest.json",
+        train=f"{DATA_PROBLEMS}/train.jsonl",
+        topk=f"{RANK}/topk.json",
+    output:
+        distilled=f"{DISTILL_DATA}/distilled.jsonl",
+        control=f"{DISTILL_DATA}/control.jsonl",
+        manifest=f"{DISTILL_DATA}/manifest.json",
+    params:
+        engine=get_engine_args(),
+        decode=q_text(DECODE),
+        cache=ANSWER_CACHE,
+        fraction=DISTILL_FRACTION,
+        per_problem=DISTILL["per_problem"],
+        control=q(DISTILL["control"]),
+        round=DISTILL_ROUND,
+        code=key_code("distill_data"),
+    threads: job_threads()
+    resources:
+        **job_resources("evaluate_members"),
+    log:
+        "logs/distill_data.log",
+    benchmark:
+        f"{BENCH}/distill_data/{KEYS['distill_data']}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.distill_data {params.engine} --threads {threads} --decode {params.decode} --train {input.train}"
+        " --topk {input.topk} --fraction {params.fraction} --cache-dir {params.cache} --per-problem {params.per_problem}"
+        " --control {params.control} --round {params.round} --out-distilled {output.distilled}"
+        " --out-control {output.control} --manifest {output.manifest} 2> {log}"
+
+
+rule distill_train:
+    input:
+        base=f"{MODEL}/model",
+        base_manifest=f"{MODEL}/manifest.json",
+        data=f"{DISTILL_DATA}/{{arm}}.jsonl",
+        data_manifest=rules.distill_data.output.manifest,
+    output:
+        model=directory(f"{DISTILL_TRAIN}/{{arm}}/model"),
+        adapter=directory(f"{DISTILL_TRAIN}/{{arm}}/adapter"),
+        manifest=f"{DISTILL_TRAIN}/{{arm}}/manifest.json",
+    params:
+        lora=q(DISTILL["lora"]),
+        train=q(DISTILL["train"]),
+        device=config["engine"]["device"],
+        trust="--trust-remote-code" if config["model"]["trust_remote_code"] else "",
+        round=DISTILL_ROUND,
+        code=key_code("distill_train"),
+    threads: job_threads(gpu_stage=False)
+    resources:
+        **job_resources("evaluate_members"),
+    log:
+        "logs/distill_train/{arm}.log",
+    benchmark:
+        f"{BENCH}/distill_train/{KEYS['distill_train']}/{{arm}}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
+        " --arm {wildcards.arm} --round {params.round} --lora {params.lora} --train {params.train}"
+        " --device {params.device} --threads {threads} {params.trust} --out-model {output.model}"
+        " --out-adapter {output.adapter} --manifest {output.manifest} 2> {log}"
+
+
+rule evaluate_distilled:
+    input:
+        model=rules.distill_train.output.model,
+        model_manifest=rules.distill_train.output.manifest,
+        test=f"{DATA_PROBLEMS}/test.jsonl",
+        heldout=f"{DATA_HELDOUT}/heldout.jsonl",
+    output:
+        answers=f"{DISTILL_EVAL}/{{arm}}/answers.parquet",
+        result=f"{DISTILL_EVAL}/{{arm}}/result.json",
+    params:
+        # the base's engine options and the bpb window, on the fine-tuned model dir
+        engine=lambda wildcards: get_engine_args(f"{DISTILL_TRAIN}/{wildcards.arm}/model",
+                                                 max_context=config["heldout"]["max_context"]),
+        decode=q_text(DECODE),
+        code=key_code("distill_eval"),
+    threads: job_threads()
+    resources:
+        **job_resources("evaluate_members"),
+    log:
+        "logs/evaluate_distilled/{arm}.log",
+    benchmark:
+        f"{BENCH}/evaluate_distilled/{KEYS['distill_eval']}/{{arm}}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.evaluate_distilled {params.engine} --threads {threads} --decode {params.decode}"
+        " --model-manifest {input.model_manifest} --arm {wildcards.arm} --test {input.test} --heldout {input.heldout}"
+        " --out-answers {output.answers} --out {output.result} 2> {log}"
