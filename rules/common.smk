@@ -347,3 +347,38 @@ def get_benchmarks():
     else:
         paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in POPULATION.shard_stems()]
     return paths
+
+
+# distill.enabled (rules/distill.smk, docs/distill.md): its folders and knobs, and the helpers the record uses.
+if DISTILL_ENABLED:
+    from randopt.config import distill_fraction
+    from randopt.distill.lora import check_model_dir
+
+    DISTILL = config["distill"]
+    DISTILL_FRACTION = distill_fraction(config)
+    DISTILL_ROUND = 1  # distill.rounds > 1 (round r's base: round r-1's distilled model) is not built yet
+    DISTILL_ARMS = ("distilled", "control")
+    DISTILL_DATA = PATHS["distill_data"]
+    DISTILL_TRAIN = PATHS["distill_train"]
+    DISTILL_EVAL = PATHS["distill_eval"]
+
+    # At DAG build: a LoRA target module the model lacks (read from config.json, no weights) is an error now,
+    # not after the search. A model not prepared yet is checked when distill_train loads it.
+    try:
+        check_model_dir(config["model"]["path"] if config["model"]["source"] == "local" else f"{MODEL}/model",
+                        DISTILL["lora"]["target_modules"])
+    except InputError as err:
+        raise WorkflowError(f"invalid config: {err}")
+
+    def distill_benchmarks():
+        """RULE=PATH of distillation's benchmark files, for the record's stage times (get_benchmarks)."""
+        return ([f"distill_data={BENCH}/distill_data/{KEYS['distill_data']}.tsv"]
+                + [f"distill_train={BENCH}/distill_train/{KEYS['distill_train']}/{arm}.tsv" for arm in DISTILL_ARMS]
+                + [f"evaluate_distilled={BENCH}/evaluate_distilled/{KEYS['distill_eval']}/{arm}.tsv" for arm in DISTILL_ARMS])
+
+
+    def distill_record_inputs():
+        """What the record reads of distillation: the datasets' manifest, each arm's model manifest and result."""
+        return {"distill_data": f"{DISTILL_DATA}/manifest.json",
+                "distill_models": [f"{DISTILL_TRAIN}/{arm}/manifest.json" for arm in DISTILL_ARMS],
+                "distill_results": [f"{DISTILL_EVAL}/{arm}/result.json" for arm in DISTILL_ARMS]}
