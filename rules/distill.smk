@@ -57,6 +57,8 @@ rule distill_train:
         train=q(DISTILL["train"]),
         device=config["engine"]["device"],
         trust="--trust-remote-code" if config["model"]["trust_remote_code"] else "",
+        # the engine's resolved dtype (in the eval key, so in this one): bfloat16 trains under bf16 autocast
+        compute_dtype=COMPUTE_DTYPE,
         round=DISTILL_ROUND,
         code=key_code("distill_train"),
     threads: job_threads(gpu_stage=False)
@@ -70,7 +72,8 @@ rule distill_train:
     shell:
         "{PY} scripts.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
         " --arm {wildcards.arm} --round {params.round} --lora {params.lora} --train {params.train}"
-        " --device {params.device} --threads {threads} {params.trust} --out-model {output.model}"
+        " --device {params.device} --threads {threads} {params.trust} --compute-dtype {params.compute_dtype}"
+        " --out-model {output.model}"
         " --out-adapter {output.adapter} --manifest {output.manifest} 2> {log}"
 
 

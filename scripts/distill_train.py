@@ -21,6 +21,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--compute-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the engine's resolved compute dtype (rules/common.smk): bfloat16 trains under bf16 autocast")
     p.add_argument("--out-model", required=True, help="the merged model dir")
     p.add_argument("--out-adapter", required=True, help="the adapter dir (peft)")
     p.add_argument("--manifest", required=True)

@@ -18,12 +18,12 @@ from randopt.runtime.log import log
 
 def run(*, base_dir: str, base_manifest: str, data: str, arm: str, round_index: int, lora: dict, train: dict,
         out_model: str, out_adapter: str, manifest: str, device: str = "cpu", threads: int | None = None,
-        trust_remote_code: bool = False) -> None:
+        trust_remote_code: bool = False, compute_dtype: str = "float32") -> None:
     start = time.perf_counter()
     verify_against_manifest(data)
     rows = read_jsonl(data, required=("prompt", "completion"))
     trained = train_lora(base_dir, rows, lora, train, device=device, threads=threads,
-                         trust_remote_code=trust_remote_code)
+                         trust_remote_code=trust_remote_code, bf16=compute_dtype == "bfloat16")
     log.info("%s: %d steps, train loss %.4f", arm, trained.steps, trained.train_loss)
     adapter_sha256 = write_adapter(trained.model, out_adapter)
     weights = write_merged(trained.model, trained.tokenizer, trained.checkpoint_dtype, out_model)
@@ -32,4 +32,4 @@ def run(*, base_dir: str, base_manifest: str, data: str, arm: str, round_index: 
         "base_sha256": read_json(base_manifest)["sha256"], "data_sha256": sha256_file(data), "examples": len(rows),
         "sha256": combined_sha256(weights), "weights": weights, "adapter_sha256": adapter_sha256,
         "dtype": str(trained.checkpoint_dtype).removeprefix("torch."), "lora": lora, "train": train,
-        "steps": trained.steps, "train_loss": trained.train_loss, "seconds": time.perf_counter() - start})
+        "compute_dtype": compute_dtype, "steps": trained.steps, "train_loss": trained.train_loss, "seconds": time.perf_counter() - start})
