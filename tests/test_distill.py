@@ -140,7 +140,7 @@ def cached_member(cache: Path, seed: int, sigma: float, answers: dict[int, str],
 def run_data_stage(tmp_path, tiny_model_dir, monkeypatch, right_samples: int, samples: int = 4):
     """distill_data on the tiny model, its sampler replaced by one whose first right_samples samples of
     every problem are right (the tiny model answers nothing right)."""
-    def sampler(model, tokenizer, prompts, *, n, temperature, seed, max_tokens, stop, batch_size):
+    def sampler(engine, prompts, *, n, temperature, seed, max_tokens, stop):
         return [[Completion(text=f"it is #### {i + 3 if j < right_samples else 0} v{j}", n_tokens=4, finish="stop")
                  for j in range(n)] for i in range(len(prompts))]
     monkeypatch.setattr(distill_data, "sample_completions", sampler)
@@ -180,20 +180,17 @@ def test_no_correct_completion_names_the_round_and_the_fixes(tmp_path, tiny_mode
         data.require_rows([], "the top 0.1 list (3 members)", 2, data.DISTILLED_FIX)
 
 
-def test_sampling_is_seeded_per_prompt(tiny_model_dir):
-    engine = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=8)
+def test_sampling_draws_n_per_prompt_and_a_rerun_draws_the_same(tiny_model_dir):
+    engine = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=3)  # batches cut across prompts
     prompts = [engine.chat_prompt("How many apples?"), engine.chat_prompt("How many pears?")]
 
-    def draw(prompts, seed, batch_size):
+    def draw(seed):
         return [[c.text for c in cs] for cs in sample_completions(
-            engine.model, engine.tokenizer, prompts, n=4, temperature=1.0, seed=seed, max_tokens=6, stop=["\n\n"],
-            batch_size=batch_size)]
-    first = draw(prompts, 0, 4)
+            engine, prompts, n=4, temperature=1.0, seed=seed, max_tokens=6, stop=["\n\n"])]
+    first = draw(0)
     assert len(first) == 2 and all(len(s) == 4 for s in first)
-    assert draw(prompts, 0, 4) == first  # a rerun draws the same
-    other = [engine.chat_prompt("How many plums?"), prompts[1]]
-    assert draw(other, 0, 4)[1] == first[1]  # problem 1's draws do not depend on problem 0's
-    assert draw(prompts, 1, 4) != first
+    assert len({t for s in first for t in s}) > 1  # sampled, not greedy
+    assert draw(0) == first and draw(1) != first
 
 
 # ------------------------------------------------------------------ a kill during distill_train

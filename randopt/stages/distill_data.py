@@ -36,9 +36,9 @@ def topk_list(topk: str, fraction: float) -> dict:
 def control_candidates(engine, problems: list[dict], prompts: list[str], spec: DecodeSpec, control: dict,
                        task) -> tuple[list[dict], float]:
     """The base model's correct samples (rows in sample order), and the share of samples that were correct."""
-    samples = sample_completions(engine.model, engine.tokenizer, prompts, n=int(control["samples_per_problem"]),
+    samples = sample_completions(engine, prompts, n=int(control["samples_per_problem"]),
                                  temperature=control["temperature"], seed=int(control["seed"]),
-                                 max_tokens=spec.max_tokens, stop=list(spec.stop), batch_size=engine.batch_size)
+                                 max_tokens=spec.max_tokens, stop=list(spec.stop))
     rows, n_correct, n_all = [], 0, 0
     for index, (problem, completions) in enumerate(zip(problems, samples)):
         scored = score_completions([problem] * len(completions), completions, task)
