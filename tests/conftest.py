@@ -33,6 +33,17 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2") / "model")
 
 
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, tiny_model_dir):
+    """One finished run of the tiny workflow (tests/support/workflow.py, shared_run_config), made once
+    for the session: the end-to-end tests, the resume tests' fresh run and the SLURM test's local run
+    all read this one. Read it, never write in it: copy it (FinishedRun.copy_to) to run anything more."""
+    from tests.support.workflow import FinishedRun, run_workflow, shared_run_config
+    workdir = tmp_path_factory.mktemp("tiny-run")
+    config = shared_run_config(tiny_model_dir)
+    return FinishedRun(workdir, config, run_workflow(workdir, config))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_resident_engine_outlives_the_tests(tmp_path_factory):
     """A run killed on purpose (the resume tests) leaves its resident engine (randopt/runtime/resident/) to

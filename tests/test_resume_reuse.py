@@ -3,7 +3,8 @@
 What each test asserts comes from the jobs Snakemake reports it ran (its "Job stats" table) and from
 the outputs' sha256 and mtimes. The runs are shared, in two work dirs:
 
-- reuse (one work dir, a sequence of configs): a fresh run; a new sigma; a larger population; a new
+- reuse (one work dir, a sequence of configs): a fresh run (the session's finished tiny run,
+  tests/conftest.py, copied with its bytes and mtimes); a new sigma; a larger population; a new
   top-k fraction; a new max_tokens (dry run); back to the first config; wrong pins; a hand-edited
   frozen split (last, it breaks the dir). Edits of library code run on a copy of the repo and of
   this dir, so the real repo is never edited.
@@ -32,7 +33,7 @@ import yaml
 from randopt.report.figures import FIGURES
 from tests.conftest import REPO
 from tests.support.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
-                            run_workflow, tiny_config)
+                            run_workflow)
 
 pytestmark = pytest.mark.slow
 
@@ -190,14 +191,16 @@ def assert_cache_reuse(workdir: Path, step: Step) -> None:
 # --- the reuse sequence ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def base_config(tiny_model_dir) -> dict:
-    return tiny_config(tiny_model_dir)  # 4 seeds x sigma {0.01, 0.02}, shards of 2, top 25 % and 50 %
+def base_config(tiny_run) -> dict:
+    return tiny_run.config  # 4 seeds x sigma {0.01, 0.02}, shards of 2, top 25 % and 50 %
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory, base_config):
-    workdir = tmp_path_factory.mktemp("reuse")
-    step = run_step(workdir, base_config)
+def fresh(tmp_path_factory, tiny_run):
+    """The fresh run: the session's finished tiny run (tests/conftest.py), copied with its bytes and
+    mtimes into the reuse dir, which the steps below then change."""
+    workdir = tiny_run.copy_to(tmp_path_factory.mktemp("reuse"))
+    step = Step(tiny_run.config, tiny_run.proc, {}, file_states(workdir))
     return workdir, step, read_record(workdir)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,8 @@ import yaml
 from randopt.keys import run_keys
 from tests.conftest import REPO, skip_unless_ci
 from tests.support.slurm_cluster import GPU_TYPE, SlurmCluster, SlurmUnavailable
-from tests.support.workflow import SNAKEMAKE, effective_config, read_record, run_workflow, tiny_config
+from tests.support.workflow import (CLUSTER_RESOURCES, HEAVY_STAGES, SNAKEMAKE, effective_config, read_record,
+                                    tiny_config)
 
 PROFILE = REPO / "profiles" / "slurm"
 HEAVY_JOBS = {"prepare_model": 1, "evaluate_shard": 4, "evaluate_members": 1, "score_bpb": 1}
@@ -28,8 +28,8 @@ LOCAL_RULES = ["freeze_gsm8k", "fetch_fineweb", "rank", "vote", "record", "figur
 # What may differ between two runs of one config: when and how fast it ran, and on what.
 VOLATILE = ["created_utc", "timings_s", "throughput", "hardware"]
 # Small jobs: two fit side by side on the test node; threads (2) equal the local run's --cores 2.
-RESOURCES = {"cpus_per_task": 2, "cpus_per_gpu": 1,
-             "mem_mb": {s: 1000 for s in HEAVY_JOBS}, "runtime": {s: 10 for s in HEAVY_JOBS}}
+RESOURCES = CLUSTER_RESOURCES
+assert set(HEAVY_JOBS) == set(HEAVY_STAGES)
 
 
 def run_on_slurm(workdir: Path, config: dict, cluster: SlurmCluster, *extra: str,
@@ -85,16 +85,14 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs(cluster, tiny_model_dir, tmp_path_factory):
-    """The same config twice: locally (--cores 2) and through SLURM, side by side."""
-    config = tiny_config(tiny_model_dir, resources=RESOURCES)
-    local_dir, slurm_dir = tmp_path_factory.mktemp("local"), tmp_path_factory.mktemp("on-slurm")
-    with ThreadPoolExecutor(2) as pool:
-        local = pool.submit(run_workflow, local_dir, config)
-        on_slurm = pool.submit(run_on_slurm, slurm_dir, config, cluster)
-        proc = on_slurm.result()
-        local.result()
-    return {"local": local_dir, "slurm": slurm_dir, "proc": proc, "config": config}
+def runs(cluster, tiny_run, tmp_path_factory):
+    """The same config twice: locally (--cores 2; the session's finished tiny run, tests/conftest.py,
+    whose config has these resources) and through SLURM."""
+    config = tiny_run.config
+    assert config["resources"] == RESOURCES
+    slurm_dir = tmp_path_factory.mktemp("on-slurm")
+    proc = run_on_slurm(slurm_dir, config, cluster)
+    return {"local": tiny_run.workdir, "slurm": slurm_dir, "proc": proc, "config": config}
 
 
 @pytest.mark.slurm
