@@ -44,6 +44,18 @@ def tiny_run(tmp_path_factory, tiny_model_dir):
     return FinishedRun(workdir, config, run_workflow(workdir, config))
 
 
+@pytest.fixture(scope="session")
+def slurm_runs(tmp_path_factory, tiny_model_dir):
+    """The SLURM test's runs of the session's tiny config on a throwaway cluster, going on in a background
+    thread from the moment this is first asked for (tests/support/slurm_runs.py says why); the cluster
+    is stopped at the end of the session."""
+    from tests.support.slurm_runs import SlurmRuns
+    from tests.support.workflow import shared_run_config
+    runs = SlurmRuns(tmp_path_factory.mktemp("slurm"), shared_run_config(tiny_model_dir)).start()
+    yield runs
+    runs.stop()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_resident_engine_outlives_the_tests(tmp_path_factory):
     """A run killed on purpose (the resume tests) leaves its resident engine (randopt/runtime/resident/) to
@@ -53,3 +65,13 @@ def no_resident_engine_outlives_the_tests(tmp_path_factory):
     for folder in tmp_path_factory.getbasetemp().rglob("engines"):
         if folder.is_dir() and (folder / "authkey").exists():
             resident.stop_all(folder, timeout=60)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_runs(request):
+    """Start, at the session's start, the SLURM test's runs when a selected test reads them: they mostly
+    wait on the cluster (tests/support/slurm_runs.py), so they go on while other tests run. (Defined
+    after the fixture above, so that at the session's end the runs are over before it stops the
+    resident engines left behind.)"""
+    if any("slurm_runs" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("slurm_runs")
