@@ -34,14 +34,25 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, tiny_model_dir):
-    """One finished run of the tiny workflow (tests/support/workflow.py, shared_run_config), made once
-    for the session: the end-to-end tests, the resume tests' fresh run and the SLURM test's local run
-    all read this one. Read it, never write in it: copy it (FinishedRun.copy_to) to run anything more."""
+def tiny_run_started(tmp_path_factory, tiny_model_dir):
+    """One run of the tiny workflow (tests/support/workflow.py, shared_run_config), going on in the
+    background from the moment this is first asked for (fixture early_runs: the session's start).
+    Tests take its result from tiny_run."""
+    from tests.support.background import Background
     from tests.support.workflow import FinishedRun, run_workflow, shared_run_config
     workdir = tmp_path_factory.mktemp("tiny-run")
     config = shared_run_config(tiny_model_dir)
-    return FinishedRun(workdir, config, run_workflow(workdir, config))
+    run = Background(lambda: FinishedRun(workdir, config, run_workflow(workdir, config)), name="tiny-run")
+    yield run
+    run.wait()
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_run_started):
+    """One finished run of the tiny workflow, made once for the session: the end-to-end tests, the
+    resume tests' fresh run and the SLURM test's local run all read this one. Read it, never write in
+    it: copy it (FinishedRun.copy_to) to run anything more."""
+    return tiny_run_started.result()
 
 
 @pytest.fixture(scope="session")
@@ -69,9 +80,11 @@ def no_resident_engine_outlives_the_tests(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def early_runs(request):
-    """Start, at the session's start, the SLURM test's runs when a selected test reads them: they mostly
-    wait on the cluster (tests/support/slurm_runs.py), so they go on while other tests run. (Defined
-    after the fixture above, so that at the session's end the runs are over before it stops the
-    resident engines left behind.)"""
-    if any("slurm_runs" in item.fixturenames for item in request.session.items):
-        request.getfixturevalue("slurm_runs")
+    """Start, at the session's start, the background runs (tests/support/background.py says why) that
+    some selected test will read: the SLURM runs, which mostly wait on the cluster, and the shared tiny
+    run. Nothing starts when no selected test needs them. (Defined after the fixture above, so that
+    at the session's end the runs are over before it stops the resident engines left behind.)"""
+    needed = {name for item in request.session.items for name in item.fixturenames}
+    for name in ("slurm_runs", "tiny_run_started"):
+        if name in needed:
+            request.getfixturevalue(name)

@@ -8,7 +8,7 @@ the outputs' sha256 and mtimes. The runs are shared, in two work dirs:
   top-k fraction; a new max_tokens (dry run); back to the first config; wrong pins; a hand-edited
   frozen split (last, it breaks the dir). Edits of library code run on a copy of the repo and of
   this dir, so the real repo is never edited.
-- killed (a second work dir, the first config): SIGKILL of the whole run between two seeds of a shard
+- killed (a second work dir, the first config; made in a thread beside the reuse sequence): SIGKILL of the whole run between two seeds of a shard
   (the resume generates only the unfinished seed), then while evaluate_members / score_bpb run, each time resumed with the plain command;
   then rank forced in the workflow and run by hand from its CLI.
 
@@ -32,6 +32,7 @@ import yaml
 
 from randopt.report.figures import FIGURES
 from tests.conftest import REPO
+from tests.support.background import Background
 from tests.support.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
                             run_workflow)
 
@@ -391,9 +392,25 @@ def stage_logs(workdir: Path) -> dict[str, str]:
             else "" for stage in STAGE_CACHE}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def killed_started(request, tmp_path_factory, base_config):
+    """The kill-and-resume sequence, in its own work dir, in a thread from the module's start on: it
+    and the reuse sequence each keep about one core busy, so they go side by side
+    (tests/support/background.py). Started only when a selected test needs it (fixture killed)."""
+    if not any("killed" in item.fixturenames for item in request.session.items):
+        yield None
+        return
+    job = Background(kill_and_resume, tmp_path_factory.mktemp("killed"), base_config, name="kill-and-resume")
+    yield job
+    job.wait()
+
+
 @pytest.fixture(scope="module")
-def killed(tmp_path_factory, base_config):
-    workdir = tmp_path_factory.mktemp("killed")
+def killed(killed_started):
+    return killed_started.result()
+
+
+def kill_and_resume(workdir: Path, base_config: dict) -> dict:
     paths = Paths(base_config)
     notes: list[str] = []
     runs, logs = {}, {}
