@@ -34,17 +34,23 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_run_started(tmp_path_factory, tiny_model_dir):
-    """One run of the tiny workflow (tests/support/workflow.py, shared_run_config), going on in the
-    background from the moment this is first asked for (fixture early_runs: the session's start).
-    Tests take its result from tiny_run."""
-    from tests.support.background import Background
+def background():
+    """The session's queue of background setup jobs (tests/support/background.py); at the end of the
+    session it waits for every job in it."""
+    from tests.support.background import BackgroundQueue
+    queue = BackgroundQueue()
+    yield queue
+    queue.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_run_started(background, tmp_path_factory, tiny_model_dir):
+    """One run of the tiny workflow (tests/support/workflow.py, shared_run_config), queued in the
+    background (fixture early_runs: at the session's start). Tests take its result from tiny_run."""
     from tests.support.workflow import FinishedRun, run_workflow, shared_run_config
     workdir = tmp_path_factory.mktemp("tiny-run")
     config = shared_run_config(tiny_model_dir)
-    run = Background(lambda: FinishedRun(workdir, config, run_workflow(workdir, config)), name="tiny-run")
-    yield run
-    run.wait()
+    return background.submit(lambda: FinishedRun(workdir, config, run_workflow(workdir, config)))
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +59,22 @@ def tiny_run(tiny_run_started):
     resume tests' fresh run and the SLURM test's local run all read this one. Read it, never write in
     it: copy it (FinishedRun.copy_to) to run anything more."""
     return tiny_run_started.result()
+
+
+@pytest.fixture(scope="session")
+def racing_bench_started(background, tmp_path_factory, tiny_model_dir):
+    """bench/racing/racing.py end to end in phases on the tiny workflow (tests/support/racing_runs.py), queued
+    in the background, for tests/test_racing_bench.py."""
+    from tests.support.racing_runs import bench_in_phases
+    return background.submit(bench_in_phases, tmp_path_factory.mktemp("racing-bench"), tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def racing_workflow_started(background, tmp_path_factory, tiny_model_dir):
+    """Racing, full evaluation and racing again in one work dir (tests/support/racing_runs.py), queued
+    in the background, for tests/test_racing_workflow.py."""
+    from tests.support.racing_runs import race_in_one_dir
+    return background.submit(race_in_one_dir, tmp_path_factory.mktemp("racing"), tiny_model_dir)
 
 
 @pytest.fixture(scope="session")
@@ -81,10 +103,12 @@ def no_resident_engine_outlives_the_tests(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def early_runs(request):
     """Start, at the session's start, the background runs (tests/support/background.py says why) that
-    some selected test will read: the SLURM runs, which mostly wait on the cluster, and the shared tiny
-    run. Nothing starts when no selected test needs them. (Defined after the fixture above, so that
-    at the session's end the runs are over before it stops the resident engines left behind.)"""
+    some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster),
+    and in the queue, in the order the tests come to them, the racing benchmark, the racing workflow
+    and the shared tiny run. Nothing starts that no selected test needs. (Defined after the fixture
+    above, so that at the session's end the runs are over before it stops the resident engines left
+    behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
-    for name in ("slurm_runs", "tiny_run_started"):
+    for name in ("slurm_runs", "racing_bench_started", "racing_workflow_started", "tiny_run_started"):
         if name in needed:
             request.getfixturevalue(name)

@@ -34,7 +34,7 @@ from randopt.report.figures import FIGURES
 from tests.conftest import REPO
 from tests.support.background import Background
 from tests.support.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
-                            run_workflow)
+                                    run_workflow, shared_run_config)
 
 pytestmark = pytest.mark.slow
 
@@ -192,14 +192,15 @@ def assert_cache_reuse(workdir: Path, step: Step) -> None:
 # --- the reuse sequence ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def base_config(tiny_run) -> dict:
-    return tiny_run.config  # 4 seeds x sigma {0.01, 0.02}, shards of 2, top 25 % and 50 %
+def base_config(tiny_model_dir) -> dict:
+    return shared_run_config(tiny_model_dir)  # 4 seeds x sigma {0.01, 0.02}, shards of 2, top 25 % and 50 %
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory, tiny_run):
+def fresh(tmp_path_factory, tiny_run, base_config):
     """The fresh run: the session's finished tiny run (tests/conftest.py), copied with its bytes and
     mtimes into the reuse dir, which the steps below then change."""
+    assert tiny_run.config == base_config
     workdir = tiny_run.copy_to(tmp_path_factory.mktemp("reuse"))
     step = Step(tiny_run.config, tiny_run.proc, {}, file_states(workdir))
     return workdir, step, read_record(workdir)

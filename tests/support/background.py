@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -42,3 +43,20 @@ class Background(Generic[T]):
     def wait(self) -> None:
         """Until it has ended, whatever the outcome (at teardown: nothing left running)."""
         self._thread.join()
+
+
+class BackgroundQueue:
+    """Setup jobs run one after another in one background thread, in the order they are submitted (the
+    order the tests will need them), so that the background keeps about one core busy, not more.
+    submit() gives a Future: its result() waits for the job and returns its value or raises."""
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="background")
+
+    def submit(self, fn: Callable[..., T], *args) -> Future:
+        return self._pool.submit(fn, *args)
+
+    def close(self) -> None:
+        """At the session's end: drop the jobs not started (their tests did not run, e.g. after -x) and
+        wait for the one running, so that nothing is left running."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
