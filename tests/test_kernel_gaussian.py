@@ -20,7 +20,7 @@ from kernels.noise_kinds import GAUSSIAN, KINDS, RADEMACHER, definition
 from kernels.noise_ref import (GAUSSIAN_TABLE, GAUSSIAN_TABLE_SHA256, delta_switch_reference_, gaussian_index,
                                gaussian_noise_torch, negative_mask_index, reconstruct_reference_, tensor_keys)
 from randopt.engines import perturb
-from tests.support.noise_rule import check_golden_bf16_case, from_hex_bf16, hash_py, hex_bf16
+from tests.support.noise_rule import check_cpu_kernel_paths, check_golden_bf16_case, from_hex_bf16, hash_py, hex_bf16
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "noise_gaussian_v2.json").read_text(encoding="utf-8"))
 ENTRIES = GOLDEN["entries"]
@@ -241,23 +241,7 @@ def test_cpu_kernel_paths_equal_the_reference(dtype, use_numba):
     """kernels/perturb_cpu.py under Gaussian noise: both block loops give the reference's bits on a
     base where rounding matters (ties, tiny and huge magnitudes, +-0, inf), across a block boundary
     (BLOCK) and on a tensor smaller than one chunk."""
-    if use_numba and perturb_cpu._NUMBA is None:
-        pytest.fail("numba is in envs/requirements-cpu.txt but does not import")
-    g = torch.Generator().manual_seed(1)
-    n = perturb_cpu.BLOCK + 12_345
-    base = (torch.randn(n, generator=g) * torch.logspace(-6, 4, n)).to(dtype)
-    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 1e-8, 65504.0, float("inf"), float("-inf")], dtype=torch.float32)
-    base[:special.numel()] = special.to(dtype)
-    items, expected = [], {}
-    for name, tensor in (("big.weight", base), ("small.bias", base[:1000].clone())):
-        live = torch.empty_like(tensor)
-        items.append((name, live, tensor))
-        expected[name] = torch.empty_like(tensor)
-        reconstruct_reference_(expected[name], tensor, 12, 0.003, name, GAUSSIAN)
-    perturb_cpu.reconstruct_many_cpu_(items, 0.003, 12, threads=2, use_numba=use_numba, noise=GAUSSIAN)
-    as_int = torch.int16 if dtype != torch.float32 else torch.int32
-    for name, live, _ in items:
-        assert torch.equal(live.view(as_int), expected[name].view(as_int)), name
+    check_cpu_kernel_paths(dtype, use_numba, GAUSSIAN)
 
 
 def test_a_fused_multiply_add_would_change_the_bits():

@@ -14,7 +14,7 @@ import torch
 from kernels.noise_ref import (delta_switch_reference_, hash_bits, negative_mask_index, reconstruct_reference_,
                                tensor_keys)
 from randopt.engines import perturb
-from tests.support.noise_rule import check_golden_bf16_case, from_hex_bf16, hash_py
+from tests.support.noise_rule import check_cpu_kernel_paths, check_golden_bf16_case, from_hex_bf16, hash_py
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "noise_v1.json").read_text(encoding="utf-8"))
 ENTRIES = GOLDEN["entries"]
@@ -256,21 +256,4 @@ def test_cpu_kernel_paths_equal_the_reference(dtype, use_numba):
     """kernels/perturb_cpu.py: the compiled (numba) and the numpy block loops give the reference's bits,
     on a nonzero base with values where rounding matters (ties, tiny and huge magnitudes, +-0, inf),
     across block boundaries (BLOCK) and on a tensor smaller than one chunk."""
-    from kernels import perturb_cpu
-    if use_numba and perturb_cpu._NUMBA is None:
-        pytest.fail("numba is in envs/requirements-cpu.txt but does not import")
-    g = torch.Generator().manual_seed(1)
-    n = perturb_cpu.BLOCK + 12_345
-    base = (torch.randn(n, generator=g) * torch.logspace(-6, 4, n)).to(dtype)
-    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 1e-8, 65504.0, float("inf"), float("-inf")], dtype=torch.float32)
-    base[:special.numel()] = special.to(dtype)
-    items, expected = [], {}
-    for name, tensor in (("big.weight", base), ("small.bias", base[:1000].clone())):
-        live = torch.empty_like(tensor)
-        items.append((name, live, tensor))
-        expected[name] = torch.empty_like(tensor)
-        reconstruct_reference_(expected[name], tensor, 12, 0.003, name)
-    perturb_cpu.reconstruct_many_cpu_(items, 0.003, 12, threads=2, use_numba=use_numba)
-    for name, live, _ in items:
-        assert torch.equal(live.view(torch.int16 if dtype != torch.float32 else torch.int32),
-                           expected[name].view(torch.int16 if dtype != torch.float32 else torch.int32)), name
+    check_cpu_kernel_paths(dtype, use_numba, None)

@@ -1,6 +1,7 @@
 """What the noise tests (tests/test_kernel_noise.py: Rademacher; tests/test_kernel_gaussian.py: Gaussian)
 share: the written definition's hash in plain Python integers, bf16 bits as hex, round-to-nearest-even
-written from the rule, and the golden bf16 check that runs one pinned case through every CPU path.
+written from the rule, the golden bf16 check that runs one pinned case through every CPU path, and
+the CPU kernel's loops against the reference.
 None of it goes through kernels/ except the paths under test, so the tests stay independent readings
 of kernels/noise_ref.py's docstring."""
 from __future__ import annotations
@@ -81,3 +82,31 @@ def check_golden_bf16_case(bf16: dict, case: dict, noise_py: Callable[[int, str,
     reconstruct_local_reference_(high, row, seed, sigma, layout, *args)
     assert hex_bf16(high.view(-1)) == case[f"bf16_at_{huge['name']}_row_{huge['row']}"]
     return base
+
+
+def check_cpu_kernel_paths(dtype: torch.dtype, use_numba: bool, noise: str | None) -> None:
+    """kernels/perturb_cpu.py's block loop (numba's or numpy's) gives the reference's bits on a nonzero
+    base with values where rounding matters (ties, tiny and huge magnitudes, +-0, inf), across a block
+    boundary (BLOCK) and on a tensor smaller than one chunk. noise None: called without the argument."""
+    import pytest
+
+    from kernels import perturb_cpu
+    from kernels.noise_ref import reconstruct_reference_
+    if use_numba and perturb_cpu._NUMBA is None:
+        pytest.fail("numba is in envs/requirements-cpu.txt but does not import")
+    args, kwargs = ((), {}) if noise is None else ((noise,), {"noise": noise})
+    g = torch.Generator().manual_seed(1)
+    n = perturb_cpu.BLOCK + 12_345
+    base = (torch.randn(n, generator=g) * torch.logspace(-6, 4, n)).to(dtype)
+    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 1e-8, 65504.0, float("inf"), float("-inf")], dtype=torch.float32)
+    base[:special.numel()] = special.to(dtype)
+    items, expected = [], {}
+    for name, tensor in (("big.weight", base), ("small.bias", base[:1000].clone())):
+        live = torch.empty_like(tensor)
+        items.append((name, live, tensor))
+        expected[name] = torch.empty_like(tensor)
+        reconstruct_reference_(expected[name], tensor, 12, 0.003, name, *args)
+    perturb_cpu.reconstruct_many_cpu_(items, 0.003, 12, threads=2, use_numba=use_numba, **kwargs)
+    as_int = torch.int16 if dtype != torch.float32 else torch.int32
+    for name, live, _ in items:
+        assert torch.equal(live.view(as_int), expected[name].view(as_int)), name
