@@ -15,7 +15,10 @@ Two choices, and why:
   (logging, progress bars, GPU claims, resident engines), never what it computes: a job's tables
   are the same with and without a resident engine (tests/test_resident.py), on any GPU slot. Editing
   them should not rerun hours of search. Their imports are followed, so what they reach (the
-  engines that runtime/engine_args.py builds) is keyed.
+  engines that runtime/engine_args.py builds) is keyed. This module is followed but not hashed
+  too (runtime/resident/identity.py imports it, which made every stage hash it): what it computes
+  *is* the keys, so a change to how code is keyed shows in the keys themselves, and a refactor of
+  it that keys the same code the same way reruns nothing.
 
 docs/design.md, "Cache keys", says which key covers which stages.
 """
@@ -33,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The top-level names of this project's modules; any other import is a library's.
 PROJECT = ("randopt", "kernels", "scripts")
 # Followed, not hashed (see the module docstring).
-NOT_KEYED = ("randopt.runtime",)
+NOT_KEYED = ("randopt.runtime", "randopt.code_keys")
 
 
 def module_file(name: str, root: Path = REPO) -> Path | None:

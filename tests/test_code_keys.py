@@ -165,6 +165,7 @@ EDITS = [
     ("randopt/config.py", set(), set()),              # the run's validation, at DAG build only
     ("randopt/runtime/progress.py", set(), set()),    # how a job runs, not what it computes
     ("randopt/runtime/resident/client.py", set(), set()),
+    ("randopt/code_keys.py", set(), set()),          # computes the keys: a change shows in them, not by hash
     # The tasks (randopt/tasks/): GSM8K's task, the interface and the registry are what the scorer and
     # the vote run; every other task enters only its own runs' keys (COUNTDOWN_EDITS below).
     ("randopt/tasks/gsm8k.py", {"eval", "population"}, {"eval", "population", "race"}),
