@@ -26,8 +26,9 @@
 #   record            record.smk    randopt/stages/record.py
 #   figures           report.smk    randopt/stages/figures.py
 #   export_member     export.smk    randopt/model/export.py (export_rank; rule export asks for config export.ranks)
+#   lm_eval           lm_eval.smk   randopt/harness/evaluate.py (config lm_eval.tasks; docs/lm_eval.md)
 # The stages' parts lie in rooms named after the method: randopt/engines/ (the engines, and perturb.py
-# over kernels/), scoring/, selection/, ensemble/, report/, model/, data/; runtime/ is how jobs run.
+# over kernels/), scoring/, selection/, ensemble/, report/, model/, data/, harness/ (lm-eval); runtime/ is how jobs run.
 #
 # snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed
@@ -54,6 +55,8 @@ rule all:
         "results/record.json",
         # the report's figures (rules/report.smk, included below; a function, so it is read then)
         lambda wildcards: rules.figures.output,
+        # lm-eval's table of the base and the ensembles, when config lm_eval.tasks names tasks (rules/lm_eval.smk)
+        lambda wildcards: rules.lm_eval.output.table if config["lm_eval"]["tasks"] else [],
     default_target: True
 
 
@@ -67,6 +70,7 @@ include: "rules/ensemble.smk"
 include: "rules/record.smk"
 include: "rules/export.smk"
 include: "rules/report.smk"
+include: "rules/lm_eval.smk"
 
 
 # Resident engines (engine.keep_loaded_s; randopt/runtime/resident/) serve the engine jobs of this run only:

@@ -10,7 +10,7 @@ from randopt.config import (ConfigError, check_model_files, check_task_files, de
                             heldout_source, problems_block, problems_key, task_spec, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.code_keys import code_version
-from randopt.keys import key_code, run_keys
+from randopt.keys import key_code, run_keys, short_key
 from randopt.paths import layout
 from randopt.population import Population, sigma_label
 from randopt.scoring.answer_blocks import block_size
