@@ -278,3 +278,50 @@ def test_a_task_lm_eval_does_not_know_fails_before_any_engine(tmp_path, tiny_mod
     with pytest.raises(InputError, match="Tasks not found: no_such_task_xyz"):
         evaluate(run, ["base"], ["--tasks", "randopt_arith,no_such_task_xyz"], tmp_path / "o.json")
     assert not (tmp_path / "o.json").exists()
+
+
+# ------------------------------------------------------------------- the command, the vote, the config
+
+def test_the_command_writes_results_with_a_header_and_a_table(tmp_path, tiny_model_dir):
+    """scripts.lm_eval end to end on the tiny model: one engine for two models, lm-eval's results of
+    each beside the header naming the members, their sigmas and the run's record sha256."""
+    from randopt.io import sha256_file
+    (tiny_model_dir.parent / "manifest.json").write_text(json.dumps({"sha256": "tiny"}))
+    run = write_run(tmp_path / "run", tiny_model_dir)
+    out, table = tmp_path / "out" / "lm_eval.json", tmp_path / "out" / "lm_eval.tsv"
+    proc = run_cli("--run-dir", str(run), "--base", "--ensemble", "2", "--out", str(out), "--table", str(table),
+                   "--tasks", "randopt_arith,randopt_arith_choice", "--limit", "2", "--gen_kwargs", "max_gen_toks=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert list(doc["models"]) == ["base", "top2"]
+    header = doc["models"]["top2"]["randopt"]
+    assert [(m["seed"], m["sigma"]) for m in header["members"]] == MEMBERS[:2]
+    assert header["sigmas"] == sorted({g for _, g in MEMBERS[:2]})
+    assert header["run"]["record_sha256"] == sha256_file(run / "results" / "record.json")
+    assert set(doc["models"]["base"]["results"]) == {"randopt_arith", "randopt_arith_choice"}
+    assert doc["models"]["base"]["n-samples"]["randopt_arith"]["effective"] == 2
+    lines = table.read_text().splitlines()
+    assert lines[0] == "task\tmetric\tfilter\tbase\ttop2"
+    assert any(line.startswith("randopt_arith\texact_match\tlast-number\t") for line in lines)
+    assert any(line.startswith("randopt_arith_choice\tacc\tnone\t") for line in lines)
+
+
+def test_the_vote_extracts_the_runs_task_or_a_stated_normalization():
+    from randopt.harness.extract import extractor_for, normalized_answer
+    from randopt.tasks import registry
+    gsm8k, countdown = registry.make({"kind": "gsm8k"}), registry.make({"kind": "countdown"})
+    assert extractor_for("gsm8k_cot", gsm8k)("3 + 4 = 7, so\n#### 7.") == Fraction(7)
+    assert extractor_for("gsm8k", gsm8k)("about 7") == Fraction(7)
+    assert extractor_for("arc_easy", countdown) is normalized_answer
+    assert normalized_answer("1,000 apples and 3 pears") == Fraction(3)
+    assert normalized_answer("It is 2.50") == normalized_answer("$2.5") == Fraction(5, 2)
+    assert normalized_answer("The answer:\n  Paris \n\n") == "Paris"
+    assert normalized_answer(" \n ") is None
+
+
+def test_the_config_block_asks_for_nothing_by_default_and_checks_its_fractions():
+    from randopt.config import ConfigError
+    block = effective_config({})["lm_eval"]
+    assert block["tasks"] == [] and block["ensembles"] == [0.1]
+    with pytest.raises(ConfigError, match="'lm_eval.ensembles': fraction 0.001 .* keeps no member"):
+        effective_config({"lm_eval": {"ensembles": [0.001]}})
