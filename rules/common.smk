@@ -160,6 +160,21 @@ def get_engine_args(**extra_options):
             f"--engine-options {q(get_engine_options() | extra_options)}")
 
 
+# lm-evaluation-harness after the record (rules/lm_eval.smk): its folder, under the run's keys and a key
+# of the lm_eval block, and lm-eval's own arguments from that block.
+LM_EVAL = config["lm_eval"]
+LM_EVAL_DIR = f"results/lm_eval/{KEYS['eval']}/{KEYS['population']}/{short_key(LM_EVAL)}"
+
+
+def get_lm_eval_args():
+    """lm-eval's arguments from the config block (the rest of them: lm_eval.args, as given)."""
+    args = ["--tasks", ",".join(LM_EVAL["tasks"])]
+    args += ["--limit", str(LM_EVAL["limit"])] if LM_EVAL["limit"] is not None else []
+    args += ["--num_fewshot", str(LM_EVAL["num_fewshot"])] if LM_EVAL["num_fewshot"] is not None else []
+    args += ["--include_path", LM_EVAL["include_path"]] if LM_EVAL["include_path"] else []
+    return " ".join(shlex.quote(a) for a in args + list(LM_EVAL["args"]))
+
+
 # Cluster resources (profiles/slurm). Small stages run in the Snakemake process itself; the heavy ones
 # are submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
 localrules: all, freeze_gsm8k, freeze_task, fetch_fineweb, rank, race_round, vote, record, figures

@@ -1,21 +1,8 @@
 # lm-evaluation-harness on the run's base model and top-k ensembles (randopt/harness/, docs/lm_eval.md),
 # after the record, on the tasks of config lm_eval.tasks; with none (the default) nothing asks for it.
 # rule all asks for its table when tasks are set, and `snakemake --report` shows it beside the figures.
-# Its outputs are under the run's eval and population keys and a key of the lm_eval block; its own
-# code is a param (code_version), so an edit to the harness reruns it.
-
-LM_EVAL = config["lm_eval"]
-LM_EVAL_DIR = f"results/lm_eval/{KEYS['eval']}/{KEYS['population']}/{short_key(LM_EVAL)}"
-
-
-def lm_eval_args():
-    """lm-eval's own arguments from the config block (the rest of them: lm_eval.args)."""
-    args = ["--tasks", ",".join(LM_EVAL["tasks"])]
-    args += ["--limit", str(LM_EVAL["limit"])] if LM_EVAL["limit"] is not None else []
-    args += ["--num_fewshot", str(LM_EVAL["num_fewshot"])] if LM_EVAL["num_fewshot"] is not None else []
-    args += ["--include_path", LM_EVAL["include_path"]] if LM_EVAL["include_path"] else []
-    return " ".join(shlex.quote(a) for a in args + list(LM_EVAL["args"]))
-
+# Its outputs are under the run's eval and population keys and a key of the lm_eval block (LM_EVAL_DIR,
+# rules/common.smk); its own code is a param (code_version), so an edit to the harness reruns it.
 
 rule lm_eval:
     input:
@@ -27,7 +14,7 @@ rule lm_eval:
         table=report(f"{LM_EVAL_DIR}/lm_eval.tsv", caption="../report/lm_eval.rst", category="Benchmarks"),
     params:
         models=" ".join(["--base"] + [f"--ensemble {f!r}" for f in LM_EVAL["ensembles"]]),
-        lm_eval=lm_eval_args(),
+        lm_eval=get_lm_eval_args(),
         code=code_version("lm_eval"),
     threads: job_threads()
     resources:
