@@ -293,7 +293,7 @@ def test_the_command_writes_results_with_a_header_and_a_table(tmp_path, tiny_mod
                    "--tasks", "randopt_arith,randopt_arith_choice", "--limit", "2", "--gen_kwargs", "max_gen_toks=4")
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert list(doc["models"]) == ["base", "top2"]
+    assert list(doc["models"]) == ["base", "top2"] and set(doc["seconds"]) == {"engine_load", "base", "top2"}
     header = doc["models"]["top2"]["randopt"]
     assert [(m["seed"], m["sigma"]) for m in header["members"]] == MEMBERS[:2]
     assert header["sigmas"] == sorted({g for _, g in MEMBERS[:2]})

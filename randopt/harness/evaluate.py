@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 from randopt.harness.run import Run, parse_choice
@@ -100,9 +101,12 @@ def evaluate(run_dir: str | Path, choices: list[str], lm_eval_argv: list[str], o
     from lm_eval.utils import handle_non_serializable, make_table
 
     from randopt.harness.model import RandoptLM, load_engine
+    start = time.perf_counter()
     engine = load_engine(run, threads)
+    seconds = {"engine_load": time.perf_counter() - start}
     models = {}
     for choice in chosen:
+        start = time.perf_counter()
         log.info("lm-eval: %s (%d members) on %s", choice.label, len(members[choice.label]), cfg.tasks)
         lm = RandoptLM.on_engine(run, choice, members[choice.label], engine)
         results = simple_evaluate(model=lm, task_manager=manager, **simple_evaluate_kwargs(cfg))
@@ -110,7 +114,9 @@ def evaluate(run_dir: str | Path, choices: list[str], lm_eval_argv: list[str], o
         # lm-eval's results as its own writer serializes them (functions and numpy values made plain)
         models[choice.label] = {"randopt": run.header(choice, members[choice.label]),
                                 **json.loads(json.dumps(results, default=handle_non_serializable))}
-    document = {"models": models, "lm_eval_args": list(lm_eval_argv), "tasks": [str(t) for t in cfg.tasks]}
+        seconds[choice.label] = time.perf_counter() - start
+    document = {"models": models, "lm_eval_args": list(lm_eval_argv), "tasks": [str(t) for t in cfg.tasks],
+                "seconds": seconds}
     write_json_atomic(out, document)
     if table:
         write_text_atomic(table, metrics_table(models))
