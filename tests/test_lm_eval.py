@@ -325,3 +325,15 @@ def test_the_config_block_asks_for_nothing_by_default_and_checks_its_fractions()
     assert block["tasks"] == [] and block["ensembles"] == [0.1]
     with pytest.raises(ConfigError, match="'lm_eval.ensembles': fraction 0.001 .* keeps no member"):
         effective_config({"lm_eval": {"ensembles": [0.001]}})
+
+
+def test_lm_eval_builds_the_model_from_its_registry_and_model_args(tmp_path, tiny_model_dir):
+    """--model randopt --model_args run_dir=...,choice=... as lm-eval itself makes a model."""
+    from lm_eval.api.registry import get_model
+
+    import randopt.harness.model  # noqa: F401  (registers "randopt")
+    (tiny_model_dir.parent / "manifest.json").write_text(json.dumps({"sha256": "tiny"}))
+    run = write_run(tmp_path / "run", tiny_model_dir)
+    lm = get_model("randopt").create_from_arg_string(f"run_dir={run},choice=ensemble:2,threads=1",
+                                                     {"batch_size": 4, "device": "cpu"})
+    assert [(m["seed"], m["sigma"]) for m in lm.members] == MEMBERS[:2] and lm.choice.label == "top2"
