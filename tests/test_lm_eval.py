@@ -6,7 +6,6 @@ bad input fails in one line before any engine loads."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
