@@ -26,6 +26,9 @@
 #   record            record.smk    randopt/stages/record.py
 #   figures           report.smk    randopt/stages/figures.py
 #   export_member     export.smk    randopt/model/export.py (export_rank; rule export asks for config export.ranks)
+#   distill_data      distill.smk   randopt/stages/distill_data.py (distill.enabled: docs/distill.md)
+#   distill_train     distill.smk   randopt/stages/distill_train.py
+#   evaluate_distilled distill.smk  randopt/stages/evaluate_distilled.py
 #   lm_eval           lm_eval.smk   randopt/harness/evaluate.py (config lm_eval.tasks; docs/lm_eval.md)
 # The stages' parts lie in rooms named after the method: randopt/engines/ (the engines, and perturb.py
 # over kernels/), scoring/, selection/, ensemble/, report/, model/, data/, harness/ (lm-eval); runtime/ is how jobs run.
@@ -67,6 +70,9 @@ if RACING:  # selection.mode racing: the search's rounds (the rank rule reads th
 
     include: "rules/racing.smk"
 include: "rules/ensemble.smk"
+if DISTILL_ENABLED:  # distill.enabled: the top-k vote distilled into a LoRA of the base, and its control
+
+    include: "rules/distill.smk"
 include: "rules/record.smk"
 include: "rules/export.smk"
 include: "rules/report.smk"

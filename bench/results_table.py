@@ -30,6 +30,7 @@ METADATA = {
     "racing_sim.json": {"machine": "shared 2-core AMD EPYC (a simulation: no model runs)", "date": "2026-11-30"},
     "resident_ab_epyc_zen4.json": {"machine": "AMD EPYC (Zen 4), 2 cores, avx512_bf16", "commit": "738a2a2",
                                    "date": "2026-12-01"},
+    "distill_cpu_epyc_zen5.json": {"machine": "AMD EPYC (Zen 5), 2 cores, avx512_bf16, shared (load 3–15)"},
     "vllm_h200_bench.json": {"date": "2026-11-29"},
     "vllm_h200_bench_separate_core.json": {"date": "2026-11-29"},
     "vllm_h200_verify.json": {"date": "2026-11-29"},
@@ -38,7 +39,9 @@ METADATA = {
     "vllm_h200_call_cost_smollm2.json": {"date": "2026-12-01"},
     "vllm_h200_call_cost_smollm2_to512.json": {"date": "2026-12-01"},
     "vllm_h200_contract.txt": {"machine": "1× NVIDIA H200", "date": "2026-11-29"},
-    "perturb_h200_log.txt": {"machine": "1× NVIDIA H200", "note": "the console log of perturb_h200.json's run"},
+    "perturb_h200.json": {"commit": "44d706c", "date": "2026-12-02"},
+    "perturb_h200_log.txt": {"machine": "1× NVIDIA H200", "note": "the console log of perturb_h200.json's run",
+                             "commit": "44d706c", "date": "2026-12-02"},
     "tensor_parallel_h200x2_dp.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"},
     "tensor_parallel_h200x2_pad.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"},
     "tensor_parallel_h200x2_tp2_vs_tp1_padded.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"},
@@ -168,6 +171,10 @@ def _perturb_cpu(d):
 FIGURES = [
     (("ratios_racing_over_full", "arms", "recall"), _racing),
     (("accuracy", "throughput", "bpb"), _record),
+    (("added_s", "added_s_by_stage", "jobs_finished"), lambda d: [
+        f"distill.enabled adds **{d['added_s'] / 60:.1f} min** ({d['jobs_finished']} jobs)",
+        _shares(d["added_s_by_stage"], "seconds:", 0),
+        *([_shares(d["test_accuracy"], "test accuracy")] if "test_accuracy" in d else [])]),
     (("s_per_seed", "engine_over_floor", "floor_s_per_seed", "auto_dtype"), lambda d: [
         f"{t}: {s:.2f} s a seed, plain generate {d['floor_s_per_seed'][t]:.2f} s ({d['engine_over_floor'][t]:.2f}×)"
         for t, s in d["s_per_seed"].items()] + [f"auto picks {d['auto_dtype']}"]),

@@ -53,23 +53,37 @@ def _package_of(name: str, path: Path) -> str:
 
 def imported_modules(name: str, path: Path, root: Path = REPO) -> set[str]:
     """The project modules one module imports, anywhere in its body (functions included)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found: set[str] = set()
+    for module, names in _import_statements(_package_of(name, path), path.read_text(encoding="utf-8"), str(path)):
+        found.add(module)
+        # `from package import submodule` imports the submodule
+        found.update(f"{module}.{alias}" for alias in names if module_file(f"{module}.{alias}", root) is not None)
+    return {m for m in _with_packages(found) if module_file(m, root) is not None}
+
+
+# Parsing and tokenizing are most of a key's cost, and every root set (each key's stages) walks the
+# same shared modules: a Snakemake start computed ~350 parses of ~60 files. Both caches below are
+# keyed by the source text itself (and what else the result depends on), so an edited file is parsed
+# anew and a key is exactly what it was without them; what depends on the tree on disk (which
+# modules exist under a root) is looked up on every call.
+@lru_cache(maxsize=4096)
+def _import_statements(package: str, text: str, filename: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(module, names imported from it) of each import in a module's source (names only for `from`);
+    package: the module's own package, which relative imports start from."""
+    tree = ast.parse(text, filename=filename)
+    statements = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            statements.extend((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: from the module's package, level - 1 packages up
-                parts = _package_of(name, path).split(".")
+                parts = package.split(".")
                 prefix = ".".join(parts[: len(parts) - node.level + 1])
                 module = f"{prefix}.{node.module}" if node.module else prefix
             else:
                 module = node.module
-            found.add(module)
-            # `from package import submodule` imports the submodule
-            found.update(f"{module}.{alias.name}" for alias in node.names
-                         if module_file(f"{module}.{alias.name}", root) is not None)
-    return {m for m in _with_packages(found) if module_file(m, root) is not None}
+            statements.append((module, tuple(alias.name for alias in node.names)))
+    return tuple(statements)
 
 
 def _with_packages(modules: Iterable[str]) -> set[str]:
@@ -107,7 +121,11 @@ def keyed_files(roots: Iterable[str], root: Path = REPO) -> list[Path]:
 
 def keyed_source(path: Path) -> bytes:
     """A module's source as its key sees it: comments and blank lines removed, the rest verbatim."""
-    text = path.read_text(encoding="utf-8")
+    return _without_comments(path.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=4096)
+def _without_comments(text: str) -> bytes:
     lines = text.splitlines()
     comments = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
     for token in reversed(comments):  # a comment runs to the end of its line

@@ -64,6 +64,8 @@ def validate(config: dict) -> dict:
                     f"(population.n_seeds x len(population.sigmas)) keeps no member; raise population.n_seeds "
                     f"or the fraction")
     _check_selection(config)
+    _check_speculation(config["engine"])
+    _check_distill(config)
     for section in SOURCE_KINDS:
         kind = config[section]["source"]
         check_selected(section, kind, config[section][kind], lambda key: f"config key '{section}.{kind}.{key}'")
@@ -85,6 +87,21 @@ def validate(config: dict) -> dict:
     return config
 
 
+def _check_speculation(engine: dict) -> None:
+    """engine.speculation: population is the vLLM engine's (a custom proposer class); checked against the
+    installed vLLM where there is one (a host that only builds the DAG for a cluster may have none)."""
+    if engine["speculation"] == "none":
+        return
+    if engine["kind"] != "vllm":
+        raise ConfigError(f"config key 'engine.speculation': {engine['speculation']} is wired for engine.kind vllm "
+                          "only (on a CPU a draft-and-verify pass did not pay: bench/speculation/README.md); "
+                          "use speculation: none with the torch engine")
+    from randopt.engines.vllm_speculation import unsupported_reason
+    why = unsupported_reason()
+    if why:
+        raise ConfigError(f"config key 'engine.speculation': {why}")
+
+
 def _check_selection(config: dict) -> None:
     """Racing's limits that the schema cannot say: rule exact's split size; at least k members race."""
     selection = config["selection"]
@@ -94,6 +111,25 @@ def _check_selection(config: dict) -> None:
     if selection["rule"] == "exact" and n_train > EXACT_MAX_PROBLEMS:
         raise ConfigError(f"config key 'selection.rule': exact supports up to {EXACT_MAX_PROBLEMS} train problems "
                           f"({where}.n_train is {n_train}); use rule bayes, or a smaller {where}.n_train")
+
+
+def distill_fraction(config: dict) -> float:
+    """The top-k fraction whose list distill.enabled distills: distill.fraction, or the largest of topk.fractions."""
+    chosen = (config.get("distill") or {}).get("fraction")
+    return chosen if chosen is not None else max(config["topk"]["fractions"])
+
+
+def _check_distill(config: dict) -> None:
+    """distill's limits that the schema cannot say: its fraction is one of the run's top-k lists; the torch engine."""
+    distill = config["distill"]
+    if not distill["enabled"]:
+        return
+    if distill["fraction"] is not None and distill["fraction"] not in config["topk"]["fractions"]:
+        raise ConfigError(f"config key 'distill.fraction': {distill['fraction']} is not one of topk.fractions "
+                          f"{config['topk']['fractions']}; give one of them, or null for the largest")
+    if config["engine"]["kind"] != "torch":
+        raise ConfigError("config key 'distill.enabled': distillation is wired for engine.kind torch only so far "
+                          "(training and the control's sampling run in transformers); use engine.kind torch")
 
 
 def check_model_files(config: dict) -> None:

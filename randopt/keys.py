@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 
 from randopt.code_keys import REPO, code_version, modules_version
-from randopt.config import decode_for, gsm8k_source, heldout_source, task_kind, task_spec
+from randopt.config import decode_for, distill_fraction, gsm8k_source, heldout_source, task_kind, task_spec
 from randopt.tasks.registry import module_name
 from randopt.engines import compute_dtype
 from randopt.io import canonical_json
@@ -31,6 +31,10 @@ KEY_STAGES = {
     "bpb": ("score_bpb",),
     "population": ("rank", "vote"),
     "race": ("race_slice", "race_round"),
+    # distill.enabled only (docs/distill.md): the datasets, the fine-tuned models, their test answers and bpb
+    "distill_data": ("distill_data",),
+    "distill_train": ("distill_train",),
+    "distill_eval": ("evaluate_distilled",),
 }
 
 
@@ -79,8 +83,13 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
         numerics["switch"] = config["perturbation"]["switch"]
     if config["perturbation"]["noise"] != "rademacher":
         numerics["noise"] = config["perturbation"]["noise"]
-    evaluation = short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config), "engine": numerics,
-                            "code": key_code("eval", root)} | task_code)
+    # Speculation drafts the answers (engine.speculation): verification runs other kernels than plain decode
+    # steps, so a near-tie may resolve otherwise; it keys the answers (only when on), not bpb, whose engine
+    # generates nothing and is built without it.
+    speculation = ({"speculation": {"kind": e["speculation"], "draft_tokens": e["draft_tokens"]}}
+                   if e["speculation"] != "none" else {})
+    evaluation = short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config),
+                            "engine": numerics | speculation, "code": key_code("eval", root)} | task_code)
     selection = config.get("selection") or {"mode": "full"}  # records written before racing had none
     racing = selection["mode"] == "racing"
     # Racing's knobs decide which members are ranked complete, so they key the population (only under
@@ -93,5 +102,24 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
     bpb = short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,
                      "code": key_code("bpb", root)})
     # The frozen problems' key is named after the task it holds: "gsm8k" (as before tasks) or "task".
-    return {("gsm8k" if kind == "gsm8k" else "task"): problems, "heldout": heldout, "model": model, "eval": evaluation,
+    keys = {("gsm8k" if kind == "gsm8k" else "task"): problems, "heldout": heldout, "model": model, "eval": evaluation,
             "population": population, "bpb": bpb, "race": race}
+    distill = config.get("distill") or {}
+    if distill.get("enabled"):  # only then: a run without distillation has the keys it always had
+        keys |= distill_keys(distill, distill_fraction(config), evaluation, population, bpb, root)
+    return keys
+
+
+def distill_keys(distill: dict, fraction: float, evaluation: str, population: str, bpb: str, root: Path) -> dict:
+    """The keys of distillation's three stages, each nesting the one before: the datasets hang on the
+    search (eval, population) and their own knobs; the fine-tuned models on the datasets and the LoRA and
+    training knobs; their evaluation on the models and on what the base's answers and bpb hang on (eval, bpb:
+    the split, decoding, held-out text, engine numerics). A new lr then retrains and re-evaluates, and
+    reuses the datasets."""
+    data = short_key({"eval": evaluation, "population": population, "fraction": fraction,
+                      "per_problem": distill["per_problem"], "control": distill["control"],
+                      "code": key_code("distill_data", root)})
+    train = short_key({"data": data, "lora": distill["lora"], "train": distill["train"],
+                       "code": key_code("distill_train", root)})
+    evaluated = short_key({"train": train, "eval": evaluation, "bpb": bpb, "code": key_code("distill_eval", root)})
+    return {"distill_data": data, "distill_train": train, "distill_eval": evaluated}

@@ -28,4 +28,13 @@ def layout(keys: dict[str, str]) -> dict[str, str]:
         "bpb": f"results/bpb/{keys['bpb']}",
         "export": f"results/export/{keys['eval']}/{keys['population']}",
         "benchmarks": "results/benchmarks",
+        # distill.enabled only (docs/distill.md): the datasets, the fine-tuned models, their evaluation
+        **(distill_layout(keys) if keys.get("distill_data") else {}),
     }
+
+
+def distill_layout(keys: dict[str, str]) -> dict[str, str]:
+    """Each distillation stage's folder, nested as its key is (randopt/keys.py distill_keys)."""
+    data = f"results/distill/{keys['eval']}/{keys['population']}/{keys['distill_data']}"
+    return {"distill_data": data, "distill_train": f"{data}/{keys['distill_train']}",
+            "distill_eval": f"{data}/{keys['distill_train']}/{keys['distill_eval']}"}

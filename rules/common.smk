@@ -154,10 +154,19 @@ def get_engine_options():
     return options
 
 
-def get_engine_args(**extra_options):
-    """Engine flags of the stage CLIs (the rule's shell adds --threads {threads})."""
-    return (f"--model-dir {MODEL}/model --engine {config['engine']['kind']} "
+def get_engine_args(model_dir=None, **extra_options):
+    """Engine flags of the stage CLIs (the rule's shell adds --threads {threads}); model_dir: the
+    prepared model's by default (evaluate_distilled loads a fine-tuned one as its base)."""
+    return (f"--model-dir {model_dir or f'{MODEL}/model'} --engine {config['engine']['kind']} "
             f"--engine-options {q(get_engine_options() | extra_options)}")
+
+
+def get_generating_engine_args():
+    """Engine flags of the stages that generate answers: engine.speculation reaches only them (score_bpb
+    scores given text, where drafts have nothing to do; only when on, so the default's params stay)."""
+    e = config["engine"]
+    speculation = {"speculation": e["speculation"], "draft_tokens": e["draft_tokens"]} if e["speculation"] != "none" else {}
+    return get_engine_args(**speculation)
 
 
 # lm-evaluation-harness after the record (rules/lm_eval.smk): its folder, under the run's keys and a key
@@ -295,6 +304,8 @@ ORDER_SEED = config["selection"]["order_seed"]
 # while another races (on the CPU a job takes every core: one at a time; on a cluster the shard size
 # alone decides).
 RACING = config["selection"]["mode"] == "racing"
+# distill.enabled: rules/distill.smk joins the DAG (docs/distill.md); off, no rule, key or path changes.
+DISTILL_ENABLED = config["distill"]["enabled"]
 RACE_PLAN = None
 if RACING:
     try:
@@ -351,9 +362,46 @@ def get_benchmarks():
              ("prepare_model", rules.prepare_model), ("rank", rules.rank),
              ("evaluate_members", rules.evaluate_members), ("vote", rules.vote), ("score_bpb", rules.score_bpb)]
     paths = [f"{name}={rule.benchmark}" for name, rule in pairs]
+    if DISTILL_ENABLED:  # distillation's stages (rules/distill.smk): what distill.enabled adds to the run
+        paths += distill_benchmarks()
     if RACING:
         paths += [f"race_slice={BENCH}/race_slice/{KEYS['race']}/{stem}.tsv"
                   for r in range(RACE_PLAN.rounds) for stem in race_chunk_stems(r)]
     else:
         paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in POPULATION.shard_stems()]
     return paths
+
+
+# distill.enabled (rules/distill.smk, docs/distill.md): its folders and knobs, and the helpers the record uses.
+if DISTILL_ENABLED:
+    from randopt.config import distill_fraction
+    from randopt.distill.lora import check_model_dir
+
+    DISTILL = config["distill"]
+    DISTILL_FRACTION = distill_fraction(config)
+    DISTILL_ROUND = 1  # distill.rounds > 1 (round r's base: round r-1's distilled model) is not built yet
+    DISTILL_ARMS = ("distilled", "control")
+    DISTILL_DATA = PATHS["distill_data"]
+    DISTILL_TRAIN = PATHS["distill_train"]
+    DISTILL_EVAL = PATHS["distill_eval"]
+
+    # At DAG build: a LoRA target module the model lacks (read from config.json, no weights) is an error now,
+    # not after the search. A model not prepared yet is checked when distill_train loads it.
+    try:
+        check_model_dir(config["model"]["path"] if config["model"]["source"] == "local" else f"{MODEL}/model",
+                        DISTILL["lora"]["target_modules"])
+    except InputError as err:
+        raise WorkflowError(f"invalid config: {err}")
+
+    def distill_benchmarks():
+        """RULE=PATH of distillation's benchmark files, for the record's stage times (get_benchmarks)."""
+        return ([f"distill_data={BENCH}/distill_data/{KEYS['distill_data']}.tsv"]
+                + [f"distill_train={BENCH}/distill_train/{KEYS['distill_train']}/{arm}.tsv" for arm in DISTILL_ARMS]
+                + [f"evaluate_distilled={BENCH}/evaluate_distilled/{KEYS['distill_eval']}/{arm}.tsv" for arm in DISTILL_ARMS])
+
+
+    def distill_record_inputs():
+        """What the record reads of distillation: the datasets' manifest, each arm's model manifest and result."""
+        return {"distill_data": f"{DISTILL_DATA}/manifest.json",
+                "distill_models": [f"{DISTILL_TRAIN}/{arm}/manifest.json" for arm in DISTILL_ARMS],
+                "distill_results": [f"{DISTILL_EVAL}/{arm}/result.json" for arm in DISTILL_ARMS]}

@@ -15,7 +15,7 @@ rule evaluate_members:
         timings=f"{MEMBERS}/{KEYS['population']}/timings.json",
         base_train=f"{MEMBERS}/{KEYS['population']}/base_train.json",
     params:
-        engine=get_engine_args(),
+        engine=get_generating_engine_args(),
         decode=q_text(DECODE),
         cache=f"{MEMBERS}/cache",
         code=key_code("eval"),

@@ -21,7 +21,7 @@ rule race_slice:
         table=f"{RACE}/round={{round}}/chunk_{{chunk}}.parquet",
         timings=f"{RACE}/round={{round}}/chunk_{{chunk}}.timings.json",
     params:
-        engine=get_engine_args(),
+        engine=get_generating_engine_args(),
         decode=q_text(DECODE),
         plan=q(RACE_PLAN.to_json()),
         round=lambda wc: int(wc.round),

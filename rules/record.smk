@@ -13,6 +13,8 @@ rule record:
         shard_timings=get_search_tables(".timings.json"),
         members_timings=rules.evaluate_members.output.timings,
         base_train=rules.evaluate_members.output.base_train,
+        # distill.enabled: the datasets' manifest, each arm's model manifest and result (rules/distill.smk)
+        **(distill_record_inputs() if DISTILL_ENABLED else {}),
     output:
         record="results/record.json",
     params:
@@ -23,6 +25,9 @@ rule record:
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
         engines=q(ENGINES.as_record()),
+        distill=lambda wildcards, input: (f"--distill-data {input.distill_data} --distill-models "
+                                          + " ".join(input.distill_models) + " --distill-results "
+                                          + " ".join(input.distill_results)) if DISTILL_ENABLED else "",
     log:
         "logs/record.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
@@ -32,4 +37,4 @@ rule record:
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"
-        " --records-md {params.records_md} --engines {params.engines} --out {output.record} 2> {log}"
+        " --records-md {params.records_md} --engines {params.engines} {params.distill} --out {output.record} 2> {log}"

@@ -11,7 +11,7 @@ FIGURE_CATEGORIES = {
     "train_vs_test": "Ensemble",
     "bits_per_byte": "Ensemble",
     "stage_times": "Run",
-}
+} | ({"distill": "Distillation"} if DISTILL_ENABLED else {})
 FIGURES_DIR = "results/figures"
 
 

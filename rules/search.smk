@@ -10,7 +10,7 @@ rule evaluate_shard:
         table=f"{SHARDS}/{SHARD_STEM}.parquet",
         timings=f"{SHARDS}/{SHARD_STEM}.timings.json",
     params:
-        engine=get_engine_args(),
+        engine=get_generating_engine_args(),
         decode=q_text(DECODE),
         first=lambda wc: int(wc.first),
         last=lambda wc: int(wc.last),

@@ -27,13 +27,19 @@ def parse_args(argv=None):
     p.add_argument("--records-md", required=True)
     p.add_argument("--engines", type=json_arg, default=None,
                    help='JSON: engines side by side a device and why, {"engines_per_gpu": N, "why": ...} (rules/common.smk ENGINES)')
+    p.add_argument("--distill-data", default=None, help="distill.enabled: distill_data's manifest")
+    p.add_argument("--distill-models", nargs="+", default=None, help="distill.enabled: distill_train's manifest of each arm")
+    p.add_argument("--distill-results", nargs="+", default=None,
+                   help="distill.enabled: evaluate_distilled's result of each arm")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    return run_stage("record", partial(record.run, **vars(args)))
+    args = vars(parse_args(argv))
+    parts = {k: args.pop(f"distill_{k}") for k in ("data", "models", "results")}
+    distill = parts if parts["data"] else None
+    return run_stage("record", partial(record.run, **args, distill=distill))
 
 
 if __name__ == "__main__":

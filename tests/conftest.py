@@ -33,6 +33,78 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2") / "model")
 
 
+@pytest.fixture(scope="session")
+def background():
+    """The session's queue of background setup jobs (tests/support/background.py); at the end of the
+    session it waits for every job in it."""
+    from tests.support.background import BackgroundQueue
+    queue = BackgroundQueue()
+    yield queue
+    queue.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_run_started(background, tmp_path_factory, tiny_model_dir):
+    """One run of the tiny workflow (tests/support/workflow.py, shared_run_config), queued in the
+    background (fixture early_runs: at the session's start). Tests take its result from tiny_run."""
+    from tests.support.workflow import FinishedRun, run_workflow, shared_run_config
+    workdir = tmp_path_factory.mktemp("tiny-run")
+    config = shared_run_config(tiny_model_dir)
+    return background.submit(lambda: FinishedRun(workdir, config, run_workflow(workdir, config)))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_run_started):
+    """One finished run of the tiny workflow, made once for the session: the end-to-end tests, the
+    resume tests' fresh run and the SLURM test's local run all read this one. Read it, never write in
+    it: copy it (FinishedRun.copy_to) to run anything more."""
+    return tiny_run_started.result()
+
+
+@pytest.fixture(scope="session")
+def racing_bench_started(background, tmp_path_factory, tiny_model_dir):
+    """bench/racing/racing.py end to end in phases on the tiny workflow (tests/support/racing_runs.py), queued
+    in the background, for tests/test_racing_bench.py."""
+    from tests.support.racing_runs import bench_in_phases
+    return background.submit(bench_in_phases, tmp_path_factory.mktemp("racing-bench"), tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def racing_workflow_started(background, tmp_path_factory, tiny_model_dir):
+    """Racing, full evaluation and racing again in one work dir (tests/support/racing_runs.py), queued
+    in the background, for tests/test_racing_workflow.py."""
+    from tests.support.racing_runs import race_in_one_dir
+    return background.submit(race_in_one_dir, tmp_path_factory.mktemp("racing"), tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def task_runs_started(background, tmp_path_factory, tiny_model_dir):
+    """Every task's run in one folder (tests/support/task_runs.py), queued in the background, for
+    tests/test_tasks_workflow.py."""
+    from tests.support.task_runs import tasks_in_one_dir
+    return background.submit(tasks_in_one_dir, tmp_path_factory.mktemp("tasks"), tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def gaussian_run_started(background, tmp_path_factory, tiny_model_dir):
+    """A Gaussian-noise run with its export (tests/support/task_runs.py), queued in the background, for
+    tests/test_workflow_gaussian.py."""
+    from tests.support.task_runs import gaussian_run
+    return background.submit(gaussian_run, tmp_path_factory.mktemp("gaussian"), tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def slurm_runs(tmp_path_factory, tiny_model_dir):
+    """The SLURM test's runs of the session's tiny config on a throwaway cluster, going on in a background
+    thread from the moment this is first asked for (tests/support/slurm_runs.py says why); the cluster
+    is stopped at the end of the session."""
+    from tests.support.slurm_runs import SlurmRuns
+    from tests.support.workflow import shared_run_config
+    runs = SlurmRuns(tmp_path_factory.mktemp("slurm"), shared_run_config(tiny_model_dir)).start()
+    yield runs
+    runs.stop()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_resident_engine_outlives_the_tests(tmp_path_factory):
     """A run killed on purpose (the resume tests) leaves its resident engine (randopt/runtime/resident/) to
@@ -42,3 +114,18 @@ def no_resident_engine_outlives_the_tests(tmp_path_factory):
     for folder in tmp_path_factory.getbasetemp().rglob("engines"):
         if folder.is_dir() and (folder / "authkey").exists():
             resident.stop_all(folder, timeout=60)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_runs(request):
+    """Start, at the session's start, the background runs (tests/support/background.py says why) that
+    some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster),
+    and in the queue, in the order the tests come to them, the racing benchmark, the racing workflow,
+    the shared tiny run, the task runs and the Gaussian run. Nothing starts that no selected test needs. (Defined after the fixture
+    above, so that at the session's end the runs are over before it stops the resident engines left
+    behind.)"""
+    needed = {name for item in request.session.items for name in item.fixturenames}
+    for name in ("slurm_runs", "racing_bench_started", "racing_workflow_started", "tiny_run_started",
+                 "task_runs_started", "gaussian_run_started"):
+        if name in needed:
+            request.getfixturevalue(name)

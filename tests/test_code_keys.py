@@ -43,15 +43,55 @@ def test_the_syntax_tree_finds_every_module_the_bytecode_imports(stage):
     assert bytecode_closure(stage) <= found, f"imports code_keys misses: {bytecode_closure(stage) - found}"
 
 
+# Each stage is imported in a process of its own that had loaded no project module, so what it loads is
+# its own. The processes are forked from one Python that first imported the libraries the stages use
+# (never a project module; checked before each fork), so each child pays only for the project's own
+# imports, not for torch and pandas again: 17 fresh Pythons took minutes of a 2-core machine.
+PROBE = """
+import importlib, json, os, sys, traceback
+PROJECT = %r
+for library in ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "torch", "safetensors", "safetensors.torch",
+                "transformers", "yaml", "jsonschema", "scipy", "scipy.stats", "matplotlib", "matplotlib.pyplot"):
+    try:
+        importlib.import_module(library)
+    except ImportError:
+        pass
+loaded = {}
+for stage in sys.argv[1:]:
+    assert not [m for m in sys.modules if m.split(".")[0] in PROJECT], "a library loaded a project module"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: import the stage, report, and never return into this loop
+        code = 1
+        try:
+            os.close(read)
+            importlib.import_module(stage)
+            with os.fdopen(write, "w") as out:
+                json.dump(sorted(m for m in sys.modules if m.split(".")[0] in PROJECT), out)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as result:
+        text = result.read()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, f"importing {stage} failed (status {status})"
+    loaded[stage] = json.loads(text)
+print(json.dumps(loaded))
+""" % (PROJECT,)
+
+
 def test_every_module_a_stage_process_loads_is_in_its_closure():
     """What each stage CLI really imports when it starts (module level), read from sys.modules."""
-    probe = ("import importlib, json, sys; importlib.import_module(sys.argv[1]); "
-             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {PROJECT!r})))")
+    stages = [f"scripts.{stage}" for stage in STAGES]
+    out = subprocess.run([sys.executable, "-c", PROBE, *stages], cwd=REPO, check=True, capture_output=True,
+                         text=True).stdout
+    loaded = json.loads(out.splitlines()[-1])
+    assert set(loaded) == set(stages)
     for stage in STAGES:
-        out = subprocess.run([sys.executable, "-c", probe, f"scripts.{stage}"], cwd=REPO, check=True,
-                             capture_output=True, text=True).stdout
-        loaded = set(json.loads(out.splitlines()[-1]))
-        missing = loaded - set(closure([f"scripts.{stage}"]))
+        missing = set(loaded[f"scripts.{stage}"]) - set(closure([f"scripts.{stage}"]))
         assert not missing, f"scripts/{stage}.py loads {sorted(missing)}, which its code key leaves out"
 
 

@@ -206,7 +206,7 @@ def test_an_unknown_noise_kind_fails_when_snakemake_builds_the_dag(tmp_path):
 
 
 @pytest.mark.slow
-def test_gaussian_noise_reaches_every_engine_command_and_the_export(tmp_path):
+def test_gaussian_noise_reaches_every_engine_command_and_the_export(tmp_path, default_dry_run):
     """The engine stages get "noise": "gaussian" in --engine-options only when it is chosen, so the
     default's commands (and params) are what they were; the export rule passes it too."""
     import yaml
@@ -217,7 +217,7 @@ def test_gaussian_noise_reaches_every_engine_command_and_the_export(tmp_path):
     for rule in engine_rules:
         commands = commands_of(out, rule)
         assert commands and all('"noise": "gaussian"' in c for c in commands), rule
-    default = dry_run(tmp_path / "d")
+    default = default_dry_run
     for rule in engine_rules:
         assert all('"noise"' not in c for c in commands_of(default, rule)), rule
     export = dry_run_target(tmp_path / "e", overlay, target="export")
@@ -280,12 +280,18 @@ def commands_of(out: str, rule: str) -> list[str]:
             for block in out.split(f"rule {rule}:")[1:]]
 
 
+@pytest.fixture(scope="module")
+def default_dry_run(tmp_path_factory) -> str:
+    """dry_run of the embedded default, once for the module's tests that read it."""
+    return dry_run(tmp_path_factory.mktemp("default-dry-run"))
+
+
 @pytest.mark.slow
-def test_the_embedded_default_dry_runs_through_snakemake(tmp_path):
+def test_the_embedded_default_dry_runs_through_snakemake(default_dry_run):
     """`make record`'s config (no --configfile): its DAG, with the generated GSM8K-style data and the
     synthetic held-out text it reads, whatever real data the machine has."""
     from tests.support.workflow import jobs_run
-    out = dry_run(tmp_path)
+    out = default_dry_run
     default = validate(load_yaml(CONFIG_DIR / "config.yaml"))
     pop = default["population"]
     shards = len(pop["sigmas"]) * -(-pop["n_seeds"] // pop["shard_size"])

@@ -20,21 +20,13 @@ from kernels.noise_kinds import GAUSSIAN, KINDS, RADEMACHER, definition
 from kernels.noise_ref import (GAUSSIAN_TABLE, GAUSSIAN_TABLE_SHA256, delta_switch_reference_, gaussian_index,
                                gaussian_noise_torch, negative_mask_index, reconstruct_reference_, tensor_keys)
 from randopt.engines import perturb
+from tests.support.noise_rule import check_cpu_kernel_paths, check_golden_bf16_case, from_hex_bf16, hash_py, hex_bf16
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "noise_gaussian_v2.json").read_text(encoding="utf-8"))
 ENTRIES = GOLDEN["entries"]
-_M32 = 0xFFFFFFFF
 
 
 # ------------------------------------------------------------------- the definition, written out here
-
-def _fmix32_py(h: int) -> int:
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    return h ^ (h >> 16)
-
 
 def _table_py() -> np.ndarray:
     """T read from the shipped file with numpy alone (little-endian float32), not through noise_ref."""
@@ -46,9 +38,7 @@ TABLE = _table_py()
 
 def _gauss_py(seed: int, name: str, i: int) -> np.float32:
     """The definition as written in noise_ref's docstring, in plain Python integers and the table."""
-    digest = hashlib.sha256(b"randopt-gauss-v2\0" + seed.to_bytes(8, "little") + name.encode()).digest()
-    ka, kb = int.from_bytes(digest[0:4], "little"), int.from_bytes(digest[4:8], "little")
-    h = _fmix32_py(_fmix32_py(i ^ ka) ^ kb)
+    h = hash_py(b"randopt-gauss-v2", seed, name, i)
     magnitude = TABLE[(h >> 16) & 0x7FFF]
     return np.float32(-magnitude if h >> 31 else magnitude)
 
@@ -180,52 +170,16 @@ def test_golden_high_values_through_a_local_layout():
 BF16 = GOLDEN["perturbed_bf16"]
 
 
-def _from_hex_bf16(values: list[str]) -> torch.Tensor:
-    return torch.tensor([int(v, 16) for v in values], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
-
-
-def _hex_bf16(t: torch.Tensor) -> list[str]:
-    return [f"{int(v) & 0xFFFF:04x}" for v in t.contiguous().view(torch.int16).tolist()]
-
-
-def _rne_bf16_py(x: np.float32) -> int:
-    bits = int(np.array(x, dtype=np.float32).view(np.uint32))
-    upper, rest = bits >> 16, bits & 0xFFFF
-    return (upper + (rest > 0x8000 or (rest == 0x8000 and upper & 1))) & 0xFFFF
-
-
 @pytest.mark.parametrize("case", BF16["cases"], ids=lambda c: f"{c['seed']}-{c['sigma']}")
 def test_golden_bf16_on_a_nonzero_base(case):
     """W = rne_bf16(fp32(W0) + rn32(fp32(sigma) * G)) on a nonzero bf16 base, bit for bit, through the
     reference, the CPU kernel (perturb.reconstruct_, both loops), the one-hop delta switch and the
     rule written out here; and at logical indices past 2^31 through the local-layout path."""
-    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
-    base = _from_hex_bf16(BF16["base_bf16"])
-    seed, name, sigma, want = case["seed"], case["name"], case["sigma"], case["bf16_at_0"]
-    live = torch.empty_like(base)
-    reconstruct_reference_(live, base, seed, sigma, name, GAUSSIAN)
-    assert _hex_bf16(live) == want
-    cpu = {name: torch.empty_like(base)}
-    perturb.reconstruct_(cpu, {name: base}, seed, sigma, GAUSSIAN)
-    assert _hex_bf16(cpu[name]) == want
-    numpy_loop = torch.empty_like(base)
-    perturb_cpu.reconstruct_many_cpu_([(name, numpy_loop, base)], sigma, seed, use_numba=False, noise=GAUSSIAN)
-    assert _hex_bf16(numpy_loop) == want
-    hop = {name: base.clone()}
-    perturb.delta_switch_(hop, None, 0.0, seed, sigma, noise=GAUSSIAN)
-    assert _hex_bf16(hop[name]) == want
-    sig32 = np.float32(sigma)
-    by_rule = [_rne_bf16_py(np.float32(w0) + np.float32(sig32 * _gauss_py(seed, name, i)))
-               for i, w0 in enumerate(base.float().tolist())]
-    assert [f"{b:04x}" for b in by_rule] == want
-    assert sum(a != b for a, b in zip(want, BF16["base_bf16"])) >= 16  # the noise moved many weights
-
-    huge = BF16["huge_tensor"]
-    row = base.view(1, -1)
-    high = torch.empty_like(row)
-    layout = LocalLayout(row.shape, (Block(huge["name"], tuple(huge["shape"]), 0, huge["row"], 1, 0, 0, row.shape[1]),))
-    reconstruct_local_reference_(high, row, seed, sigma, layout, GAUSSIAN)
-    assert _hex_bf16(high.view(-1)) == case[f"bf16_at_{huge['name']}_row_{huge['row']}"]
+    base = check_golden_bf16_case(BF16, case, _gauss_py, GAUSSIAN, min_moved=16)
+    numpy_loop = torch.empty_like(base)  # the CPU kernel without numba, too
+    perturb_cpu.reconstruct_many_cpu_([(case["name"], numpy_loop, base)], case["sigma"], case["seed"],
+                                      use_numba=False, noise=GAUSSIAN)
+    assert hex_bf16(numpy_loop) == case["bf16_at_0"]
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -287,23 +241,7 @@ def test_cpu_kernel_paths_equal_the_reference(dtype, use_numba):
     """kernels/perturb_cpu.py under Gaussian noise: both block loops give the reference's bits on a
     base where rounding matters (ties, tiny and huge magnitudes, +-0, inf), across a block boundary
     (BLOCK) and on a tensor smaller than one chunk."""
-    if use_numba and perturb_cpu._NUMBA is None:
-        pytest.fail("numba is in envs/requirements-cpu.txt but does not import")
-    g = torch.Generator().manual_seed(1)
-    n = perturb_cpu.BLOCK + 12_345
-    base = (torch.randn(n, generator=g) * torch.logspace(-6, 4, n)).to(dtype)
-    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 1e-8, 65504.0, float("inf"), float("-inf")], dtype=torch.float32)
-    base[:special.numel()] = special.to(dtype)
-    items, expected = [], {}
-    for name, tensor in (("big.weight", base), ("small.bias", base[:1000].clone())):
-        live = torch.empty_like(tensor)
-        items.append((name, live, tensor))
-        expected[name] = torch.empty_like(tensor)
-        reconstruct_reference_(expected[name], tensor, 12, 0.003, name, GAUSSIAN)
-    perturb_cpu.reconstruct_many_cpu_(items, 0.003, 12, threads=2, use_numba=use_numba, noise=GAUSSIAN)
-    as_int = torch.int16 if dtype != torch.float32 else torch.int32
-    for name, live, _ in items:
-        assert torch.equal(live.view(as_int), expected[name].view(as_int)), name
+    check_cpu_kernel_paths(dtype, use_numba, GAUSSIAN)
 
 
 def test_a_fused_multiply_add_would_change_the_bits():

@@ -14,25 +14,15 @@ import torch
 from kernels.noise_ref import (delta_switch_reference_, hash_bits, negative_mask_index, reconstruct_reference_,
                                tensor_keys)
 from randopt.engines import perturb
+from tests.support.noise_rule import check_cpu_kernel_paths, check_golden_bf16_case, from_hex_bf16, hash_py
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "noise_v1.json").read_text(encoding="utf-8"))
 ENTRIES = GOLDEN["entries"]
-_M32 = 0xFFFFFFFF
-
-
-def _fmix32_py(h: int) -> int:
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    return h ^ (h >> 16)
 
 
 def _sign_py(seed: int, name: str, i: int) -> int:
     """The definition as written in noise_ref's docstring, in plain Python integers."""
-    digest = hashlib.sha256(b"randopt-noise-v1\0" + seed.to_bytes(8, "little") + name.encode()).digest()
-    ka, kb = int.from_bytes(digest[0:4], "little"), int.from_bytes(digest[4:8], "little")
-    return -1 if _fmix32_py(_fmix32_py(i ^ ka) ^ kb) >> 31 else 1
+    return -1 if hash_py(b"randopt-noise-v1", seed, name, i) >> 31 else 1
 
 
 def _signs(seed: int, name: str, n: int, start: int = 0) -> np.ndarray:
@@ -106,58 +96,19 @@ def test_golden_high_signs_through_a_local_layout():
         assert _packed_sha256((live < 0).numpy()) == e[key], e["name"]
 
 
-def _from_hex(values: list[str]) -> torch.Tensor:
-    return torch.tensor([int(v, 16) for v in values], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
-
-
-def _hex(t: torch.Tensor) -> list[str]:
-    return [f"{int(v) & 0xFFFF:04x}" for v in t.contiguous().view(torch.int16).tolist()]
-
-
-def _rne_bf16_py(x: np.float32) -> int:
-    """Round one fp32 to bf16 bits, nearest even, written from the rule (not from the kernels)."""
-    bits = int(np.array(x, dtype=np.float32).view(np.uint32))
-    upper, rest = bits >> 16, bits & 0xFFFF
-    return (upper + (rest > 0x8000 or (rest == 0x8000 and upper & 1))) & 0xFFFF
-
-
 @pytest.mark.parametrize("case", BF16["cases"], ids=lambda c: f"{c['seed']}-{c['sigma']}")
 def test_golden_bf16_round_to_nearest_even_on_a_nonzero_base(case):
     """W = rne_bf16(fp32(W0) + fp32(sigma) * R) on a nonzero bf16 base, bit for bit, through the
     reference, the engines' CPU kernel (perturb.reconstruct_), the one-hop delta switch, and the rule
     written out in the test; and at logical indices past 2^31 through the local-layout path."""
-    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
-    base = _from_hex(BF16["base_bf16"])
-    seed, name, sigma, want = case["seed"], case["name"], case["sigma"], case["bf16_at_0"]
-    live = torch.empty_like(base)
-    reconstruct_reference_(live, base, seed, sigma, name)
-    assert _hex(live) == want
-    cpu = {name: torch.empty_like(base)}
-    perturb.reconstruct_(cpu, {name: base}, seed, sigma)
-    assert _hex(cpu[name]) == want
-    hop = {name: base.clone()}
-    perturb.delta_switch_(hop, None, 0.0, seed, sigma)
-    assert _hex(hop[name]) == want
-    sig32 = np.float32(sigma)
-    by_rule = [_rne_bf16_py(np.float32(w0) + sig32 * np.float32(_sign_py(seed, name, i)))
-               for i, w0 in enumerate(base.float().tolist())]
-    assert [f"{b:04x}" for b in by_rule] == want
-    assert sum(a != b for a, b in zip(want, BF16["base_bf16"])) >= 32  # the noise moved most weights
-
-    huge = BF16["huge_tensor"]
-    row = base.view(1, -1)
-    high = torch.empty_like(row)
-    layout = LocalLayout(row.shape, (Block(huge["name"], tuple(huge["shape"]), 0, huge["row"], 1, 0, 0, row.shape[1]),))
-    assert huge["row"] * huge["shape"][1] > 2**31
-    reconstruct_local_reference_(high, row, seed, sigma, layout)
-    assert _hex(high.view(-1)) == case[f"bf16_at_{huge['name']}_row_{huge['row']}"]
+    check_golden_bf16_case(BF16, case, _sign_py, None, min_moved=32)
 
 
 def test_golden_bf16_ties_go_to_the_even_neighbour():
     """sigma = 2^-8 is half a bf16 ulp in [1, 2): there every result is a tie, pinned to the even one."""
     case = next(c for c in BF16["cases"] if c["sigma"] == 2.0**-8)
-    base = _from_hex(BF16["base_bf16"]).float()
-    got = _from_hex(case["bf16_at_0"])
+    base = from_hex_bf16(BF16["base_bf16"]).float()
+    got = from_hex_bf16(case["bf16_at_0"])
     exact = base + case["sigma"] * torch.tensor([_sign_py(case["seed"], case["name"], i) for i in range(64)],
                                                 dtype=torch.float32)
     in_range = (base.abs() >= 1) & (base.abs() < 2) & (exact.abs() > 1)  # base and result in [1, 2]
@@ -305,21 +256,4 @@ def test_cpu_kernel_paths_equal_the_reference(dtype, use_numba):
     """kernels/perturb_cpu.py: the compiled (numba) and the numpy block loops give the reference's bits,
     on a nonzero base with values where rounding matters (ties, tiny and huge magnitudes, +-0, inf),
     across block boundaries (BLOCK) and on a tensor smaller than one chunk."""
-    from kernels import perturb_cpu
-    if use_numba and perturb_cpu._NUMBA is None:
-        pytest.fail("numba is in envs/requirements-cpu.txt but does not import")
-    g = torch.Generator().manual_seed(1)
-    n = perturb_cpu.BLOCK + 12_345
-    base = (torch.randn(n, generator=g) * torch.logspace(-6, 4, n)).to(dtype)
-    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 1e-8, 65504.0, float("inf"), float("-inf")], dtype=torch.float32)
-    base[:special.numel()] = special.to(dtype)
-    items, expected = [], {}
-    for name, tensor in (("big.weight", base), ("small.bias", base[:1000].clone())):
-        live = torch.empty_like(tensor)
-        items.append((name, live, tensor))
-        expected[name] = torch.empty_like(tensor)
-        reconstruct_reference_(expected[name], tensor, 12, 0.003, name)
-    perturb_cpu.reconstruct_many_cpu_(items, 0.003, 12, threads=2, use_numba=use_numba)
-    for name, live, _ in items:
-        assert torch.equal(live.view(torch.int16 if dtype != torch.float32 else torch.int32),
-                           expected[name].view(torch.int16 if dtype != torch.float32 else torch.int32)), name
+    check_cpu_kernel_paths(dtype, use_numba, None)

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from randopt.config import ConfigError
 from randopt.io import InputError
@@ -239,31 +238,30 @@ def test_an_arm_starts_its_search_in_a_clean_directory(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_benchmark_end_to_end_on_the_tiny_workflow(tmp_path, tiny_model_dir):
+def test_the_benchmark_end_to_end_on_the_tiny_workflow(racing_bench_started):
     """The whole script on the tiny workflow, racing in two rounds (2 then 4 problems): each arm reuses
     the setup's inputs (no data or model job of its own), its search jobs and engine starts are counted,
     and the comparison reads both runs. The tiny random model answers nothing right, so every member
-    ties at the cut and racing's top-k is recalled whole."""
-    from tests.support.workflow import tiny_config
-    # batches of 2: the torch engine's answer blocks, so racing's checkpoints can be 2 and 4
-    config = tiny_config(tiny_model_dir, population={"n_seeds": 4, "sigmas": [0.01, 0.02], "shard_size": 8},
-                         selection={"first_slice": 2, "growth": 2.0}, engine={"batch_size": 2})
-    overlay = tmp_path / "tiny.yaml"
-    overlay.write_text(yaml.safe_dump(config))
-    out = tmp_path / "report.json"
+    ties at the cut and racing's top-k is recalled whole. The calls are made in the background from the
+    session's start (tests/support/racing_runs.py, bench_in_phases; tests/conftest.py)."""
+    done = racing_bench_started.result()
+    rc = done["rc"]
+
+    def step(name: str) -> int:
+        if done["error_step"] == name:
+            raise done["error"]
+        return rc[name]
     # in phases, as on a GPU machine lent 10 minutes a call: the report refuses until both arms have run
-    common = ["--configfile", str(overlay), "--workdir", str(tmp_path / "work"), "--out", str(out), "--cores", "2"]
-    assert racing_bench.main([*common, "--phases", "report"]) == 2
-    assert racing_bench.main([*common, "--phases", "prepare"]) == 0
+    assert step("report_first") == 2
+    assert step("prepare") == 0
     # a later phase of another protocol would compare arms of two protocols: refused, nothing run
-    other = ["--set", json.dumps({"gsm8k": {"n_train": 2}})]
-    assert racing_bench.main([*common, *other, "--phases", "racing"]) == 2
-    assert not (tmp_path / "work" / "racing" / "results").exists()
-    assert racing_bench.main([*common, "--phases", "racing"]) == 0
+    assert step("racing_other_protocol") == 2
+    assert not done["racing_results_after_refusal"]
+    assert step("racing") == 0
     # (an arm run again starts from a clean directory: test_an_arm_starts_its_search_in_a_clean_directory)
-    assert racing_bench.main([*common, "--phases", "report"]) == 2 and not out.exists()
-    assert racing_bench.main([*common, "--phases", "full", "report"]) == 0
-    report = json.loads(out.read_text())
+    assert step("report_before_full") == 2 and not done["report_after_refusal"]
+    assert step("full_and_report") == 0
+    report = done["report"]
     assert report["order"] == ["racing", "full"]
     assert set(report["calls"]["setup"]["jobs"]) == {"freeze_gsm8k", "fetch_fineweb", "prepare_model"}
     full, racing = report["arms"]["full"], report["arms"]["racing"]

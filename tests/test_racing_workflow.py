@@ -18,43 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from randopt.scoring import answer_cache
-from randopt.paths import layout
-from randopt.selection.plan import RacingConfig, plan_rounds
-from tests.support.workflow import effective_config, jobs_run, read_record, run_workflow, tiny_config
+from tests.support.racing_runs import N_TRAIN, RACING, STRONG, config_with
+from tests.support.workflow import effective_config, jobs_run
 
 pytestmark = pytest.mark.slow
-
-N_TRAIN = 24
-BLOCK = 6
-RACING = {"mode": "racing", "first_slice": 6, "growth": 2.0, "miss_budget": 0.2}   # checkpoints 6, 12, 24
-STRONG = {(0, 0.01), (1, 0.01), (0, 0.02), (1, 0.02)}
-
-
-def config_with(model_dir, selection: dict) -> dict:
-    # 4 seeds x 2 sigmas = 8 members, top 25 % and 50 % (k = 2 and 4); chunks of 4 members: 2 jobs a round.
-    # Batches of 6: the torch engine answers in fixed blocks of 6 problems, so the slices are whole blocks.
-    return tiny_config(model_dir, gsm8k={"n_train": N_TRAIN}, population={"shard_size": 4}, selection=selection,
-                       engine={"batch_size": BLOCK})
-
-
-def paths_of(config: dict) -> dict:
-    from randopt.keys import run_keys
-    return layout(run_keys(effective_config(config)))
-
-
-def seed_first_round(workdir, config: dict) -> list[int]:
-    """Round 0's answers of every member in the answer cache: the strong members right, the others wrong."""
-    first = plan_rounds(N_TRAIN, RacingConfig.from_selection(RACING, BLOCK))[0].tolist()
-    cache = workdir / paths_of(config)["answer_cache"]
-    for seed in range(4):
-        for sigma in (0.01, 0.02):
-            good = (seed, sigma) in STRONG
-            answer_cache.write_part(cache, pd.DataFrame({
-                "seed": seed, "sigma": sigma, "problem": first, "problem_id": [f"train-{p}" for p in first],
-                "answer": "0", "correct": good, "n_tokens": 4, "finish": "stop", "completion": "#### 0",
-                "switch_s": 0.1, "generate_s": 0.2}))
-    return first
 
 
 def timings(workdir, folder: str) -> list[dict]:
@@ -66,17 +33,10 @@ def top_sets(topk: dict) -> list[set]:
 
 
 @pytest.fixture(scope="module")
-def race(tmp_path_factory, tiny_model_dir):
-    workdir = tmp_path_factory.mktemp("racing")
-    racing, full = config_with(tiny_model_dir, RACING), config_with(tiny_model_dir, {"mode": "full"})
-    again = config_with(tiny_model_dir, RACING | {"miss_budget": 0.3})
-    first = seed_first_round(workdir, racing)
-    runs = {"racing": run_workflow(workdir, racing)}
-    record = read_record(workdir)
-    runs["full"] = run_workflow(workdir, full, paths_of(full)["rank"] + "/topk.json")
-    runs["again"] = run_workflow(workdir, again, paths_of(again)["rank"] + "/topk.json")
-    return {"workdir": workdir, "runs": runs, "record": record, "first": first,
-            "paths": {name: paths_of(c) for name, c in (("racing", racing), ("full", full), ("again", again))}}
+def race(racing_workflow_started):
+    """The three runs in one work dir (tests/support/racing_runs.py, race_in_one_dir), made in the
+    background from the session's start (tests/conftest.py)."""
+    return racing_workflow_started.result()
 
 
 def test_racing_runs_in_rounds_and_stops_the_weak_members(race):

@@ -3,11 +3,12 @@
 What each test asserts comes from the jobs Snakemake reports it ran (its "Job stats" table) and from
 the outputs' sha256 and mtimes. The runs are shared, in two work dirs:
 
-- reuse (one work dir, a sequence of configs): a fresh run; a new sigma; a larger population; a new
+- reuse (one work dir, a sequence of configs): a fresh run (the session's finished tiny run,
+  tests/conftest.py, copied with its bytes and mtimes); a new sigma; a larger population; a new
   top-k fraction; a new max_tokens (dry run); back to the first config; wrong pins; a hand-edited
   frozen split (last, it breaks the dir). Edits of library code run on a copy of the repo and of
   this dir, so the real repo is never edited.
-- killed (a second work dir, the first config): SIGKILL of the whole run between two seeds of a shard
+- killed (a second work dir, the first config; made in a thread beside the reuse sequence): SIGKILL of the whole run between two seeds of a shard
   (the resume generates only the unfinished seed), then while evaluate_members / score_bpb run, each time resumed with the plain command;
   then rank forced in the workflow and run by hand from its CLI.
 
@@ -31,8 +32,9 @@ import yaml
 
 from randopt.report.figures import FIGURES
 from tests.conftest import REPO
+from tests.support.background import Background
 from tests.support.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
-                            run_workflow, tiny_config)
+                                    run_workflow, shared_run_config)
 
 pytestmark = pytest.mark.slow
 
@@ -191,13 +193,16 @@ def assert_cache_reuse(workdir: Path, step: Step) -> None:
 
 @pytest.fixture(scope="module")
 def base_config(tiny_model_dir) -> dict:
-    return tiny_config(tiny_model_dir)  # 4 seeds x sigma {0.01, 0.02}, shards of 2, top 25 % and 50 %
+    return shared_run_config(tiny_model_dir)  # 4 seeds x sigma {0.01, 0.02}, shards of 2, top 25 % and 50 %
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory, base_config):
-    workdir = tmp_path_factory.mktemp("reuse")
-    step = run_step(workdir, base_config)
+def fresh(tmp_path_factory, tiny_run, base_config):
+    """The fresh run: the session's finished tiny run (tests/conftest.py), copied with its bytes and
+    mtimes into the reuse dir, which the steps below then change."""
+    assert tiny_run.config == base_config
+    workdir = tiny_run.copy_to(tmp_path_factory.mktemp("reuse"))
+    step = Step(tiny_run.config, tiny_run.proc, {}, file_states(workdir))
     return workdir, step, read_record(workdir)
 
 
@@ -388,9 +393,25 @@ def stage_logs(workdir: Path) -> dict[str, str]:
             else "" for stage in STAGE_CACHE}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def killed_started(request, tmp_path_factory, base_config):
+    """The kill-and-resume sequence, in its own work dir, in a thread from the module's start on: it
+    and the reuse sequence each keep about one core busy, so they go side by side
+    (tests/support/background.py). Started only when a selected test needs it (fixture killed)."""
+    if not any("killed" in item.fixturenames for item in request.session.items):
+        yield None
+        return
+    job = Background(kill_and_resume, tmp_path_factory.mktemp("killed"), base_config, name="kill-and-resume")
+    yield job
+    job.wait()
+
+
 @pytest.fixture(scope="module")
-def killed(tmp_path_factory, base_config):
-    workdir = tmp_path_factory.mktemp("killed")
+def killed(killed_started):
+    return killed_started.result()
+
+
+def kill_and_resume(workdir: Path, base_config: dict) -> dict:
     paths = Paths(base_config)
     notes: list[str] = []
     runs, logs = {}, {}

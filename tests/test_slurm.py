@@ -5,51 +5,31 @@ a local run; every heavy job must have gone through sbatch (the controller knows
 stages must have stayed local; and a GPU stage must be submitted with a GPU request of
 tensor_parallel_size GPUs of resources.gpu_model, which the node's fake GPUs (GRES) let SLURM schedule.
 The cluster (munged, slurmctld, slurmd; tests/support/slurm_cluster.py) is installed with apt-get when
-missing, and stopped by pid at teardown, also when a test fails."""
+missing, and stopped by pid at teardown, also when a test fails. The runs, which mostly wait on the
+cluster, are made in the background from the session's start on (fixture slurm_runs, tests/conftest.py;
+tests/support/slurm_runs.py); the tests here wait for them and check them."""
 from __future__ import annotations
 
 import re
 import subprocess
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import yaml
 
 from randopt.keys import run_keys
 from tests.conftest import REPO, skip_unless_ci
-from tests.support.slurm_cluster import GPU_TYPE, SlurmCluster, SlurmUnavailable
-from tests.support.workflow import SNAKEMAKE, effective_config, read_record, run_workflow, tiny_config
+from tests.support.slurm_cluster import GPU_TYPE, SlurmUnavailable
+from tests.support.workflow import (CLUSTER_RESOURCES, HEAVY_STAGES, SNAKEMAKE, effective_config, read_record,
+                                    tiny_config)
 
-PROFILE = REPO / "profiles" / "slurm"
 HEAVY_JOBS = {"prepare_model": 1, "evaluate_shard": 4, "evaluate_members": 1, "score_bpb": 1}
 LOCAL_RULES = ["freeze_gsm8k", "fetch_fineweb", "rank", "vote", "record", "figures"]
 # What may differ between two runs of one config: when and how fast it ran, and on what.
 VOLATILE = ["created_utc", "timings_s", "throughput", "hardware"]
 # Small jobs: two fit side by side on the test node; threads (2) equal the local run's --cores 2.
-RESOURCES = {"cpus_per_task": 2, "cpus_per_gpu": 1,
-             "mem_mb": {s: 1000 for s in HEAVY_JOBS}, "runtime": {s: 10 for s in HEAVY_JOBS}}
-
-
-def run_on_slurm(workdir: Path, config: dict, cluster: SlurmCluster, *extra: str,
-                 configfile: str = "tiny.yaml", check: bool = True) -> subprocess.CompletedProcess:
-    """snakemake --profile profiles/slurm, launched in workdir as a user would from a login node."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / configfile).write_text(yaml.safe_dump(config))
-    cmd = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", str(workdir / configfile),
-           "--profile", str(PROFILE),
-           # no accounting on the test cluster: sacct cannot answer, squeue can (MinJobAge=600)
-           "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1",
-           "--latency-wait", "5", *extra]
-    # No wall-clock limit: the run ends when Snakemake does (each SLURM job has its own runtime limit,
-    # resources.runtime), however slowly the shared cores let it go.
-    proc = subprocess.run(cmd, cwd=workdir, env=cluster.env, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((workdir / "logs").rglob("*.log")))
-        raise AssertionError(f"snakemake on SLURM failed ({proc.returncode}):\n{proc.stderr[-8000:]}\n{logs}\n"
-                             f"{cluster.daemon_output('slurmctld')}{cluster.daemon_output('slurmd')}")
-    return proc
+RESOURCES = CLUSTER_RESOURCES
+assert set(HEAVY_JOBS) == set(HEAVY_STAGES)
 
 
 def submitted(proc: subprocess.CompletedProcess) -> list[str]:
@@ -70,31 +50,22 @@ def comparable(record: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+def cluster(slurm_runs):
     try:
-        cluster.start()
+        return slurm_runs.cluster_ready()
     except SlurmUnavailable as err:
-        cluster.stop()
         skip_unless_ci(f"no SLURM cluster on this machine: {err}")
-    except BaseException:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
 
 
 @pytest.fixture(scope="module")
-def runs(cluster, tiny_model_dir, tmp_path_factory):
-    """The same config twice: locally (--cores 2) and through SLURM, side by side."""
-    config = tiny_config(tiny_model_dir, resources=RESOURCES)
-    local_dir, slurm_dir = tmp_path_factory.mktemp("local"), tmp_path_factory.mktemp("on-slurm")
-    with ThreadPoolExecutor(2) as pool:
-        local = pool.submit(run_workflow, local_dir, config)
-        on_slurm = pool.submit(run_on_slurm, slurm_dir, config, cluster)
-        proc = on_slurm.result()
-        local.result()
-    return {"local": local_dir, "slurm": slurm_dir, "proc": proc, "config": config}
+def runs(cluster, slurm_runs, tiny_run):
+    """The same config twice: locally (--cores 2; the session's finished tiny run, tests/conftest.py,
+    whose config has these resources) and through SLURM (slurm_runs.main), side by side."""
+    config = tiny_run.config
+    assert config["resources"] == RESOURCES and slurm_runs.config == config
+    slurm_runs.result()
+    return {"local": tiny_run.workdir, "slurm": slurm_runs.workdir, "proc": slurm_runs.main, "config": config,
+            "gpu": slurm_runs.gpu, "gpu_config": slurm_runs.gpu_config}
 
 
 @pytest.mark.slurm
@@ -127,11 +98,14 @@ def test_heavy_jobs_went_through_sbatch_and_small_ones_stayed_local(runs, cluste
 def test_gpu_stage_asks_for_tensor_parallel_gpus(runs, cluster):
     """One shard on a vLLM config with tensor_parallel_size 2: submitted with --gpus=<model>:2, and SLURM
     schedules it on the node's fake GPUs. (The job itself then fails: no vLLM and no GPU here.)"""
-    config = runs["config"] | {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 8, "tensor_parallel_size": 2},
-                               "resources": RESOURCES | {"gpu_model": GPU_TYPE}}
+    # The run (tests/support/slurm_runs.py): --retries 0 --verbose, the shard its one target, in the SLURM
+    # run's dir after that run.
+    config, proc = runs["gpu_config"], runs["gpu"]
+    assert config == runs["config"] | {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 8,
+                                                  "tensor_parallel_size": 2},
+                                       "resources": RESOURCES | {"gpu_model": GPU_TYPE}}
     shard = f"results/shards/{run_keys(effective_config(config))['eval']}/sigma=0.01/seeds_0000-0001.parquet"
-    proc = run_on_slurm(runs["slurm"], config, cluster, "--retries", "0", "--verbose", shard,
-                        configfile="gpu.yaml", check=False)
+    assert proc.args[-1] == shard and "--retries" in proc.args and "--verbose" in proc.args
     out = proc.stdout + proc.stderr
     calls = re.findall(r"sbatch call: (sbatch .*)", out)
     ids = submitted(proc)
@@ -148,13 +122,18 @@ def test_gpu_stage_asks_for_tensor_parallel_gpus(runs, cluster):
 @pytest.mark.slow
 def test_dry_run_resources_follow_the_engine(tiny_model_dir, tmp_path):
     """Without a cluster: the resources each job would ask for, as Snakemake's dry run lists them."""
+    listed: dict[str, str] = {}  # one dry run per config, read for each of its rules
+
     def resources_of(config, rule):
-        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
-        proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                               "--configfile", str(tmp_path / "c.yaml"), "-n", "--forceall"],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        block = proc.stdout.split(f"rule {rule}:", 1)[1].split("\n\n", 1)[0]
+        text = yaml.safe_dump(config)
+        if text not in listed:
+            (tmp_path / "c.yaml").write_text(text)
+            proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                                   "--configfile", str(tmp_path / "c.yaml"), "-n", "--forceall"],
+                                  capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            listed[text] = proc.stdout
+        block = listed[text].split(f"rule {rule}:", 1)[1].split("\n\n", 1)[0]
         line = next(l for l in block.splitlines() if l.strip().startswith("resources:"))
         return dict(kv.split("=", 1) for kv in line.split(":", 1)[1].strip().split(", "))
 

@@ -91,12 +91,24 @@ def resources_of(proc: subprocess.CompletedProcess, rule: str) -> list[dict]:
     return found
 
 
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory):
+    """dry_run of a config file, once for the module (each in a new empty dir), for every test reading it."""
+    done: dict[Path, subprocess.CompletedProcess] = {}
+
+    def of(configfile: Path) -> subprocess.CompletedProcess:
+        if configfile not in done:
+            done[configfile] = dry_run(tmp_path_factory.mktemp("dry-run"), configfile)
+        return done[configfile]
+    return of
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_dry_run_builds_the_dag_offline(name, tmp_path):
+def test_dry_run_builds_the_dag_offline(name, dry_runs):
     path, _, tp = CONFIGS[name]
     c = merged(path)
-    proc = dry_run(tmp_path, path)
+    proc = dry_runs(path)
     shards = len(c["population"]["sigmas"]) * c["population"]["n_seeds"] // c["population"]["shard_size"]
     assert jobs_run(proc) == {"freeze_gsm8k": 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
                               "rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
@@ -119,9 +131,9 @@ def test_dry_run_builds_the_dag_offline(name, tmp_path):
 
 
 @pytest.mark.slow
-def test_standard_asks_for_eight_h100s(tmp_path):
+def test_standard_asks_for_eight_h100s(dry_runs):
     """The numbers themselves, for the standard: 8 H100s a GPU job, one node."""
-    proc = dry_run(tmp_path, STANDARD)
+    proc = dry_runs(STANDARD)
     res = resources_of(proc, "evaluate_shard")[0]
     assert (res["gpu"], res["gpu_model"], res["nodes"]) == ("8", "h100", "1")
 

@@ -11,7 +11,7 @@ import pytest
 
 from randopt.report.record import code_sha256
 from tests.conftest import REPO
-from tests.support.workflow import jobs_run, read_record, run_workflow, tiny_config
+from tests.support.workflow import jobs_run, read_record, run_workflow
 
 REQUIRED_KEYS = ["commit", "config_sha256", "model", "data", "population", "topk", "accuracy", "bpb",
                  "timings_s", "throughput", "versions", "hardware"]
@@ -19,18 +19,16 @@ STAGES = ["fetch_fineweb", "freeze_gsm8k", "prepare_model", "evaluate_shard", "r
           "vote", "score_bpb"]
 
 
-# The generated GSM8K-style source of the embedded default (what `make record` reads), not the GSM8K
-# copy the resume tests use when it is there: so both sources run through Snakemake.
-GENERATED = {"source": "generated", "generated": {"seed": 1, "n_train_pool": 50, "n_test_pool": 50}}
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, tiny_model_dir):
-    workdir = tmp_path_factory.mktemp("e2e")
-    proc = run_workflow(workdir, tiny_config(tiny_model_dir, gsm8k=GENERATED))
-    return workdir, proc
+def finished_run(tmp_path_factory, tiny_run):
+    """The session's finished tiny run (tests/conftest.py: the tiny defaults on the generated GSM8K-style
+    source of the embedded default, what `make record` reads; the GSM8K copy, when it is there, runs
+    through Snakemake in tests/test_status.py and tests/test_racing_workflow.py), copied: the export target and the report
+    below write into this dir."""
+    return tiny_run.copy_to(tmp_path_factory.mktemp("e2e")), tiny_run.proc
 
 
 def test_every_stage_ran_once_per_job(finished_run):
@@ -225,10 +223,10 @@ def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
         "benchmarks", "bpb", "figures", "members", "rank", "record.json", "shards", "vote"]
 
 
-def test_the_export_target_writes_the_best_member(finished_run, tiny_model_dir):
+def test_the_export_target_writes_the_best_member(finished_run):
     """`snakemake export` writes the ranking's best member as a model dir (randopt/model/export.py)."""
     workdir, _ = finished_run
-    proc = run_workflow(workdir, tiny_config(tiny_model_dir, gsm8k=GENERATED), "export")
+    proc = run_workflow(workdir, tiny_config_from(workdir), "export")
     assert jobs_run(proc) == {"export_member": 1, "export": 1}   # export gathers, export_member writes
     best = read_record(workdir)["topk"][0]["members"][0]
     (member_file,) = (workdir / "results" / "export").rglob("rank1/randopt_member.json")

@@ -1,6 +1,7 @@
 """A reduced run with perturbation.noise: gaussian, for real through Snakemake: its record names the
 noise, its export is the Gaussian member, and asking its ensemble gives the run's own answers (so
-the engine stages, the export and ask all perturbed with the same noise)."""
+the engine stages, the export and ask all perturbed with the same noise). The run is queued in the
+background from the session's start (tests/support/task_runs.py; tests/conftest.py)."""
 import json
 
 import pandas as pd
@@ -8,20 +9,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.support.workflow import jobs_run, read_record, run_workflow, tiny_config
+from tests.support.workflow import jobs_run, read_record
 
 pytestmark = pytest.mark.slow
 
-GENERATED = {"source": "generated", "generated": {"seed": 1, "n_train_pool": 50, "n_test_pool": 50}}
 
-
-def test_a_gaussian_run_records_exports_and_asks_with_its_noise(tmp_path, tiny_model_dir):
+def test_a_gaussian_run_records_exports_and_asks_with_its_noise(gaussian_run_started, tiny_model_dir):
     from kernels.noise_ref import reconstruct_reference_
     from randopt.ensemble.ask import ask, default_model_dir
 
-    config = tiny_config(tiny_model_dir, gsm8k=GENERATED, perturbation={"noise": "gaussian"},
-                         population={"n_seeds": 2, "sigmas": [0.01], "shard_size": 2}, topk={"fractions": [0.5]})
-    proc = run_workflow(tmp_path, config, "results/record.json", "export")
+    tmp_path, proc = gaussian_run_started.result()
     assert jobs_run(proc)["evaluate_shard"] == 1 and jobs_run(proc)["export_member"] == 1
     record = read_record(tmp_path)
     assert record["noise"] == {"kind": "gaussian", "definition": "kernels/noise_ref.py gaussian v2"}

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.perturb.shapes import decoder_shapes
 from kernels import perturb_cpu
 from kernels.noise_ref import gaussian_table, reconstruct_reference_
 
@@ -47,20 +48,7 @@ NOISES = ("rademacher", "gaussian")
 def smollm2_shapes() -> dict[str, tuple[int, ...]]:
     """SmolLM2-135M's checkpoint tensors (its config.json: hidden 576, intermediate 1536, 30 layers,
     9 heads of 64, 3 kv heads, vocabulary 49152, lm_head tied to the embedding)."""
-    hidden, inter, layers, heads, kv, hd, vocab = 576, 1536, 30, 9, 3, 64, 49152
-    s = {"model.embed_tokens.weight": (vocab, hidden)}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        s[p + "input_layernorm.weight"] = (hidden,)
-        for proj, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
-            s[p + f"self_attn.{proj}.weight"] = (rows, hidden)
-        s[p + "self_attn.o_proj.weight"] = (hidden, heads * hd)
-        s[p + "post_attention_layernorm.weight"] = (hidden,)
-        s[p + "mlp.gate_proj.weight"] = (inter, hidden)
-        s[p + "mlp.up_proj.weight"] = (inter, hidden)
-        s[p + "mlp.down_proj.weight"] = (hidden, inter)
-    s["model.norm.weight"] = (hidden,)
-    return s
+    return decoder_shapes(hidden=576, inter=1536, layers=30, heads=9, kv=3, hd=64, vocab=49152)
 
 
 def machine() -> dict:

@@ -29,6 +29,7 @@ import traceback
 
 import torch
 
+from bench.perturb.shapes import decoder_shapes
 from kernels import layout as L
 from kernels import perturb_triton as pt
 from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_, tensor_keys_many
@@ -51,20 +52,7 @@ def qwen25_7b_shapes(tiny: bool = False) -> tuple[dict[str, tuple[int, ...]], di
         hidden, inter, layers, heads, kv, hd, vocab = 64, 160, 2, 8, 4, 8, 1000
     else:
         hidden, inter, layers, heads, kv, hd, vocab = 3584, 18944, 28, 28, 4, 128, 152064
-    s = {"model.embed_tokens.weight": (vocab, hidden)}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        s[p + "input_layernorm.weight"] = (hidden,)
-        for proj, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
-            s[p + f"self_attn.{proj}.weight"] = (rows, hidden)
-            s[p + f"self_attn.{proj}.bias"] = (rows,)
-        s[p + "self_attn.o_proj.weight"] = (hidden, heads * hd)
-        s[p + "post_attention_layernorm.weight"] = (hidden,)
-        s[p + "mlp.gate_proj.weight"] = (inter, hidden)
-        s[p + "mlp.up_proj.weight"] = (inter, hidden)
-        s[p + "mlp.down_proj.weight"] = (hidden, inter)
-    s["model.norm.weight"] = (hidden,)
-    s["lm_head.weight"] = (vocab, hidden)
+    s = decoder_shapes(hidden, inter, layers, heads, kv, hd, vocab, qkv_bias=True, tied=False)
     return s, dict(heads=heads, kv=kv, layers=layers)
 
 

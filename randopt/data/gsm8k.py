@@ -262,9 +262,17 @@ def write_frozen(source: Mapping, n_train: int, n_test: int, selection_seed: int
     if len(set(resolved)) != 3:
         raise InputError(f"train, test and manifest outputs must be three different paths, got {[str(p) for p in resolved]}")
     train, test, info = freeze_splits(source, n_train, n_test, selection_seed, cache_dir=cache_dir)
-    rows = {"train": train, "test": test}
+    return write_splits({"train": train, "test": test}, {"source": dict(source), **info}, paths, manifest,
+                        {"train": pinned_train_sha256, "test": pinned_test_sha256})
+
+
+def write_splits(rows: Mapping[str, list[dict]], info: Mapping, paths: Mapping[str, Path], manifest: str | Path,
+                 pinned: Mapping[str, str | None]) -> dict:
+    """Write frozen splits (split -> rows) as canonical JSONL at paths[split] and their manifest (each
+    split's sha256, size and path, then info), all or nothing: each pinned sha256 is checked before
+    any file is written. GSM8K's freezer and every other task's (randopt/tasks/freeze.py) write this
+    way. Returns the manifest."""
     data = {split: rows_to_jsonl(rows[split]) for split in SPLITS}
-    pinned = {"train": pinned_train_sha256, "test": pinned_test_sha256}
     record: dict[str, Any] = {}
     for split in SPLITS:
         digest = sha256_bytes(data[split])
@@ -275,7 +283,7 @@ def write_frozen(source: Mapping, n_train: int, n_test: int, selection_seed: int
                 "fix the source, or update the pinned sha256 if the change is intended"
             )
         record[split] = {"sha256": digest, "n": len(rows[split]), "path": str(paths[split])}
-    record.update({"source": dict(source), **info})
+    record.update(info)
     text = json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     with contextlib.ExitStack() as stack:
         tmp_train = stack.enter_context(atomic_path(paths["train"]))

@@ -21,6 +21,7 @@ import numpy as np
 from kernels.noise_kinds import check_kind
 from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
+from randopt.engines.vllm_speculation import speculative_config, unsupported_reason
 from randopt.engines.vllm_worker import RandoptWorkerExtension
 from randopt.runtime import engine_slots
 from randopt.runtime.gpu_slots import MULTICAST_OFF
@@ -72,13 +73,16 @@ def set_vllm_environment(tensor_parallel_size: int, env=None) -> None:
 
 
 def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utilization: float, enforce_eager: bool,
-                trust_remote_code: bool, max_model_len: int, batch_size: int) -> dict:
+                trust_remote_code: bool, max_model_len: int, batch_size: int, speculation: str = "none",
+                draft_tokens: int = 8) -> dict:
     """The arguments of vllm.LLM. Prefix caching is off: the weights change under the same prompts."""
-    return dict(model=model_dir, tokenizer=model_dir, dtype="auto", seed=0,
-                tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-                enforce_eager=enforce_eager, enable_prefix_caching=False,
-                trust_remote_code=trust_remote_code, worker_extension_cls=EXTENSION,
-                max_model_len=max_model_len, max_num_seqs=batch_size)
+    options = dict(model=model_dir, tokenizer=model_dir, dtype="auto", seed=0,
+                   tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+                   enforce_eager=enforce_eager, enable_prefix_caching=False,
+                   trust_remote_code=trust_remote_code, worker_extension_cls=EXTENSION,
+                   max_model_len=max_model_len, max_num_seqs=batch_size)
+    spec = speculative_config(speculation, draft_tokens)
+    return options | ({"speculative_config": spec} if spec else {})
 
 
 class VllmEngine:
@@ -86,8 +90,11 @@ class VllmEngine:
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
                  enforce_eager: bool = False, threads: int | None = None, engines_per_gpu: int = 1,
-                 noise: str = "rademacher"):
+                 noise: str = "rademacher", speculation: str = "none", draft_tokens: int = 8):
         check_kind(noise)  # before vLLM starts: an unknown kind fails in seconds, not after the load
+        speculative_config(speculation, draft_tokens)
+        if speculation != "none" and unsupported_reason():
+            raise RuntimeError(f"engine.speculation: {unsupported_reason()}")
         set_vllm_environment(tensor_parallel_size)
         if gpu_memory_utilization == "auto":
             gpu_memory_utilization = auto_memory_utilization(model_dir, tensor_parallel_size, engines=engines_per_gpu)
@@ -102,7 +109,8 @@ class VllmEngine:
         self.llm = LLM(**llm_options(self.model_dir, tensor_parallel_size=tensor_parallel_size,
                                      gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                                      trust_remote_code=trust_remote_code, max_model_len=max_model_len,
-                                     batch_size=batch_size))
+                                     batch_size=batch_size, speculation=speculation, draft_tokens=draft_tokens))
+        self.speculation = speculation
         # Every rank perturbs with the same noise kind (the worker extension builds its Perturber with it).
         self.setup = self.llm.collective_rpc("randopt_setup", args=(self.model_dir, noise))
         self.noise = noise
@@ -122,6 +130,10 @@ class VllmEngine:
 
     def restore_base(self) -> None:
         self.llm.collective_rpc("randopt_restore")
+
+    def draft_stats(self) -> dict:
+        """engine.speculation population: draft tokens proposed and accepted since the last call (rank 0's)."""
+        return self.llm.collective_rpc("randopt_draft_stats")[0]
 
     def perturbable_names(self) -> list[str]:
         from randopt.engines.vllm_layouts import checkpoint_shapes

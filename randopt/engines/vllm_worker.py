@@ -37,12 +37,22 @@ class RandoptWorkerExtension:
         self._randopt_perturber.to_member_(0, 1e-3)
         self._randopt_perturber.to_base_()
         torch.cuda.synchronize()
+        # engine.speculation: population: the proposer reads each row's request and prompt from the runner.
+        drafter = getattr(self.model_runner, "drafter", None)
+        if hasattr(drafter, "attach"):
+            drafter.attach(self.model_runner)
         return {"rank": rank, "tp": tp, "tensors": len(live), "noise": noise,
+                "speculation": type(drafter).__name__ if drafter is not None else None,
                 "base_copy_bytes": sum(t.numel() * t.element_size() for t in self._randopt_base.values())}
 
     def randopt_set(self, seed: int, sigma: float) -> None:
         self._randopt_perturber.to_member_(seed, sigma)
         torch.cuda.synchronize()  # once per seed: the next generate must see the new weights
+
+    def randopt_draft_stats(self) -> dict:
+        """What the population's drafts did since the last call (proposed, accepted tokens), then reset."""
+        drafter = getattr(self.model_runner, "drafter", None)
+        return drafter.stats() if hasattr(drafter, "stats") else {}
 
     def randopt_restore(self) -> None:
         self._randopt_perturber.to_base_()

@@ -172,6 +172,37 @@ def stage_times(record: dict) -> Figure:
     return fig
 
 
+def distill(record: dict) -> Figure:
+    """distill.enabled: base, ensemble, distilled and control side by side, per round: test accuracy (the
+    distilled bar with its interval against the base, drawn around the base) and bits per byte."""
+    rounds = record["distill"]["rounds"]
+    fig = _figure(6.4, 3.2 + 0.2 * len(rounds))
+    acc_ax, bpb_ax = fig.subplots(1, 2)
+    names = ["base", "ensemble", "distilled", "control"]
+    colors = ["black", "tab:blue", "tab:green", "tab:orange"]
+    width = 0.8 / len(rounds)
+    for r, rnd in enumerate(rounds):
+        x = np.arange(len(names)) + (r - (len(rounds) - 1) / 2) * width
+        acc = [rnd["test_accuracy"][n] for n in names]
+        acc_ax.bar(x, acc, width * 0.9, color=colors, alpha=1.0 - 0.3 * r)
+        gain = rnd["intervals"]["distilled_vs_base"]
+        low, high = gain["ci95"]
+        acc_ax.errorbar([x[2]], [acc[0] + gain["gain"]], yerr=[[gain["gain"] - low], [high - gain["gain"]]],
+                        fmt="none", ecolor="black", capsize=4)
+        for xi, value in zip(x, acc):
+            acc_ax.annotate(f"{value:.3f}", (xi, value), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
+        bpb_ax.bar(x, [rnd["bpb"][n] for n in names], width * 0.9, color=colors, alpha=1.0 - 0.3 * r)
+    for ax in (acc_ax, bpb_ax):
+        ax.set_xticks(range(len(names)), names, fontsize=8)
+    first = rounds[0]
+    acc_ax.set_ylabel(f"test accuracy ({first['sizes']['n_test']} {_problems(record)})")
+    bpb_ax.set_ylabel("bits per byte on the held-out text")
+    bpb_ax.set_ylim(min(first["bpb"].values()) * 0.95, max(first["bpb"].values()) * 1.02)
+    fig.suptitle(f"One model out of the top {100 * first['fraction']:g} % vote: {first['sizes']['distilled_examples']} "
+                 f"train completions (bar: distilled - base, 95 % interval)", fontsize=9)
+    return fig
+
+
 FIGURES = {
     "train_reward_histogram": lambda r, v, t: train_reward_histogram(r, t),
     "train_reward_by_rank": lambda r, v, t: train_reward_by_rank(r, t),
@@ -179,7 +210,15 @@ FIGURES = {
     "train_vs_test": train_vs_test,
     "bits_per_byte": lambda r, v, t: bits_per_byte(r),
     "stage_times": lambda r, v, t: stage_times(r),
+    "distill": lambda r, v, t: distill(r),
 }
+# Figures drawn only when the record has what they show (distill.enabled).
+OPTIONAL = {"distill": lambda record: "distill" in record}
+
+
+def figure_names(record: dict) -> list[str]:
+    """The figures a record gets: every one of FIGURES, the optional ones only when they apply."""
+    return [name for name in FIGURES if name not in OPTIONAL or OPTIONAL[name](record)]
 
 
 def write_figures(record: dict, vote: dict, ranking: pd.DataFrame, out_dir: str | Path, names=None) -> list[Path]:
@@ -190,7 +229,7 @@ def write_figures(record: dict, vote: dict, ranking: pd.DataFrame, out_dir: str 
     if unknown:
         raise ValueError(f"unknown figures {unknown}; known: {sorted(FIGURES)}")
     paths = []
-    for name in names or FIGURES:
+    for name in names or figure_names(record):
         fig = FIGURES[name](record, vote, ranking)
         path = Path(out_dir) / f"{name}.png"
         with atomic_path(path) as tmp:

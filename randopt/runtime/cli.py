@@ -28,6 +28,32 @@ def add_decode_args(p) -> None:
                         '"examples": [...]} (config/schema.yaml definitions.decode; missing keys take its defaults)')
 
 
+def add_frozen_split_args(p) -> None:
+    """The split sizes, selection seed, pins and outputs of the freezing stages (freeze_gsm8k, freeze_task)."""
+    p.add_argument("--n-train", type=int, required=True, help="problems in the frozen train split")
+    p.add_argument("--n-test", type=int, required=True, help="problems in the frozen test split")
+    p.add_argument("--selection-seed", type=int, required=True, help="seed of the selection permutation")
+    p.add_argument("--pinned-train-sha256", help="expected sha256 of the train JSONL; a mismatch is an error")
+    p.add_argument("--pinned-test-sha256", help="expected sha256 of the test JSONL; a mismatch is an error")
+    p.add_argument("--out-train", required=True, help="frozen train JSONL path")
+    p.add_argument("--out-test", required=True, help="frozen test JSONL path")
+    p.add_argument("--manifest", required=True, help="manifest JSON path")
+
+
+def frozen_split_kwargs(args) -> dict:
+    """add_frozen_split_args' values, as the write_frozen functions of randopt/data/gsm8k.py and
+    randopt/tasks/freeze.py take them after the source."""
+    return {"n_train": args.n_train, "n_test": args.n_test, "selection_seed": args.selection_seed,
+            "out_train": args.out_train, "out_test": args.out_test, "manifest": args.manifest,
+            "pinned_train_sha256": args.pinned_train_sha256, "pinned_test_sha256": args.pinned_test_sha256}
+
+
+def frozen_summary(manifest: dict, what: str = "") -> str:
+    """The line a freezing stage prints: the split sizes and sha256s it wrote."""
+    return (f"froze {manifest['train']['n']} train / {manifest['test']['n']} test {what}problems "
+            f"(train sha256 {manifest['train']['sha256']}, test sha256 {manifest['test']['sha256']})")
+
+
 def source_json_arg(text: str) -> dict:
     """--source-json of the data stages: one JSON object (the source's kind and its keys)."""
     try:

@@ -11,11 +11,19 @@ from randopt.report import record as rec
 from randopt.population import population_size
 from randopt.io import read_json, write_json_atomic
 from randopt.report.statistics import record_statistics
+from randopt.distill.summary import distill_round
+
+
+def by_arm(paths: list[str]) -> dict[str, dict]:
+    """distill_train manifests or evaluate_distilled results, by their arm (distilled, control)."""
+    return {item["arm"]: item for item in map(read_json, paths)}
 
 
 def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: str, heldout_manifest: str, topk: str,
         ranking: str, vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
-        benchmarks: list[str], records_md: str, out: str, engines: dict | None = None) -> None:
+        benchmarks: list[str], records_md: str, out: str, engines: dict | None = None,
+        distill: dict | None = None) -> None:
+    """distill (distill.enabled): {"data": manifest, "models": [manifest per arm], "results": [result per arm]}."""
     model, problems, heldout = (read_json(p) for p in (model_manifest, problems_manifest, heldout_manifest))
     kind = (config.get("task") or {}).get("kind", "gsm8k")  # a config from before tasks: GSM8K
     ranked, voted, scored = read_json(topk), read_json(vote), read_json(bpb)
@@ -83,6 +91,10 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
             "switch_ms_per_seed": 1000 * sum(s["switch_s"] for s in shards) / population,
             "members_evaluated_this_run": members["evaluated"],
         },
+        # distill.enabled only (a record without it has the keys it always had)
+        **({"distill": {"rounds": [distill_round(voted, scored, read_json(distill["data"]),
+                                                 *(by_arm(distill[k]) for k in ("models", "results")))]}}
+           if distill else {}),
         "versions": rec.package_versions(),
         "hardware": rec.hardware(),
     }

@@ -9,13 +9,11 @@ stages read the task from it (randopt/tasks/registry.py).
 """
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from randopt.data.gsm8k import check_sha256, rows_to_jsonl, select_indices
-from randopt.io import InputError, atomic_path, sha256_bytes
+from randopt.data.gsm8k import check_sha256, select_indices, write_splits
+from randopt.io import InputError
 from randopt.tasks import registry
 
 SPLITS = ("train", "test")
@@ -68,24 +66,5 @@ def write_frozen(spec: Mapping, n_train: int, n_test: int, selection_seed: int, 
     check_sha256(pinned_test_sha256, "pinned test sha256")
     paths = {"train": Path(out_train), "test": Path(out_test)}
     train, test, info = freeze_splits(spec, n_train, n_test, selection_seed, cache_dir=cache_dir)
-    rows = {"train": train, "test": test}
-    data = {split: rows_to_jsonl(rows[split]) for split in SPLITS}
-    pinned = {"train": pinned_train_sha256, "test": pinned_test_sha256}
-    record: dict = {}
-    for split in SPLITS:
-        digest = sha256_bytes(data[split])
-        if pinned[split] is not None and pinned[split].lower() != digest:
-            raise InputError(f"{paths[split]}: sha256 of the frozen {split} split is {digest}, but the config pins "
-                             f"{pinned[split].lower()}; the source or selection changed (nothing was written): fix "
-                             "the source, or update the pinned sha256 if the change is intended")
-        record[split] = {"sha256": digest, "n": len(rows[split]), "path": str(paths[split])}
-    record.update(info)
-    text = json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    with contextlib.ExitStack() as stack:
-        tmp_train = stack.enter_context(atomic_path(paths["train"]))
-        tmp_test = stack.enter_context(atomic_path(paths["test"]))
-        tmp_manifest = stack.enter_context(atomic_path(manifest))
-        tmp_train.write_bytes(data["train"])
-        tmp_test.write_bytes(data["test"])
-        tmp_manifest.write_text(text, encoding="utf-8")
-    return record
+    return write_splits({"train": train, "test": test}, info, paths, manifest,
+                        {"train": pinned_train_sha256, "test": pinned_test_sha256})

@@ -122,7 +122,9 @@ SelectTypeParameters=CR_Core_Memory
 SchedulerType=sched/builtin
 SlurmdParameters=config_overrides
 ReturnToService=2
-MinJobAge=600
+# finished jobs stay visible to squeue and scontrol for an hour: the SLURM test's runs are made in the
+# background while other tests run (tests/support/slurm_runs.py), and read when the test gets there
+MinJobAge=3600
 KillWait=5
 InactiveLimit=0
 GresTypes=gpu

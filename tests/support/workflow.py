@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -35,6 +36,40 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
     for key, value in overrides.items():
         config[key] = value if not isinstance(value, dict) else {**config.get(key, {}), **value}
     return config
+
+
+# The generated GSM8K-style source of the embedded default (what `make record` reads), whether or not
+# the GSM8K copy is there.
+GENERATED_GSM8K = {"source": "generated", "generated": {"seed": 1, "n_train_pool": 50, "n_test_pool": 50}}
+# Cluster resources of the heavy stages (profiles/slurm; tests/test_slurm.py): small jobs, two side by
+# side on the test node; threads (2) equal a local run's --cores 2. They change no result and no local
+# run (rules/common.smk), only what a SLURM job asks for, and the record's config.
+HEAVY_STAGES = ("prepare_model", "evaluate_shard", "evaluate_members", "score_bpb")
+CLUSTER_RESOURCES = {"cpus_per_task": 2, "cpus_per_gpu": 1,
+                     "mem_mb": {s: 1000 for s in HEAVY_STAGES}, "runtime": {s: 10 for s in HEAVY_STAGES}}
+
+
+def shared_run_config(model_dir: Path) -> dict:
+    """The config of the one finished tiny run the tests share (fixture tiny_run, tests/conftest.py):
+    the tiny defaults on the generated source, with the cluster resources, so that the SLURM test's
+    local run is this one too."""
+    return tiny_config(model_dir, gsm8k=GENERATED_GSM8K, resources=CLUSTER_RESOURCES)
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A finished run of the workflow: its work dir, config and Snakemake's output. Shared by several
+    test modules, so nobody writes into workdir: a test that runs anything there works on copy_to()."""
+    workdir: Path
+    config: dict
+    proc: subprocess.CompletedProcess
+
+    def copy_to(self, dest: Path) -> Path:
+        """The whole work dir (data/, results/, logs/, .snakemake/ with its metadata) at dest, every file
+        with its bytes and mtime (shutil.copy2), links as links (the local model dir stays linked): for
+        Snakemake, and for file_states(), the same finished run."""
+        shutil.copytree(self.workdir, dest, symlinks=True, dirs_exist_ok=True)
+        return dest
 
 
 def effective_config(overlay: dict) -> dict:

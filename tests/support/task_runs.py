@@ -1,0 +1,73 @@
+"""The workflow runs of tests/test_tasks_workflow.py (each task end to end) and
+tests/test_workflow_gaussian.py (a Gaussian-noise run with its export), as functions of a fresh
+directory and the tiny model, so that the session can queue them in the background
+(tests/support/background.py; fixtures in tests/conftest.py) and the tests check what they left.
+
+Each does what its test did itself, in the same order; what a test read right after its run (the
+record, RECORDS.md, the frozen manifests, all of which the next task's run rewrites or adds to) is
+read right after that run, for the test to assert."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.workflow import GENERATED_GSM8K, read_record, run_workflow, tiny_config
+
+# --- each task end to end (tests/test_tasks_workflow.py) -------------------------------------------
+
+TASKS = ("countdown", "jsonl", "math", "code")
+SPLITS = {"n_train": 3, "n_test": 4}
+
+
+def task_config(model_dir, kind: str, block: dict) -> dict:
+    config = tiny_config(model_dir, task={"kind": kind, kind: {**SPLITS, **block}},
+                         population={"n_seeds": 2, "sigmas": [0.01], "shard_size": 2}, topk={"fractions": [0.5, 1.0]})
+    del config["gsm8k"]  # GSM8K's block: an error beside another task (randopt/config.py says what to write)
+    config["run_name"] = f"tiny-{kind}"
+    return config
+
+
+def task_blocks(root: Path) -> dict:
+    """Each task's block on a reduced protocol (few problems; the workflow test's tiny model and seeds)."""
+    from tests.test_tasks import FIXTURE
+    rows = [{"question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(10)]
+    questions = root / "jsonl" / "questions.jsonl"
+    questions.parent.mkdir(parents=True, exist_ok=True)
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {
+        "countdown": {"n_numbers": 3, "max_number": 20, "max_target": 60, "n_train_pool": 20, "n_test_pool": 20},
+        "jsonl": {"path": str(questions), "match": "numeric"},
+        "math": {"source": "jsonl", "jsonl": {"path": str(FIXTURE)}},
+        "code": {"timeout_s": 2, "memory_mb": 256},
+    }
+
+
+def tasks_in_one_dir(root: Path, model_dir: Path) -> dict:
+    """Every task's run, one after another in one folder (root/work): the prepared model and the
+    held-out slice are made once (their keys do not hold the task), and each task's outputs lie under
+    its own keys beside the others'. kind -> {"proc", "record", "records_md", "frozen_kinds"} as they
+    were right after its run, or {"error"} for a run that failed (the next task's run goes on)."""
+    blocks, workdir = task_blocks(root), root / "work"
+    done: dict = {}
+    for kind in TASKS:
+        try:
+            proc = run_workflow(workdir, task_config(model_dir, kind, blocks[kind]))
+        except Exception as err:  # the test raises it for this kind
+            done[kind] = {"error": err}
+            continue
+        frozen = [json.loads(p.read_text()) for p in (workdir / "data" / "tasks").glob("*/manifest.json")]
+        done[kind] = {"proc": proc, "record": read_record(workdir), "records_md": (workdir / "RECORDS.md").read_text(),
+                      "frozen_kinds": [m["task"]["kind"] for m in frozen]}
+    return done
+
+
+# --- a Gaussian-noise run (tests/test_workflow_gaussian.py) ----------------------------------------
+
+def gaussian_config(model_dir: Path) -> dict:
+    return tiny_config(model_dir, gsm8k=GENERATED_GSM8K, perturbation={"noise": "gaussian"},
+                       population={"n_seeds": 2, "sigmas": [0.01], "shard_size": 2}, topk={"fractions": [0.5]})
+
+
+def gaussian_run(workdir: Path, model_dir: Path):
+    """The record and the export of a Gaussian run: (workdir, Snakemake's output)."""
+    return workdir, run_workflow(workdir, gaussian_config(model_dir), "results/record.json", "export")
