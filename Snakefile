@@ -29,8 +29,9 @@
 #   distill_data      distill.smk   randopt/stages/distill_data.py (distill.enabled: docs/distill.md)
 #   distill_train     distill.smk   randopt/stages/distill_train.py
 #   evaluate_distilled distill.smk  randopt/stages/evaluate_distilled.py
+#   lm_eval           lm_eval.smk   randopt/harness/evaluate.py (config lm_eval.tasks; docs/lm_eval.md)
 # The stages' parts lie in rooms named after the method: randopt/engines/ (the engines, and perturb.py
-# over kernels/), scoring/, selection/, ensemble/, report/, model/, data/; runtime/ is how jobs run.
+# over kernels/), scoring/, selection/, ensemble/, report/, model/, data/, harness/ (lm-eval); runtime/ is how jobs run.
 #
 # snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed
@@ -57,6 +58,8 @@ rule all:
         "results/record.json",
         # the report's figures (rules/report.smk, included below; a function, so it is read then)
         lambda wildcards: rules.figures.output,
+        # lm-eval's table of the base and the ensembles, when config lm_eval.tasks names tasks (rules/lm_eval.smk)
+        lambda wildcards: rules.lm_eval.output.table if config["lm_eval"]["tasks"] else [],
     default_target: True
 
 
@@ -73,6 +76,7 @@ if DISTILL_ENABLED:  # distill.enabled: the top-k vote distilled into a LoRA of 
 include: "rules/record.smk"
 include: "rules/export.smk"
 include: "rules/report.smk"
+include: "rules/lm_eval.smk"
 
 
 # Resident engines (engine.keep_loaded_s; randopt/runtime/resident/) serve the engine jobs of this run only:

@@ -55,12 +55,14 @@ def validate(config: dict) -> dict:
     if too_far:
         raise ConfigError(f"config key 'export.ranks': ranks {too_far} exceed the population of {population} "
                           "(population.n_seeds x len(population.sigmas)); export ranks 1 to that")
-    for fraction in config["topk"]["fractions"]:
-        if topk_size(fraction, population) < 1:
-            raise ConfigError(
-                f"config key 'topk.fractions': fraction {fraction} of a population of {population} "
-                f"(population.n_seeds x len(population.sigmas)) keeps no member; raise population.n_seeds "
-                f"or the fraction")
+    for key, fractions in (("topk.fractions", config["topk"]["fractions"]),
+                           ("lm_eval.ensembles", config["lm_eval"]["ensembles"])):
+        for fraction in fractions:
+            if topk_size(fraction, population) < 1:
+                raise ConfigError(
+                    f"config key '{key}': fraction {fraction} of a population of {population} "
+                    f"(population.n_seeds x len(population.sigmas)) keeps no member; raise population.n_seeds "
+                    f"or the fraction")
     _check_selection(config)
     _check_speculation(config["engine"])
     _check_distill(config)

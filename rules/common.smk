@@ -10,7 +10,7 @@ from randopt.config import (ConfigError, check_model_files, check_task_files, de
                             heldout_source, problems_block, problems_key, task_spec, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.code_keys import code_version
-from randopt.keys import key_code, run_keys
+from randopt.keys import key_code, run_keys, short_key
 from randopt.paths import layout
 from randopt.population import Population, sigma_label
 from randopt.scoring.answer_blocks import block_size
@@ -167,6 +167,21 @@ def get_generating_engine_args():
     e = config["engine"]
     speculation = {"speculation": e["speculation"], "draft_tokens": e["draft_tokens"]} if e["speculation"] != "none" else {}
     return get_engine_args(**speculation)
+
+
+# lm-evaluation-harness after the record (rules/lm_eval.smk): its folder, under the run's keys and a key
+# of the lm_eval block, and lm-eval's own arguments from that block.
+LM_EVAL = config["lm_eval"]
+LM_EVAL_DIR = f"results/lm_eval/{KEYS['eval']}/{KEYS['population']}/{short_key(LM_EVAL)}"
+
+
+def get_lm_eval_args():
+    """lm-eval's arguments from the config block (the rest of them: lm_eval.args, as given)."""
+    args = ["--tasks", ",".join(LM_EVAL["tasks"])]
+    args += ["--limit", str(LM_EVAL["limit"])] if LM_EVAL["limit"] is not None else []
+    args += ["--num_fewshot", str(LM_EVAL["num_fewshot"])] if LM_EVAL["num_fewshot"] is not None else []
+    args += ["--include_path", LM_EVAL["include_path"]] if LM_EVAL["include_path"] else []
+    return " ".join(shlex.quote(a) for a in args + list(LM_EVAL["args"]))
 
 
 # Cluster resources (profiles/slurm). Small stages run in the Snakemake process itself; the heavy ones
