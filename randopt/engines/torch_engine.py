@@ -38,6 +38,18 @@ def _pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def finish_completion(tokenizer, ids: list[int], end_ids: set, stop: list[str]) -> Completion:
+    """Generated ids -> a Completion: up to and including the first end id, decoded, cut before the first
+    stop string (distillation's sampled control uses it too: randopt/distill/sample.py)."""
+    n = next((i + 1 for i, t in enumerate(ids) if t in end_ids), None)
+    ids = ids[:n] if n is not None else ids
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    cut = min((p for p in (text.find(s) for s in stop) if p >= 0), default=-1)
+    if cut >= 0:
+        text = text[:cut]
+    return Completion(text=text, n_tokens=len(ids), finish="stop" if (n is not None or cut >= 0) else "length")
+
+
 class TorchEngine:
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 32,
                  threads: int | None = None, trust_remote_code: bool = False, max_context: int = 1024,
@@ -206,20 +218,14 @@ class TorchEngine:
             **inputs, max_new_tokens=max_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
             stop_strings=stop or None, tokenizer=tok if stop else None, pad_token_id=tok.pad_token_id,
         )
-        new_tokens = generated[:, inputs["input_ids"].shape[1]:].tolist()
-        end_ids = {tok.eos_token_id, tok.pad_token_id} | set(np.atleast_1d(self.model.generation_config.eos_token_id or []).tolist())
-        results = []
-        for ids in new_tokens:
-            n = next((i + 1 for i, t in enumerate(ids) if t in end_ids), None)
-            ended_by_eos = n is not None
-            ids = ids[:n] if ended_by_eos else ids
-            text = tok.decode(ids, skip_special_tokens=True)
-            cut = min((p for p in (text.find(s) for s in stop) if p >= 0), default=-1)
-            if cut >= 0:
-                text = text[:cut]
-            finish = "stop" if (ended_by_eos or cut >= 0) else "length"
-            results.append(Completion(text=text, n_tokens=len(ids), finish=finish))
-        return results
+        end_ids = self.end_ids()
+        return [finish_completion(tok, ids, end_ids, stop) for ids in generated[:, inputs["input_ids"].shape[1]:].tolist()]
+
+    def end_ids(self) -> set:
+        """The token ids that end an answer: EOS, pad and the model's own end-of-turn ids."""
+        tok = self.tokenizer
+        return {tok.eos_token_id, tok.pad_token_id} | set(
+            np.atleast_1d(self.model.generation_config.eos_token_id or []).tolist())
 
     def _shared_prefix_inputs(self, ids: list[list[int]]) -> dict:
         """generate() inputs that compute the prompts' common token prefix once, not once per row.

@@ -92,9 +92,9 @@ class VllmEngine:
                  enforce_eager: bool = False, threads: int | None = None, engines_per_gpu: int = 1,
                  noise: str = "rademacher", speculation: str = "none", draft_tokens: int = 8):
         check_kind(noise)  # before vLLM starts: an unknown kind fails in seconds, not after the load
-        speculative_config(speculation, draft_tokens)
-        if speculation != "none" and unsupported_reason():
-            raise RuntimeError(f"engine.speculation: {unsupported_reason()}")
+        # before vLLM starts: a bad speculation setting, or a vLLM without the custom proposer, fails in seconds
+        if speculative_config(speculation, draft_tokens) and (why := unsupported_reason()):
+            raise RuntimeError(f"engine.speculation: {why}")
         set_vllm_environment(tensor_parallel_size)
         if gpu_memory_utilization == "auto":
             gpu_memory_utilization = auto_memory_utilization(model_dir, tensor_parallel_size, engines=engines_per_gpu)

@@ -31,3 +31,21 @@ def ensemble_logprobs(member_logprobs: Iterable[np.ndarray]) -> np.ndarray:
     if count == 0:
         raise ValueError("an ensemble needs at least one member")
     return total - math.log(count)
+
+
+def read_heldout(path) -> tuple[list[str], int]:
+    """The held-out slice's texts (verified against its manifest) and their UTF-8 bytes."""
+    from randopt.io import InputError, read_jsonl, verify_against_manifest
+    verify_against_manifest(path)
+    texts = [row["text"] for row in read_jsonl(path, required=("text",))]
+    if not texts:
+        raise InputError(f"{path}: the held-out slice is empty")
+    return texts, sum(len(t.encode("utf-8")) for t in texts)
+
+
+def heldout_logprobs(engine, texts: list[str], n_bytes: int) -> np.ndarray:
+    """The engine's current weights' fp32 log-probs of every held-out token, checked against the bytes."""
+    scored = engine.token_logprobs(texts)
+    if sum(s.n_bytes for s in scored) != n_bytes:
+        raise RuntimeError("engine byte count disagrees with the text's UTF-8 length")
+    return np.concatenate([s.logprobs for s in scored]).astype(np.float32)

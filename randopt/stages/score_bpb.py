@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from randopt.ensemble.bpb import ensemble_logprobs, model_bpb
+from randopt.ensemble.bpb import ensemble_logprobs, heldout_logprobs, model_bpb, read_heldout
 from randopt.runtime.log import log
 from randopt.engines.base import Engine
-from randopt.io import InputError, atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
+from randopt.io import atomic_path, read_json, write_json_atomic
 from randopt.engines.switch import switch_weights
 from randopt.population import BASE
 from randopt.scoring.member_cache import member_label, member_path, plan_members
@@ -19,11 +19,7 @@ from randopt.runtime.progress import progress
 
 def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir: str, out: str) -> None:
     start = time.perf_counter()
-    verify_against_manifest(heldout)
-    texts = [row["text"] for row in read_jsonl(heldout, required=("text",))]
-    if not texts:
-        raise InputError(f"{heldout}: the held-out slice is empty")
-    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    texts, n_bytes = read_heldout(heldout)
     lists = read_json(topk)["topk"]
     members, todo = plan_members(lists, cache_dir, ".npy")
     log.info("%d members (base included), %d cached; %d documents, %d bytes", len(members),
@@ -32,12 +28,10 @@ def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir
         engine = make_engine()
         for seed, sigma in progress(todo, total=len(todo), desc="held-out text", unit="member"):
             switch_weights(engine, seed, sigma)
-            scored = engine.token_logprobs(texts)
-            if sum(s.n_bytes for s in scored) != n_bytes:
-                raise RuntimeError("engine byte count disagrees with the text's UTF-8 length")
+            logprobs = heldout_logprobs(engine, texts, n_bytes)
             with atomic_path(member_path(cache_dir, seed, sigma, ".npy")) as tmp:
                 with open(tmp, "wb") as fh:
-                    np.save(fh, np.concatenate([s.logprobs for s in scored]).astype(np.float32))
+                    np.save(fh, logprobs)
     logprobs = {m: np.load(member_path(cache_dir, *m, ".npy")) for m in members}
     result = {"stage": "score_bpb", "n_docs": len(texts), "n_bytes": n_bytes,
               "n_tokens": int(logprobs[(BASE, 0.0)].size), "evaluated": len(todo),
