@@ -101,6 +101,8 @@ def randopt_summary(run_dir: Path, call: dict) -> dict:
         "ensemble_test_accuracy": topk_accuracy({k_of[f]: a for f, a in record["accuracy"]["ensemble_test"].items()}),
         "gen_tokens_search": throughput["gen_tokens_train"],
         "gen_tokens_per_s_search": throughput["gen_tokens_per_s"],
+        # the record's stage times; its setup stages (freeze_gsm8k, fetch_fineweb, prepare_model) ran once before
+        # the arm (peers.py setup) and are not in wall_s
         "timings_s": record["timings_s"], "jobs": call["jobs"],
         "record": record,
     }

@@ -7,7 +7,7 @@ folder of the checkout the device call sends (default .peers/, which .git/info/e
 
 data: the same GSM8K problems for both arms, from the real splits: the project's selection
 (randopt.data.gsm8k.select_indices, seed 0) of 128 train and 256 test problems, each question followed
-by FlashOpt's instruction as its scripts/make_gsm8k_smoke.py writes it (read from the FlashOpt tree at
+by FlashOpt's instruction as its own GSM8K maker (make_gsm8k_smoke.py in its scripts folder) writes it (read from the FlashOpt tree at
 --flashopt, so no FlashOpt text lives in this repo). Written twice, in each arm's format:
   randopt/{train,test}.jsonl         GSM8K's {"question", "answer"} (gsm8k.source jsonl)
   flashopt/{train,test}.parquet      verl's format: prompt = [{"role": "user", "content": ...}],
@@ -52,12 +52,13 @@ PLATFORMS = ["manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_28_x
 
 
 def flashopt_instruction(flashopt_dir: Path) -> str:
-    """INSTRUCTION of FlashOpt's scripts/make_gsm8k_smoke.py (the text its GSM8K parquet appends)."""
-    source = (flashopt_dir / "scripts" / "make_gsm8k_smoke.py").read_text(encoding="utf-8")
+    """INSTRUCTION of FlashOpt's GSM8K maker, make_gsm8k_smoke.py in its scripts folder (the text its parquet appends)."""
+    maker = flashopt_dir / "scripts" / "make_gsm8k_smoke.py"
+    source = maker.read_text(encoding="utf-8")
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "INSTRUCTION" for t in node.targets):
             return ast.literal_eval(node.value)
-    raise SystemExit(f"{flashopt_dir}/scripts/make_gsm8k_smoke.py has no INSTRUCTION: is it FlashOpt at {FLASHOPT_COMMIT}?")
+    raise SystemExit(f"{maker} has no INSTRUCTION: is it FlashOpt at {FLASHOPT_COMMIT}?")
 
 
 def sha256(path: Path) -> str:
@@ -80,7 +81,7 @@ def write_data(gsm8k: Path, flashopt_dir: Path, out: Path, n_train: int = N_TRAI
         rows = [{"question": f"{pool[i]['question']}\n\n{instruction}", "answer": pool[i]["answer"]} for i in indices]
         jsonl = out / "randopt" / f"{split}.jsonl"
         jsonl.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        # FlashOpt's ground truth: the text after '####' without commas, as its make_gsm8k_smoke.py takes it;
+        # FlashOpt's ground truth: the text after '####' without commas, as its GSM8K maker takes it;
         # the same number randopt's reference_answer reads (checked here)
         truths = [r["answer"].split("####")[-1].strip().replace(",", "") for r in rows]
         for truth, row in zip(truths, rows):
