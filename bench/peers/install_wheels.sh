@@ -46,8 +46,8 @@ case $what in
     [ $bad -eq 0 ] || { echo "ERROR: missing or corrupt wheel parts; nothing installed" >&2; exit 1; }
     echo "verified ${#wheels[@]} wheels (sha256 and size)"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}"
-    echo "$want" > "$stamp"
     PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
-      "import ray, snakemake, jsonschema; print('ray', ray.__version__, 'snakemake', snakemake.__version__, 'jsonschema', jsonschema.__version__)" ;;
+      "import ray, snakemake, jsonschema; print('ray', ray.__version__, 'snakemake', snakemake.__version__)"
+    echo "$want" > "$stamp" ;;   # only once they import
   *) echo "unknown step $what: stash or install" >&2; exit 2 ;;
 esac

@@ -47,6 +47,18 @@ install() {
 }
 
 gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr -d '\n'; }
+# An arm starts on an empty card: the last arm's engine processes (a resident engine, Ray's workers) may
+# take seconds to exit, and a starting vLLM engine sizes its cache from the memory it finds free.
+wait_gpu_free() {
+  local i used
+  for i in $(seq 30); do
+    used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    [ "${used:-0}" -lt 2048 ] && return
+    sleep 1
+  done
+  log "WARNING: $used MiB still in use on the GPU after 30 s"
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv
+}
 
 # randopt's data stages once; prints the prepared model dir (FlashOpt loads the same one)
 setup() {  # $1 model, [$2 model dir]
@@ -59,7 +71,7 @@ setup() {  # $1 model, [$2 model dir]
 keep() { mkdir -p "$W/arms/$1"; cp "$OUT"/arm_*.json "$W/arms/$1/" 2>/dev/null; }
 
 randopt_arm() {  # $1 model, $2 engines
-  local t; t=$(left)
+  local t; wait_gpu_free; t=$(left)
   [ "$t" -gt 60 ] || { log "randopt $2: skipped, $t s left"; return; }
   log "randopt (engines $2), up to $t s; GPU memory in use: $(gpu_mem)"
   python3 bench/peers/peers.py randopt --model "$1" --workdir "$W" --engines "$2" --cores 16 --timeout "$t" --out "$OUT"
@@ -67,7 +79,7 @@ randopt_arm() {  # $1 model, $2 engines
 }
 
 flashopt_arm() {  # $1 model, $2 model dir
-  local t; t=$(left)
+  local t; wait_gpu_free; t=$(left)
   [ "$t" -gt 60 ] || { log "flashopt: skipped, $t s left"; return; }
   log "flashopt, up to $t s; GPU memory in use: $(gpu_mem)"
   python3 bench/peers/peers.py flashopt --model "$1" --workdir "$W" --flashopt .peers/flashopt --data .peers/data/flashopt \
