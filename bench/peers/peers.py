@@ -224,6 +224,8 @@ def write_arm(out: Path, tag: str, summary: dict, model: str) -> Path:
     write_json_atomic(path, summary)
     keys = ("ok", "wall_s", "members_per_s", "engine_start_s", "base_test_accuracy", "ensemble_test_accuracy", "error")
     print(f"[peers] {tag}: " + json.dumps({k: summary.get(k) for k in keys}), flush=True)
+    if not summary.get("ok"):
+        print(f"[peers] {tag} failed; the end of its log:\n{summary.get('log_tail', '')[-2500:]}", flush=True)
     return path
 
 
