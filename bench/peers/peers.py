@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import shutil
 import signal
@@ -229,6 +230,15 @@ def write_arm(out: Path, tag: str, summary: dict, model: str) -> Path:
     return path
 
 
+def finite(value):
+    """value with every NaN or infinite float replaced by None (plain JSON)."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def report(model: str, arms: list[dict], out: Path) -> dict:
     """The arms side by side and the ratios against FlashOpt: wall time (FlashOpt's / randopt's, so
     higher is randopt faster) and members/s (randopt's / FlashOpt's)."""
@@ -260,6 +270,7 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
         "ratios": ratios,
         "arms": by_tag,
     }
+    result = finite(result)   # FlashOpt's record may hold NaN (e.g. an ensemble accuracy it could not take)
     json.dumps(result, allow_nan=False)
     write_json_atomic(out, result)
     for tag, arm in by_tag.items():
