@@ -67,10 +67,11 @@ def setup(model: str, data: Path, workdir: Path, model_dir: str | None, cores: s
     setup_dir = workdir / "setup"
     setup_dir.mkdir(parents=True, exist_ok=True)
     call = Workflow(base, cores, ["gpu=1"]).run(setup_dir, arm, "setup", "--until", *SETUP_RULES)
-    manifests = sorted(glob.glob(str(setup_dir / "data" / "models" / "*" / "manifest.json")), key=os.path.getmtime)
-    if not manifests:
-        raise SystemExit(f"setup ran ({call['seconds']:.0f} s) but left no data/models/*/manifest.json in {setup_dir}")
-    return Path(manifests[-1]).parent / "model"
+    manifests = glob.glob(str(setup_dir / "data" / "models" / "*" / "manifest.json"))
+    if len(manifests) != 1:   # one model a workdir (peers_h200.sh gives each model its own)
+        raise SystemExit(f"setup ran ({call['seconds']:.0f} s) and {setup_dir}/data/models holds {len(manifests)} "
+                         f"prepared models, not 1: give each model its own --workdir")
+    return Path(manifests[0]).parent / "model"
 
 
 def shard_timings(run_dir: Path) -> list[dict]:

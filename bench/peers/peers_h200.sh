@@ -62,7 +62,7 @@ wait_gpu_free() {
 
 # randopt's data stages once; prints the prepared model dir (FlashOpt loads the same one)
 setup() {  # $1 model, [$2 model dir]
-  python3 bench/peers/peers.py setup --model "$1" ${2:+--model-dir "$2"} --data .peers/data/randopt --workdir "$W" \
+  python3 bench/peers/peers.py setup --model "$1" ${2:+--model-dir "$2"} --data .peers/data/randopt --workdir "$W/$1" \
     --cores 16 2>&1 | tee "$OUT/setup_$1.log" | tail -1
 }
 
@@ -74,7 +74,7 @@ randopt_arm() {  # $1 model, $2 engines
   local t; wait_gpu_free; t=$(left)
   [ "$t" -gt 60 ] || { log "randopt $2: skipped, $t s left"; return; }
   log "randopt (engines $2), up to $t s; GPU memory in use: $(gpu_mem)"
-  python3 bench/peers/peers.py randopt --model "$1" --workdir "$W" --engines "$2" --cores 16 --timeout "$t" --out "$OUT"
+  python3 bench/peers/peers.py randopt --model "$1" --workdir "$W/$1" --engines "$2" --cores 16 --timeout "$t" --out "$OUT"
   keep "$1"
 }
 
@@ -82,7 +82,7 @@ flashopt_arm() {  # $1 model, $2 model dir
   local t; wait_gpu_free; t=$(left)
   [ "$t" -gt 60 ] || { log "flashopt: skipped, $t s left"; return; }
   log "flashopt, up to $t s; GPU memory in use: $(gpu_mem)"
-  python3 bench/peers/peers.py flashopt --model "$1" --workdir "$W" --flashopt .peers/flashopt --data .peers/data/flashopt \
+  python3 bench/peers/peers.py flashopt --model "$1" --workdir "$W/$1" --flashopt .peers/flashopt --data .peers/data/flashopt \
     --model-dir "$2" --timeout "$t" --out "$OUT"
   keep "$1"
 }
@@ -100,9 +100,9 @@ from bench.vllm.vllm_bench import build_random_7b; build_random_7b(Path('$QWEN_D
   touch "$QWEN_DIR.complete"; log "built: $(du -sh "$QWEN_DIR" | cut -f1)"
 }
 
-finish() {  # logs back as one archive ($OUT keeps at most 8 files)
-  tar -czf "$OUT/logs_$1.tgz" -C "$W" $(cd "$W" && ls -d setup/logs randopt_*/logs randopt_*/bench_randopt.log \
-    randopt_*/results/record.json randopt_*/.snakemake/engines/*.log flashopt.log 2>/dev/null) 2>/dev/null
+finish() {  # $1 part, $2 model: the model's logs back as one archive ($OUT keeps at most 8 files)
+  tar -czf "$OUT/logs_$1.tgz" -C "$W/$2" $(cd "$W/$2" 2>/dev/null && ls -d setup/logs randopt_*/logs \
+    randopt_*/bench_randopt.log randopt_*/results/record.json randopt_*/.snakemake/engines/*.log flashopt.log 2>/dev/null) 2>/dev/null
   log "done; \$OUT: $(ls "$OUT" | tr '\n' ' ')"
 }
 
@@ -115,7 +115,7 @@ for part in "$@"; do
     smollm2)
       install
       model=$(setup smollm2)
-      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2; exit 1; }
+      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2 smollm2; exit 1; }
       log "prepared model: $model"
       # randopt first: it meets vLLM's compile cache cold, FlashOpt after it warm (a bias against randopt)
       randopt_arm smollm2 auto
@@ -125,27 +125,27 @@ for part in "$@"; do
         randopt_arm smollm2 "$N"
       fi
       report smollm2
-      finish smollm2 ;;
+      finish smollm2 smollm2 ;;
     smollm2-engines)
       install
       model=$(setup smollm2)   # a no-op when the smollm2 part ran on this machine
-      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2-engines; exit 1; }
+      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2-engines smollm2; exit 1; }
       randopt_arm smollm2 "$N"
       report smollm2
-      finish smollm2-engines ;;
+      finish smollm2-engines smollm2 ;;
     qwen7b-flashopt)
       install
       qwen_model
       flashopt_arm qwen7b "$QWEN_DIR"
-      finish qwen7b-flashopt ;;
+      finish qwen7b-flashopt qwen7b ;;
     qwen7b-randopt)
       install
       qwen_model
       model=$(setup qwen7b "$QWEN_DIR")
-      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_qwen7b.log)"; tail -30 "$OUT/setup_qwen7b.log"; finish qwen7b-randopt; exit 1; }
+      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_qwen7b.log)"; tail -30 "$OUT/setup_qwen7b.log"; finish qwen7b-randopt qwen7b; exit 1; }
       randopt_arm qwen7b auto
       report qwen7b   # with FlashOpt's arm when qwen7b-flashopt ran on this machine; else join them on the host
-      finish qwen7b-randopt ;;
+      finish qwen7b-randopt qwen7b ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done
