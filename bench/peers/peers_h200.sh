@@ -70,8 +70,8 @@ setup() {  # $1 model, [$2 model dir]
 # machine stays warm, so a later call's report sees the arms of earlier calls)
 keep() { mkdir -p "$W/arms/$1"; cp "$OUT"/arm_*.json "$W/arms/$1/" 2>/dev/null; }
 
-randopt_arm() {  # $1 model, $2 engines
-  local t; wait_gpu_free; t=$(left)
+randopt_arm() {  # $1 model, $2 engines, [$3 the most seconds it may take]
+  local t; wait_gpu_free; t=$(left); [ -n "${3:-}" ] && [ "$t" -gt "$3" ] && t=$3
   [ "$t" -gt 60 ] || { log "randopt $2: skipped, $t s left"; return; }
   log "randopt (engines $2), up to $t s; GPU memory in use: $(gpu_mem)"
   python3 bench/peers/peers.py randopt --model "$1" --workdir "$W/$1" --engines "$2" --cores 16 --timeout "$t" --out "$OUT"
@@ -118,7 +118,8 @@ for part in "$@"; do
       [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2 smollm2; exit 1; }
       log "prepared model: $model"
       # randopt first: it meets vLLM's compile cache cold, FlashOpt after it warm (a bias against randopt)
-      randopt_arm smollm2 auto
+      # (at most 300 s, so that a slow first arm still leaves FlashOpt's its time)
+      randopt_arm smollm2 auto 300
       flashopt_arm smollm2 "$model"
       # engines side by side, when auto took another number and time is left (else: the part smollm2-engines)
       if python3 -c "import json,sys; sys.exit(json.load(open('$OUT/arm_randopt_auto.json')).get('engines_per_gpu') == $N)" 2>/dev/null; then
