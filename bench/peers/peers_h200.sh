@@ -70,9 +70,9 @@ setup() {  # $1 model, [$2 model dir]
 # machine stays warm, so a later call's report sees the arms of earlier calls)
 keep() { mkdir -p "$W/arms/$1"; cp "$OUT"/arm_*.json "$W/arms/$1/" 2>/dev/null; }
 
-randopt_arm() {  # $1 model, $2 engines, [$3 the most seconds it may take]
+randopt_arm() {  # $1 model, $2 engines, [$3 the most seconds it may take], [$4 the least worth starting (60)]
   local t; wait_gpu_free; t=$(left); [ -n "${3:-}" ] && [ "$t" -gt "$3" ] && t=$3
-  [ "$t" -gt 60 ] || { log "randopt $2: skipped, $t s left"; return; }
+  [ "$t" -gt "${4:-60}" ] || { log "randopt $2: skipped, $t s left"; return; }
   log "randopt (engines $2), up to $t s; GPU memory in use: $(gpu_mem)"
   python3 bench/peers/peers.py randopt --model "$1" --workdir "$W/$1" --engines "$2" --cores 16 --timeout "$t" --out "$OUT"
   keep "$1"
@@ -123,7 +123,7 @@ for part in "$@"; do
       flashopt_arm smollm2 "$model"
       # engines side by side, when auto took another number and time is left (else: the part smollm2-engines)
       if python3 -c "import json,sys; sys.exit(json.load(open('$OUT/arm_randopt_auto.json')).get('engines_per_gpu') == $N)" 2>/dev/null; then
-        randopt_arm smollm2 "$N"
+        randopt_arm smollm2 "$N" "" 200   # N engine starts alone take ~100 s
       fi
       report smollm2
       finish smollm2 smollm2 ;;
