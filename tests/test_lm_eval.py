@@ -338,3 +338,37 @@ def test_lm_eval_builds_the_model_from_its_registry_and_model_args(tmp_path, tin
     lm = get_model("randopt").create_from_arg_string(f"run_dir={run},choice=ensemble:2,threads=1",
                                                      {"batch_size": 4, "device": "cpu"})
     assert [(m["seed"], m["sigma"]) for m in lm.members] == MEMBERS[:2] and lm.choice.label == "top2"
+
+
+def test_the_engines_check_compares_texts_answers_log_likelihoods_and_metrics(tiny_model_dir):
+    """bench/lm_eval/engines_agree.py (the GPU check of vLLM against torch through the harness) on two
+    results as lm-eval logs its samples: one text differs after its first token, one extracted answer,
+    one question's chosen answer, one greedy flag."""
+    from transformers import AutoTokenizer
+
+    from bench.lm_eval.engines_agree import compare
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+    def results(texts, answers, lls, exact, members=((7, 0.012),)):
+        generation = [{"doc_id": i, "resps": [[t]], "filtered_resps": [a]}
+                      for i, (t, a) in enumerate(zip(texts, answers))]
+        choice = [{"doc_id": 0, "arguments": [["Q: 1+1?\nA:", " 2"], ["Q: 1+1?\nA:", " 3"]],
+                   "resps": [[list(x)] for x in lls], "filtered_resps": [list(x) for x in lls]}]
+        return {"models": {"top3": {"randopt": {"members": [{"seed": s, "sigma": g} for s, g in members]},
+                                    "results": {"gen": {"alias": "gen", "exact_match,last-number": exact,
+                                                        "exact_match_stderr,last-number": 0.1, "sample_len": 2}},
+                                    "samples": {"gen": generation, "choice": choice}}}}
+    a = results(["It is 12.", "5 apples"], ["12", "5"], [(-1.0, True), (-3.0, False)], 0.5)
+    b = results(["It is 12.", "5 pears and 2"], ["12", "2"], [(-2.5, False), (-2.0, False)], 0.25)
+    tasks = compare(a, b, tokenizer)["top3"]["tasks"]
+    gen, choice = tasks["gen"], tasks["choice"]
+    assert (gen["docs"], gen["identical"], gen["answers_equal"]) == (2, 1, 1)
+    differing = gen["docs_detail"][1]
+    assert differing["first_divergence_char"] == 2  # "5 a" against "5 p"
+    # the byte-level pre-tokenizer splits before the space: "5" is whole, the next token differs
+    assert differing["first_divergence_token"] == len(tokenizer("5", add_special_tokens=False)["input_ids"])
+    assert gen["metrics"] == {"exact_match,last-number": {"a": 0.5, "b": 0.25}}
+    assert choice["requests"] == 2 and choice["max_abs_diff"] == 1.5
+    assert (choice["is_greedy_equal"], choice["chosen_answer_equal"]) == (1, 0)
+    with pytest.raises(InputError, match="compare the same members"):
+        compare(a, results([], [], [], 0.0, members=((3, 0.016),)), tokenizer)
