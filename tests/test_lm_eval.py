@@ -369,6 +369,7 @@ def test_the_engines_check_compares_texts_answers_log_likelihoods_and_metrics(ti
     assert differing["first_divergence_token"] == len(tokenizer("5", add_special_tokens=False)["input_ids"])
     assert gen["metrics"] == {"exact_match,last-number": {"a": 0.5, "b": 0.25}}
     assert choice["requests"] == 2 and choice["max_abs_diff"] == 1.5
+    assert choice["relative_abs_diff"] == pytest.approx((1.5 + 1.0) / (2.5 + 2.0))  # over b's negative log-likelihood
     assert (choice["is_greedy_equal"], choice["chosen_answer_equal"]) == (1, 0)
     with pytest.raises(InputError, match="compare the same members"):
         compare(a, results([], [], [], 0.0, members=((3, 0.016),)), tokenizer)

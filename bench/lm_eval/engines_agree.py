@@ -30,6 +30,9 @@ from randopt.io import InputError, read_json, write_json_atomic  # noqa: E402
 
 # Three members far enough apart that their answers differ on some problems (tests/test_lm_eval.py's)
 MEMBERS = "7:0.012,3:0.016,11:0.012"
+# The engines' agreement on SmolLM2 in bf16 on the H200 (docs/gpu.md, bench/results/vllm_h200_verify.json)
+KNOWN_AGREEMENT = {"teacher_forced_argmax": 0.9856, "free_running_identical_32_tokens": "36/64",
+                   "median_first_divergence_token": 27, "bpb_relative_difference": 0.00098}
 N_SEEDS = 16  # the ranking lists every (seed < 16, sigma) of the members' sigmas, the members first
 
 
@@ -106,21 +109,25 @@ def compare_generation(a: list[dict], b: list[dict], tokenize) -> dict:
 
 def compare_loglikelihood(a: list[dict], b: list[dict], n_tokens) -> dict:
     """loglikelihood samples (multiple choice: one request per choice) of one task under two engines."""
-    diffs, per_token, greedy_equal, requests, chosen_equal = [], [], 0, 0, 0
+    diffs, per_token, greedy_equal, requests, chosen_equal, tokens, nll = [], [], 0, 0, 0, 0, 0.0
     for sa, sb in zip(a, b):
         lla = [float(r[0]) for r in sa["filtered_resps"]]
         llb = [float(r[0]) for r in sb["filtered_resps"]]
         for (context, continuation), x, y, ga, gb in zip(sa["arguments"], lla, llb,
                                                          (r[1] for r in sa["filtered_resps"]),
                                                          (r[1] for r in sb["filtered_resps"])):
+            n = max(n_tokens(context, continuation), 1)
             diffs.append(abs(x - y))
-            per_token.append(abs(x - y) / max(n_tokens(context, continuation), 1))
+            per_token.append(abs(x - y) / n)
+            tokens, nll = tokens + n, nll - y
             greedy_equal += bool(ga) == bool(gb)
             requests += 1
         chosen_equal += max(range(len(lla)), key=lla.__getitem__) == max(range(len(llb)), key=llb.__getitem__)
     return {"kind": "loglikelihood", "docs": len(a), "requests": requests,
             "max_abs_diff": max(diffs, default=None), "mean_abs_diff": sum(diffs) / len(diffs) if diffs else None,
             "max_abs_diff_per_token": max(per_token, default=None),
+            # the sum of |difference| over b's negative log-likelihood: comparable with bpb's relative difference
+            "relative_abs_diff": sum(diffs) / nll if nll else None, "tokens": tokens,
             "is_greedy_equal": greedy_equal, "chosen_answer_equal": chosen_equal}
 
 
@@ -173,8 +180,9 @@ def summary_lines(models: dict) -> list[str]:
                              f"{c['docs']}; {metrics}")
             else:
                 lines.append(f"{label} {task}: {c['requests']} log-likelihoods, max |diff| {c['max_abs_diff']:.3g} "
-                             f"({c['max_abs_diff_per_token']:.3g} a token), is_greedy equal {c['is_greedy_equal']}/"
-                             f"{c['requests']}, chosen answer equal {c['chosen_answer_equal']}/{c['docs']}; {metrics}")
+                             f"({c['max_abs_diff_per_token']:.3g} a token; sum |diff| / nll {c['relative_abs_diff']:.3g}), "
+                             f"is_greedy equal {c['is_greedy_equal']}/{c['requests']}, chosen answer equal "
+                             f"{c['chosen_answer_equal']}/{c['docs']}; {metrics}")
     return lines
 
 
@@ -206,7 +214,7 @@ def main(argv=None) -> int:
         from transformers import AutoTokenizer
         a, b = read_json(args.a), read_json(args.b)
         models = compare(a, b, AutoTokenizer.from_pretrained(str(args.model_dir)))
-        document = {"a": args.label_a, "b": args.label_b, "tasks": a.get("tasks"),
+        document = {"a": args.label_a, "b": args.label_b, "known_agreement": KNOWN_AGREEMENT, "tasks": a.get("tasks"),
                     "lm_eval_args": a.get("lm_eval_args"),
                     "seconds": {args.label_a: a.get("seconds"), args.label_b: b.get("seconds")}, "models": models,
                     **({"extra": read_json(args.extra)} if args.extra and args.extra.is_file() else {})}
