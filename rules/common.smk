@@ -16,8 +16,9 @@ from randopt.population import Population, sigma_label
 from randopt.scoring.answer_blocks import block_size
 from randopt.selection.plan import RacePlan
 from randopt.io import InputError
-from randopt.model.prepare import find_gguf, gguf_weight_bytes
-from randopt.runtime.engine_slots import EngineLayout, check_fit as check_engines_fit, resolve as resolve_engines, weight_bytes
+from randopt.model.prepare import find_gguf
+from randopt.runtime.engine_slots import (EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
+                                         resolve as resolve_engines, weight_bytes)
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local

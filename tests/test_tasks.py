@@ -206,3 +206,32 @@ def test_score_answers_prints_one_row_per_completion(tmp_path, capsys):
     assert "x\t7\t1\t" in format_rows(rows)
     with pytest.raises(InputError, match="--task key 'match'"):
         task_from_arg('{"kind": "jsonl", "match": "fuzzy"}')
+
+
+def test_ask_scores_given_completions_with_the_runs_task_and_votes_as_the_vote_stage():
+    """scripts.ask's answers, rewards and vote (randopt/ensemble/ask.py) on given completions of a
+    Countdown run (no engine): Countdown's extraction and reward, its problems rendered from their fields,
+    members pooled by value, the winner's own reward; a question without a reference is not rewarded,
+    and one whose reward needs a field it lacks is an error naming it. (Through the engine, on a real
+    run: tests/test_tasks_workflow.py.)"""
+    from randopt.ensemble.ask import ensemble, rewards, run_task, user_turns
+    record = {"config": validate({"task": {"kind": "countdown"}})}
+    task = run_task(record)
+    assert task.kind == "countdown"
+    assert run_task({"config": {"gsm8k": {}}}).kind == "gsm8k"  # a record from before tasks
+    problem = {"numbers": [3, 4, 10], "target": 7, "answer": "10 - 3"}
+    assert user_turns(task, [problem, {"question": "as is"}, "a string"]) == \
+        ["Numbers: 3, 4, 10. Target: 7.", "as is", "a string"]
+    completions = ["#### 4 + 3", "#### 10 - 3", "#### 3 + 4", "#### 3 + 3 + 1"]
+    got = rewards(task, completions, [problem] * 4)
+    assert [r.value for r in got] == [1.0, 1.0, 1.0, 0.0] and "3 2 times" in got[3].reason
+    assert rewards(task, completions[:2], ["a string", {"numbers": [3, 4], "target": 7}]) == [None, None]
+    with pytest.raises(InputError, match="reads the field 'numbers'"):
+        rewards(task, completions[:1], [{"target": 7, "answer": "3 + 4"}])
+    members = [{"answer": task.extract(c), "reward": r.value} for c, r in zip(completions, got)]
+    # "4 + 3" and "3 + 4" are one vote (value 7) against "10 - 3" (also 7): all three pool by value
+    assert ensemble(task, members) == {"answer": "4 + 3", "reward": 1.0}
+    wrong = [{"answer": "3 * 4", "reward": 0.0}, {"answer": "10 - 3", "reward": 1.0}, {"answer": "4 * 3", "reward": 0.0}]
+    assert ensemble(task, wrong) == {"answer": "3 * 4", "reward": 0.0}   # 12 twice beats 7 once
+    assert ensemble(task, [{"answer": None, "reward": 0.0}]) == {"answer": None, "reward": 0.0}
+    assert ensemble(task, [{"answer": None, "reward": None}]) == {"answer": None, "reward": None}

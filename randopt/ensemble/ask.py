@@ -1,20 +1,31 @@
 """Ask a finished run's top-k ensemble new questions.
 
-Each member of the chosen top-k list answers with the run's own prompt (system line, worked
-examples, chat template) and decoding (greedy, max_tokens, stop strings), through the run's own
-engine and compute dtype, switched seed by seed with the same Perturber as the search (no weights
-are written to disk). The ensemble's answer is the vote stage's majority (randopt.ensemble.vote), ties to the
-best-ranked member. So asking the test split's questions gives the vote stage's answers back.
+Each member of the chosen top-k list answers with the run's own prompt (its task's system line,
+worked examples and stop strings, the chat template) and decoding (greedy, max_tokens), through the
+run's own engine and compute dtype, switched seed by seed with the same Perturber as the search (no
+weights are written to disk). Answers are the run's task's (randopt/tasks/): its extraction, and its
+reward where a question comes with its reference. The ensemble's answer is the vote stage's
+(randopt/stages/vote.py): members' answers pooled by the task's vote key, the most frequent winning,
+ties to the best-ranked member; its reward is the winning member's own. So asking the test split's
+problems gives the vote stage's answers and correctness back.
+
+A question is a user turn as it is (a string, or a row's "question"), or a problem row without one,
+which the task's template renders (Countdown: {"numbers": [...], "target": N}). A row with an
+"answer" (the reference, as in every frozen split's rows) is rewarded by the task's reward.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from randopt.data.gsm8k import extract_answer
+from collections.abc import Mapping, Sequence
+
+from randopt.config import decode_for, task_kind, task_spec
 from randopt.engines.factory import make_engine
 from randopt.scoring.scorer import DecodeSpec
 from randopt.io import InputError, read_json
-from randopt.ensemble.vote import majority_vote
+from randopt.ensemble.vote import majority_index
+from randopt.tasks import registry
+from randopt.tasks.base import Task
 
 
 def topk_members(record: dict, fraction: float) -> list[dict]:
@@ -55,33 +66,86 @@ def check_model_dir(record: dict, model_dir: Path) -> None:
                              f"({record['model']['sha256']}); point --model-dir at that run's prepared model")
 
 
-def ask(record_path: str | Path, fraction: float, questions: list[str], model_dir: str | Path) -> list[dict]:
-    """One result per question: {"question", "answer", "members": [{"rank", "seed", "sigma", "answer",
-    "completion"}]} with members in rank order."""
+def run_task(record: dict) -> Task:
+    """The run's task, as its config names it; a record from before tasks existed is GSM8K's."""
+    config = record["config"]
+    return registry.make(task_spec(config) if "task" in config else {"kind": task_kind(config)})
+
+
+def user_turns(task: Task, questions: Sequence[str | Mapping]) -> list[str]:
+    """Each question's user turn: a string as it is, a row's "question", or the row rendered by the
+    task's template."""
+    turns = []
+    for n, q in enumerate(questions, start=1):
+        if isinstance(q, str):
+            turns.append(q)
+        elif "question" in q:
+            turns.append(str(q["question"]))
+        elif task.kind == "gsm8k":
+            raise InputError(f"question {n}: {dict(q)} has no 'question'; a GSM8K question is its text")
+        else:
+            turns.append(task.render(q))
+    return turns
+
+
+def rewards(task: Task, completions: list[str], questions: Sequence[str | Mapping]) -> list:
+    """The task's reward of each completion whose question is a row with an "answer" (its reference),
+    None for the others; a row missing another field the reward reads is an error naming it."""
+    scored = [i for i, q in enumerate(questions) if isinstance(q, Mapping) and "answer" in q]
+    out = [None] * len(questions)
+    try:
+        values = task.score_all([completions[i] for i in scored], [questions[i] for i in scored])
+    except KeyError as err:
+        raise InputError(f"the {task.kind} task's reward reads the field {err} of a question, which it lacks; "
+                         f"give it (the run's frozen splits have every field), or leave out 'answer'") from None
+    for i, reward in zip(scored, values):
+        out[i] = reward
+    return out
+
+
+def ask(record_path: str | Path, fraction: float, questions: Sequence[str | Mapping], model_dir: str | Path) -> list[dict]:
+    """One result per question: {"question", "answer", "reward", "members": [{"rank", "seed", "sigma",
+    "answer", "reward", "reason", "completion"}]} with members in rank order. question: the user turn;
+    reward (the ensemble's: its winning member's) and each member's reward and reason are None for a
+    question without a reference."""
     if not questions:
         raise InputError("no questions: give them as arguments or in a JSONL file (--questions)")
     record = read_json(record_path)
     members = topk_members(record, fraction)
+    task = run_task(record)
+    turns = user_turns(task, questions)
     model_dir = Path(model_dir)
     check_model_dir(record, model_dir)
-    spec = DecodeSpec.from_config(record["decode"])
+    spec = DecodeSpec.from_config(decode_for(record["config"]))
     engine = make_engine(record["engine"]["kind"], str(model_dir), **engine_options(record))
-    prompts = [engine.chat_prompt(q, spec.system, list(spec.examples)) for q in questions]
+    prompts = [engine.chat_prompt(q, spec.system, list(spec.examples)) for q in turns]
     answers = [[] for _ in questions]
     for rank, m in enumerate(members, start=1):
         engine.set_weights(int(m["seed"]), float(m["sigma"]))
-        for row, completion in zip(answers, engine.generate(prompts, spec.max_tokens, list(spec.stop))):
-            row.append({"rank": rank, "seed": int(m["seed"]), "sigma": float(m["sigma"]),
-                        "answer": extract_answer(completion.text), "completion": completion.text})
+        texts = [c.text for c in engine.generate(prompts, spec.max_tokens, list(spec.stop))]
+        for row, text, reward in zip(answers, texts, rewards(task, texts, questions)):
+            row.append({"rank": rank, "seed": int(m["seed"]), "sigma": float(m["sigma"]), "answer": task.extract(text),
+                        "reward": None if reward is None else reward.value,
+                        "reason": None if reward is None else reward.reason, "completion": text})
     engine.restore_base()
-    return [{"question": q, "answer": majority_vote([a["answer"] for a in row]), "members": row}
-            for q, row in zip(questions, answers)]
+    return [{"question": turn, **ensemble(task, row), "members": row} for turn, row in zip(turns, answers)]
 
 
-def read_questions(path: str | Path) -> list[str]:
-    """Questions from JSONL: one {"question": ...} object per line (GSM8K's own format works)."""
+def ensemble(task: Task, members: list[dict]) -> dict:
+    """{"answer", "reward"} of the vote over members' {"answer", "reward"} listed best-ranked first: as
+    the vote stage votes, answers pooled by the task's vote key, ties to the best-ranked, the reward the
+    winner's own (None when unrewarded; 0 when every member abstained)."""
+    winner = majority_index([task.vote_key(m["answer"]) for m in members])
+    if winner is None:
+        return {"answer": None, "reward": None if members[0]["reward"] is None else 0.0}
+    return {"answer": members[winner]["answer"], "reward": members[winner]["reward"]}
+
+
+def read_questions(path: str | Path) -> list[dict]:
+    """Questions from JSONL, one object per line: {"question": ...} (GSM8K's own format works), a
+    frozen split's rows, or a task's problem fields for its template to render."""
     from randopt.io import read_jsonl
-    return [row["question"] for row in read_jsonl(path, required=("question",))]
+    return read_jsonl(path)
 
 
 def default_model_dir(record_path: str | Path) -> Path:

@@ -45,8 +45,9 @@ def task_blocks(root: Path) -> dict:
 def tasks_in_one_dir(root: Path, model_dir: Path) -> dict:
     """Every task's run, one after another in one folder (root/work): the prepared model and the
     held-out slice are made once (their keys do not hold the task), and each task's outputs lie under
-    its own keys beside the others'. kind -> {"proc", "record", "records_md", "frozen_kinds"} as they
-    were right after its run, or {"error"} for a run that failed (the next task's run goes on)."""
+    its own keys beside the others'. kind -> {"proc", "record", "records_md", "frozen_kinds", "workdir"} as
+    they were right after its run, or {"error"} for a run that failed (the next task's run goes on). Only
+    the outputs under a run's own keys stay its own: results/record.json is the last run's."""
     blocks, workdir = task_blocks(root), root / "work"
     done: dict = {}
     for kind in TASKS:
@@ -57,7 +58,7 @@ def tasks_in_one_dir(root: Path, model_dir: Path) -> dict:
             continue
         frozen = [json.loads(p.read_text()) for p in (workdir / "data" / "tasks").glob("*/manifest.json")]
         done[kind] = {"proc": proc, "record": read_record(workdir), "records_md": (workdir / "RECORDS.md").read_text(),
-                      "frozen_kinds": [m["task"]["kind"] for m in frozen]}
+                      "frozen_kinds": [m["task"]["kind"] for m in frozen], "workdir": workdir}
     return done
 
 
