@@ -79,10 +79,10 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
                               f"bench/engines_per_gpu/README.md)")
 
 
-# What torch reports as a card's memory (total_memory), by the GPU names of a cluster's GRES
-# (resources.gpu_model): the card a layout is checked against when the DAG is built off the GPU host.
-CARD_BYTES = {"h100": 85_520_809_984,    # H100 SXM 80 GB: 79.6 GiB
-              "h200": 150_110_011_392}   # H200 141 GB: 139.8 GiB
+# A card's memory by the GPU names of a cluster's GRES (resources.gpu_model): the card a layout is checked
+# against when the DAG is built off the GPU host.
+CARD_BYTES = {"h100": 81_559 << 20,      # H100 SXM 80 GB: nvidia-smi's 81,559 MiB (79.6 GiB)
+              "h200": 150_754_820_096}   # H200 141 GB: torch's total_memory on the device (140.4 GiB)
 
 
 def engine_need_bytes(weight_bytes_per_gpu: float, card_bytes: int) -> float:
