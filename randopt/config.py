@@ -55,6 +55,12 @@ def validate(config: dict) -> dict:
     if too_far:
         raise ConfigError(f"config key 'export.ranks': ranks {too_far} exceed the population of {population} "
                           "(population.n_seeds x len(population.sigmas)); export ranks 1 to that")
+    # a shape model's answers are no result (randopt/model/shape.py): only the record says so, so the stages
+    # whose own tables report accuracies (lm-eval's, distillation's comparison) are refused for it
+    for key, on in (("lm_eval.tasks", config["lm_eval"]["tasks"]), ("distill.enabled", config["distill"]["enabled"])):
+        if config["model"]["source"] == "shape" and on:
+            raise ConfigError(f"config key '{key}': model.source is 'shape' (random weights, for timing), whose "
+                              f"accuracies are no result; turn {key} off, or use a model with real weights")
     # lm_eval.ensembles only matter when lm_eval has tasks: the rule runs nothing otherwise, and a
     # small population (tests, a tiny run) must not fail on the block's default fraction.
     checked = [("topk.fractions", config["topk"]["fractions"])]

@@ -54,6 +54,9 @@ def test_a_bad_shape_fails_when_the_dag_is_built(tmp_path):
     (tmp_path / "c.json").write_text("{}")
     with pytest.raises(ConfigError, match="not a Hugging Face config.json"):
         check_model_files(validate(shape_config() | {"model": SHAPE_MODEL | {"config": str(tmp_path / "c.json")}}))
+    for extra in ({"lm_eval": {"tasks": ["gsm8k_local"]}}, {"distill": {"enabled": True}}):
+        with pytest.raises(ConfigError, match="model.source is 'shape'.*accuracies are no result"):
+            validate(shape_config() | extra)
     vllm = {"kind": "vllm", "device": "cuda", "tensor_parallel_size": 8}
     with pytest.raises(ConfigError, match="8 does not divide the 28 attention heads"):
         check_model_files(validate(shape_config() | {"model": SHAPE_MODEL | {"config": "qwen2.5-7b"}, "engine": vllm}))
