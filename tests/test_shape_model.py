@@ -108,6 +108,23 @@ def test_the_torch_engine_builds_it_from_its_seed_and_a_seed_is_base_plus_sigma_
     assert all(torch.equal(base[n], t) for n, t in weights(a).items())
 
 
+def test_vllm_gets_the_dummy_load_format_and_the_checkpoints_names_and_shapes(prepared, tmp_path):
+    """On the CPU: the vLLM engine's arguments, card share and the worker's logical tensors for a shape dir
+    are those of the same model saved with weights (the worker maps vLLM's fused, sharded parameters onto
+    them: randopt/engines/vllm_layouts.py)."""
+    from randopt.engines.vllm_engine import auto_memory_utilization, llm_options
+    from randopt.engines.vllm_layouts import checkpoint_shapes
+    options = dict(tensor_parallel_size=1, gpu_memory_utilization=0.9, enforce_eager=False, trust_remote_code=False,
+                   max_model_len=2048, batch_size=8)
+    assert llm_options(str(prepared / "m3"), **options)["load_format"] == "dummy"
+    shape.build_torch_model(prepared / "m3").save_pretrained(tmp_path / "saved")
+    assert "load_format" not in llm_options(str(tmp_path / "saved"), **options)
+    assert checkpoint_shapes(prepared / "m3") == checkpoint_shapes(tmp_path / "saved")
+    card = 80 * GIB
+    assert auto_memory_utilization(str(prepared / "m3"), 1, card_bytes=card) == \
+        round(0.90 - shape.weight_bytes(shape.KNOWN["tiny-qwen2"], "bfloat16") / card, 3)
+
+
 @pytest.fixture(scope="module")
 def shape_run(shape_run_started):
     return shape_run_started.result()
