@@ -55,6 +55,12 @@ def validate(config: dict) -> dict:
     if too_far:
         raise ConfigError(f"config key 'export.ranks': ranks {too_far} exceed the population of {population} "
                           "(population.n_seeds x len(population.sigmas)); export ranks 1 to that")
+    # a shape model's answers are no result (randopt/model/shape.py): only the record says so, so the stages
+    # whose own tables report accuracies (lm-eval's, distillation's comparison) are refused for it
+    for key, on in (("lm_eval.tasks", config["lm_eval"]["tasks"]), ("distill.enabled", config["distill"]["enabled"])):
+        if config["model"]["source"] == "shape" and on:
+            raise ConfigError(f"config key '{key}': model.source is 'shape' (random weights, for timing), whose "
+                              f"accuracies are no result; turn {key} off, or use a model with real weights")
     # lm_eval.ensembles only matter when lm_eval has tasks: the rule runs nothing otherwise, and a
     # small population (tests, a tiny run) must not fail on the block's default fraction.
     checked = [("topk.fractions", config["topk"]["fractions"])]
@@ -84,6 +90,9 @@ def validate(config: dict) -> dict:
     model = config["model"]
     if model["source"] == "local" and not model["path"]:
         raise ConfigError("config key 'model.path': model.source is 'local' but no path is given")
+    if model["source"] == "shape" and not model["config"]:
+        raise ConfigError("config key 'model.config': model.source is 'shape' but no config is given; give a known "
+                          "shape (qwen2.5-7b, qwen2.5-72b, tiny-qwen2) or the path of a config.json")
     if model["source"] == "hub":
         if not model["revision"]:
             raise ConfigError("config key 'model.revision': a hub model needs a pinned revision (a commit hash)")
@@ -138,21 +147,30 @@ def _check_distill(config: dict) -> None:
 
 def check_model_files(config: dict) -> None:
     """The checks that need the file system, made when the DAG is built (before any job): a local model
-    dir must exist, and under vLLM the tensor-parallel size must divide the model's attention heads
-    (read from its config.json when the model dir is local; a hub or GGUF model is checked by the
-    engine when it loads)."""
+    dir must exist, a shape's config must resolve, and under vLLM the tensor-parallel size must divide the
+    model's attention heads (read from its config.json when the model dir is local or a shape; a hub or
+    GGUF model is checked by the engine when it loads)."""
     model, engine = config["model"], config["engine"]
-    if model["source"] != "local":
+    if model["source"] == "shape":
+        from randopt.io import InputError
+        from randopt.model.shape import resolve_config
+        try:
+            heads, path = resolve_config(model["config"]).get("num_attention_heads"), model["config"]
+        except InputError as err:
+            raise ConfigError(f"config key 'model.config': {err}") from None
+    elif model["source"] != "local":
         return
-    path = Path(model["path"])
-    if not path.is_dir():
-        raise ConfigError(f"config key 'model.path': {path} is not a directory; give a Hugging Face model dir "
-                          f"(config.json and safetensors weights), as an absolute path or relative to the "
-                          f"working directory")
+    else:
+        path = Path(model["path"])
+        if not path.is_dir():
+            raise ConfigError(f"config key 'model.path': {path} is not a directory; give a Hugging Face model dir "
+                              f"(config.json and safetensors weights), as an absolute path or relative to the "
+                              f"working directory")
+        heads = None
     tp = engine["tensor_parallel_size"]
     if engine["kind"] != "vllm" or tp == 1:
         return
-    heads = model_attention_heads(path)
+    heads = heads or model_attention_heads(path)
     if heads is not None and heads % tp:
         divisors = [d for d in range(1, heads + 1) if heads % d == 0]
         raise ConfigError(f"config key 'engine.tensor_parallel_size': {tp} does not divide the {heads} attention "

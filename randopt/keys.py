@@ -47,6 +47,13 @@ def short_key(obj) -> str:
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:12]
 
 
+def shape_key(m: dict) -> dict:
+    """A shape model's identity: its config's sha256, dtype and init seed (only for model.source shape,
+    so that other models' keys stay as they were)."""
+    from randopt.model.shape import resolve_config, shape_identity
+    return shape_identity(resolve_config(m["config"]), m["dtype"], m["init_seed"])
+
+
 def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
     """All path keys of one validated config (root: the checkout whose code they hash)."""
     g, h, m, e = config["gsm8k"], config["heldout"], config["model"], config["engine"]
@@ -69,7 +76,8 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
     heldout = short_key({"source": heldout_source(config), "code": key_code("heldout", root)}
                         | ({"pin": h["sha256"]} if h["sha256"] else {}))
     model = short_key({k: m[k] for k in ("source", "id", "wheel_module", "gguf_file", "path", "revision", "dtype")}
-                      | {"code": key_code("model", root)} | ({"pin": m["sha256"]} if m["sha256"] else {}))
+                      | {"code": key_code("model", root)} | ({"pin": m["sha256"]} if m["sha256"] else {})
+                      | ({"shape": shape_key(m)} if m["source"] == "shape" else {}))
     # What changes the numbers an engine produces: not the device count of a job, but its numerics.
     numerics = {k: e[k] for k in ("kind", "device", "batch_size", "tensor_parallel_size")}
     numerics["compute_dtype"] = compute_dtype.for_config(config)[0]  # resolved: auto differs between CPUs

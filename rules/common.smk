@@ -17,8 +17,9 @@ from randopt.scoring.answer_blocks import block_size
 from randopt.selection.plan import RacePlan
 from randopt.io import InputError
 from randopt.model.prepare import find_gguf
-from randopt.runtime.engine_slots import (EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
-                                         resolve as resolve_engines, weight_bytes)
+from randopt.model.shape import resolve_config as resolve_shape_config, weight_bytes as shape_weight_bytes
+from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
+                                          resolve as resolve_engines, weight_bytes)
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
@@ -239,6 +240,8 @@ def model_weight_bytes():
     """The model's weight bytes when the DAG is built (for engine.engines_per_gpu auto), or None: the
     prepared model dir, a local model, or the wheel's GGUF tensor table (read only when needed)."""
     m = config["model"]
+    if m["source"] == "shape":  # no files: from the config, in its dtype
+        return shape_weight_bytes(resolve_shape_config(m["config"]), m["dtype"])
     found = weight_bytes(f"{MODEL}/model") or (weight_bytes(m["path"]) if m["source"] == "local" else None)
     if found is None and m["source"] == "gguf_wheel" and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
         try:
@@ -249,27 +252,39 @@ def model_weight_bytes():
 
 
 def engine_layout():
-    """Engines side by side on each device (engine.engines_per_gpu; randopt/runtime/engine_slots.py),
-    checked against the card when this host has the GPU (a misfit is a DAG-build error with the
-    largest number that fits)."""
+    """Engines side by side on each device (engine.engines_per_gpu; randopt/runtime/engine_slots.py); under
+    vLLM the layout (tensor_parallel_size x engines) is checked against the card where its size is known
+    (a misfit is a DAG-build error with the numbers and the largest number that fits)."""
     requested, gpus = config["engine"]["engines_per_gpu"], job_gpus()
-    if gpus and not LOCAL_GPUS and not on_cluster():
-        # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
-        if requested not in ("auto", 1):
-            raise WorkflowError(f"invalid config: engine.engines_per_gpu {requested} on GPUs needs --resources gpu=N "
-                                f"(the GPUs of this host the run may use), so that each engine job claims its slot")
-        return EngineLayout(1, "no --resources gpu=N: engine jobs claim no GPU slots, so one engine")
     try:
         weights = model_weight_bytes() if gpus else None
-        groups = LOCAL_GPUS // gpus if LOCAL_GPUS else 1
-        layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
-                                 members_per_group=-(-POPULATION.size // groups),
-                                 work=config["gsm8k"]["n_train"] * config["decode"]["max_tokens"])
-        if layout.per_device > 1 and config["engine"]["kind"] == "vllm" and weights and (card := local_card_bytes()):
-            check_engines_fit(layout.per_device, weights / gpus, card)
+        if gpus and not LOCAL_GPUS and not on_cluster():
+            # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
+            if requested not in ("auto", 1):
+                raise WorkflowError(f"invalid config: engine.engines_per_gpu {requested} on GPUs needs --resources "
+                                    f"gpu=N (the GPUs of this host the run may use), so that each engine job claims "
+                                    f"its slot")
+            layout = EngineLayout(1, "no --resources gpu=N: engine jobs claim no GPU slots, so one engine")
+        else:
+            groups = LOCAL_GPUS // gpus if LOCAL_GPUS else 1
+            layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
+                                     members_per_group=-(-POPULATION.size // groups),
+                                     work=config["gsm8k"]["n_train"] * config["decode"]["max_tokens"])
+        if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes()):
+            check_engines_fit(layout.per_device, weights / gpus, card, tp=gpus)
     except ValueError as err:
         raise WorkflowError(f"invalid config: {err}")
     return layout
+
+
+def card_bytes():
+    """The memory of the card the engines get, or None (unknown: the engine checks when it starts): on a
+    cluster resources.gpu_model's when it is a known one (randopt/runtime/engine_slots.py CARD_BYTES), else
+    GPU 0's on this host, else (a host without CUDA, e.g. a dry run on a login node) gpu_model's again."""
+    known = CARD_BYTES.get((config["resources"]["gpu_model"] or "").lower())
+    if on_cluster() and known:
+        return known
+    return local_card_bytes() or known
 
 
 def local_card_bytes():

@@ -1,4 +1,5 @@
-# The model: a local model dir (dequantized GGUF, a local dir, or a pinned hub snapshot) + manifest.
+# The model: a local model dir (dequantized GGUF, a local dir, a pinned hub snapshot, or a shape's config with no
+# weights) + manifest.
 
 
 rule prepare_model:
@@ -12,6 +13,9 @@ rule prepare_model:
         gguf_file=q(config["model"]["gguf_file"]),
         path=f"--path {q(config['model']['path'])}" if config["model"]["path"] else "",
         revision=f"--revision {q(config['model']['revision'])}" if config["model"]["revision"] else "",
+        # a shape model (model.source shape) only, so other models' params stay as they were
+        shape=(f"--shape-config {q(config['model']['config'])} --init-seed {config['model']['init_seed']}"
+               if config["model"]["source"] == "shape" else ""),
         dtype=config["model"]["dtype"],
         pin=f"--pinned-sha256 {config['model']['sha256']}" if config["model"]["sha256"] else "",
         code=key_code("model"),
@@ -25,5 +29,5 @@ rule prepare_model:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "OMP_NUM_THREADS={threads} {PY} scripts.prepare_model --source {params.source} --model-id {params.model_id}"
-        " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.path} {params.revision}"
+        " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.path} {params.revision} {params.shape}"
         " --dtype {params.dtype} {params.pin} --out-dir {output.model} --manifest {output.manifest} 2> {log}"

@@ -130,6 +130,14 @@ def gaussian_run_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def shape_run_started(background, tmp_path_factory):
+    """A run on a model made from its shape (tests/support/task_runs.py), queued in the background, for
+    tests/test_shape_model.py."""
+    from tests.support.task_runs import shape_run
+    return background.submit(shape_run, tmp_path_factory.mktemp("shape"))
+
+
+@pytest.fixture(scope="session")
 def slurm_runs(tmp_path_factory, tiny_model_dir):
     """The SLURM test's runs of the session's tiny config on a throwaway cluster, going on in a background
     thread from the moment this is first asked for (tests/support/slurm_runs.py says why); the cluster
@@ -158,11 +166,12 @@ def early_runs(request):
     some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster),
     and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
     SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
-    the shared tiny run, the task runs and the Gaussian run. Nothing starts that no selected test needs. (Defined after the fixture
-    above, so that at the session's end the runs are over before it stops the resident engines left
-    behind.)"""
+    the shared tiny run, the task runs, the Gaussian run and the shape model's run. Nothing starts that
+    no selected test needs. (Defined after the fixture above, so that at the session's end the runs are
+    over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
     for name in ("slurm_runs", "engine_slots_run_started", "smollm2_started", "racing_bench_started",
-                 "racing_workflow_started", "tiny_run_started", "task_runs_started", "gaussian_run_started"):
+                 "racing_workflow_started", "tiny_run_started", "task_runs_started", "gaussian_run_started",
+                 "shape_run_started"):
         if name in needed:
             request.getfixturevalue(name)

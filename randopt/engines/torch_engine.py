@@ -25,6 +25,7 @@ import torch
 from kernels.noise_kinds import RADEMACHER, check_kind, definition
 from randopt.engines import perturb
 from randopt.engines import compute_dtype as cdt
+from randopt.model import shape
 from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
 
@@ -71,9 +72,12 @@ class TorchEngine:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype="auto", local_files_only=True, trust_remote_code=trust_remote_code,
-        ).to(self.device).eval()
+        if shape.read_marker(model_path):  # a shape model: no weight files, a seeded init (randopt/model/shape.py)
+            model = shape.build_torch_model(model_path, trust_remote_code=trust_remote_code)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(
+                model_path, dtype="auto", local_files_only=True, trust_remote_code=trust_remote_code)
+        self.model = model.to(self.device).eval()
         # named_parameters() lists a tied tensor once, under its checkpoint name (embed_tokens):
         # one logical tensor, one noise, shared storage for both uses.
         params = {name: p.data for name, p in self.model.named_parameters()}

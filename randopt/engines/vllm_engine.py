@@ -23,6 +23,7 @@ from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_wi
                                   start_token_id)
 from randopt.engines.vllm_speculation import speculative_config, unsupported_reason
 from randopt.engines.vllm_worker import RandoptWorkerExtension
+from randopt.model import shape
 from randopt.runtime import engine_slots
 from randopt.runtime.gpu_slots import MULTICAST_OFF
 
@@ -37,7 +38,7 @@ def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90, car
     """headroom - weight bytes per GPU / card bytes; card_bytes defaults to GPU 0's memory (given in
     tests, which have no GPU). With engines > 1 side by side on each GPU (engine.engines_per_gpu), the
     card is split between them, each keeping its base copy (randopt/runtime/engine_slots.py)."""
-    weight_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
+    weight_bytes = engine_slots.weight_bytes(model_dir) or 0
     card = card_bytes
     if card is None:
         import torch
@@ -75,8 +76,10 @@ def set_vllm_environment(tensor_parallel_size: int, env=None) -> None:
 def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utilization: float, enforce_eager: bool,
                 trust_remote_code: bool, max_model_len: int, batch_size: int, speculation: str = "none",
                 draft_tokens: int = 8) -> dict:
-    """The arguments of vllm.LLM. Prefix caching is off: the weights change under the same prompts."""
-    options = dict(model=model_dir, tokenizer=model_dir, dtype="auto", seed=0,
+    """The arguments of vllm.LLM. Prefix caching is off: the weights change under the same prompts. A shape
+    model (randopt/model/shape.py) has no weight files: vLLM's dummy load format makes them (docs/gpu.md)."""
+    dummy = {"load_format": "dummy"} if shape.read_marker(model_dir) else {}
+    options = dummy | dict(model=model_dir, tokenizer=model_dir, dtype="auto", seed=0,
                    tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
                    enforce_eager=enforce_eager, enable_prefix_caching=False,
                    trust_remote_code=trust_remote_code, worker_extension_cls=EXTENSION,

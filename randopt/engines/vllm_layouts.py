@@ -15,9 +15,13 @@ from kernels import layout as L
 
 
 def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
-    """Logical tensor names and shapes, read from the safetensors headers (no weights loaded)."""
+    """Logical tensor names and shapes, read from the safetensors headers (no weights loaded); a shape
+    model's from its config (randopt/model/shape.py)."""
     from safetensors import safe_open
 
+    from randopt.model import shape
+    if shape.read_marker(model_dir):
+        return shape.parameter_shapes(shape.model_config(model_dir))
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{model_dir}: no *.safetensors files; the vLLM engine needs safetensors weights")

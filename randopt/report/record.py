@@ -155,6 +155,8 @@ def records_row(record: dict) -> tuple[str, str]:
     pop = record["population"]
     kind = (record.get("task") or {}).get("kind", "gsm8k")
     run = record["run_name"] + (f" ({kind})" if kind != "gsm8k" else "")  # GSM8K's rows read as before tasks
+    if "not_a_result" in record["accuracy"]:  # a shape model's row says its accuracies are no result
+        run += f" ({record['accuracy']['not_a_result']})"
     row = (f"| {record['created_utc']} | {run} | {record['model']['id']} | "
            f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | "
            f"{record['accuracy']['base_train']:.3f}, {record['accuracy']['base_test']:.3f} | {ens} | {gains} | "

@@ -81,22 +81,38 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
                               f"bench/engines_per_gpu/README.md)")
 
 
+# A card's memory by the GPU names of a cluster's GRES (resources.gpu_model): the card a layout is checked
+# against when the DAG is built off the GPU host.
+CARD_BYTES = {"h100": 81_559 << 20,      # H100 SXM 80 GB: nvidia-smi's 81,559 MiB (79.6 GiB)
+              "h200": 150_754_820_096}   # H200 141 GB: torch's total_memory on the device (140.4 GiB)
+
+
+def engine_need_bytes(weight_bytes_per_gpu: float, card_bytes: int) -> float:
+    """What one engine needs of each of its GPUs: its weights, the same again as its base copy, CUDA
+    context and graphs, and the least KV cache."""
+    return 2 * weight_bytes_per_gpu + OVERHEAD_BYTES + MIN_KV_SHARE * card_bytes
+
+
 def largest_fitting(weight_bytes_per_gpu: float, card_bytes: int) -> int:
     """The most engines whose weights, base copies and least KV caches fit HEADROOM of the card."""
-    need = (2 * weight_bytes_per_gpu + OVERHEAD_BYTES) / card_bytes + MIN_KV_SHARE
-    return int(HEADROOM // need)
+    return int(HEADROOM * card_bytes // engine_need_bytes(weight_bytes_per_gpu, card_bytes))
 
 
-def check_fit(n: int, weight_bytes_per_gpu: float, card_bytes: int) -> None:
-    """A clear error when n engines cannot each hold weights, a base copy and a least KV cache."""
+def check_fit(n: int, weight_bytes_per_gpu: float, card_bytes: int, tp: int = 1) -> None:
+    """A clear error, with the numbers, when n engines of tp GPUs each cannot hold on every card their
+    weights, a base copy, CUDA context and a least KV cache (the layout: tp x engines)."""
     most = largest_fitting(weight_bytes_per_gpu, card_bytes)
     if n > most:
+        need = engine_need_bytes(weight_bytes_per_gpu, card_bytes)
+        layout = f"engine.tensor_parallel_size {tp} x engine.engines_per_gpu {n}"
         raise ValueError(
-            f"engine.engines_per_gpu {n} does not fit: each engine holds {weight_bytes_per_gpu / 2**30:.2f} GiB of "
-            f"weights, the same again as its base copy, about {OVERHEAD_BYTES / 2**30:.1f} GiB of CUDA context and "
-            f"graphs and at least {MIN_KV_SHARE:.0%} of the card as KV cache, "
-            f"and {HEADROOM:.0%} of a {card_bytes / 2**30:.0f} GiB card holds {most} such engines; set it to "
-            f"{max(most, 1)} or less" + ("" if most else " (not even one fits: raise tensor_parallel_size)"))
+            f"{layout} does not fit the card: each engine holds on each of its {tp} GPU(s) "
+            f"{weight_bytes_per_gpu / 2**30:.1f} GiB of weights, the same again as its base copy, about "
+            f"{OVERHEAD_BYTES / 2**30:.1f} GiB of CUDA context and graphs and at least {MIN_KV_SHARE:.0%} of the card "
+            f"as KV cache ({need / 2**30:.1f} GiB in all), and {HEADROOM:.0%} of a {card_bytes / 2**30:.1f} GiB card "
+            f"({HEADROOM * card_bytes / 2**30:.1f} GiB) holds {most} such engine(s); "
+            + (f"set engine.engines_per_gpu to {most} or less" if most else
+               "not even one fits: raise engine.tensor_parallel_size"))
 
 
 def memory_utilization(n: int, weight_bytes_per_gpu: float, card_bytes: int) -> float:
@@ -107,7 +123,11 @@ def memory_utilization(n: int, weight_bytes_per_gpu: float, card_bytes: int) -> 
 
 
 def weight_bytes(model_dir: str | Path) -> int | None:
-    """The bytes of a model dir's safetensors weights, or None when it holds none (yet)."""
+    """The bytes of a model dir's safetensors weights (a shape model's: from its config and dtype), or
+    None when it holds none (yet)."""
+    from randopt.model import shape
+    if (marker := shape.read_marker(model_dir)) is not None:
+        return shape.weight_bytes(shape.model_config(model_dir), marker["dtype"])
     files = list(Path(model_dir).glob("*.safetensors")) if Path(model_dir).is_dir() else []
     return sum(p.stat().st_size for p in files) or None
 

@@ -12,6 +12,7 @@ from randopt.population import population_size
 from randopt.io import read_json, write_json_atomic
 from randopt.report.statistics import record_statistics
 from randopt.distill.summary import distill_round
+from randopt.model.shape import NOT_A_RESULT, shape_weights
 
 
 def by_arm(paths: list[str]) -> dict[str, dict]:
@@ -44,6 +45,8 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
     gen_tokens = sum(s["gen_tokens"] for s in shards)
     population = population_size(config)
     commit = rec.git_commit(repo_dir)
+    shaped = "shape" in model
+    not_a_result = {"not_a_result": NOT_A_RESULT} if shaped else {}  # only a shape model's record has the key
     record = {
         "run_name": config["run_name"],
         "created_utc": rec.now_utc(),
@@ -52,7 +55,9 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         "config_sha256": rec.config_sha256(config),
         "config": config,
         "model": {"id": config["model"]["id"], "sha256": model["sha256"], "source": model["source"],
-                  "dtype": model["dtype"], "revision": model.get("revision")},
+                  "dtype": model["dtype"], "revision": model.get("revision")}
+        # a shape model (random weights of a config's shape): what it is; its accuracies say they are no result
+        | ({"shape": model["shape"] | {"weights": shape_weights(config["engine"]["kind"])}} if shaped else {}),
         # engines_resolved: how many engines ran side by side a device, and why (engine.engines_per_gpu)
         "engine": config["engine"] | {"compute_dtype_resolved": rec.single_compute_dtype(shards)}
         | ({"engines_resolved": engines} if engines else {}),
@@ -72,9 +77,9 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
                  for t in ranked["topk"]],
         "accuracy": {"base_train": base["accuracy"],
                      "base_test": voted["base_test"], "ensemble_test": voted["ensemble_test"],
-                     "member_mean_test": voted["member_mean_test"]},
+                     "member_mean_test": voted["member_mean_test"]} | not_a_result,
         # Did it work: the gain's interval and p-value, the members against the base, train-test rho.
-        "statistics": record_statistics(voted, pd.read_parquet(ranking), base["accuracy"]),
+        "statistics": record_statistics(voted, pd.read_parquet(ranking), base["accuracy"]) | not_a_result,
         "k_curve": voted["k_curve"],
         "bpb": {"base": scored["base"], "ensemble": scored["ensemble"], "members": scored["members"]},
         "timings_s": timings,

@@ -72,3 +72,20 @@ def gaussian_config(model_dir: Path) -> dict:
 def gaussian_run(workdir: Path, model_dir: Path):
     """The record and the export of a Gaussian run: (workdir, Snakemake's output)."""
     return workdir, run_workflow(workdir, gaussian_config(model_dir), "results/record.json", "export")
+
+
+# --- a shape model's run (tests/test_shape_model.py) -------------------------------------------------
+
+SHAPE_MODEL = {"source": "shape", "id": "tiny-qwen2-shape", "config": "tiny-qwen2", "init_seed": 3}
+
+
+def shape_config() -> dict:
+    """The tiny protocol on a model made from its shape (model.source shape): no weight files anywhere."""
+    config = tiny_config(Path("unused"), gsm8k=GENERATED_GSM8K,
+                         population={"n_seeds": 2, "sigmas": [0.01], "shard_size": 2}, topk={"fractions": [0.5]})
+    return config | {"model": dict(SHAPE_MODEL)}
+
+
+def shape_run(workdir: Path):
+    """The record and figures of a shape model's run: (workdir, Snakemake's output)."""
+    return workdir, run_workflow(workdir, shape_config())  # the default target: the record and the figures
