@@ -50,7 +50,20 @@ DECODE = decode_for(config)
 # the commands that `snakemake -p` prints no longer runnable by hand.
 PY = f"PYTHONPATH={shlex.quote(REPO)}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(sys.executable)} -m"
 
+# A round's keys in the round rules' paths (ROUND_PATTERN below): each exactly one of the run's rounds' (mkey: a
+# later round's base model, rule round_base; round 1's is prepare_model's; "(?!)" matches nothing).
+ROUND_KEY_REGEX = {name: "|".join(sorted({keys[key] for keys in ROUND_KEYS[first:] if keys.get(key)})) or "(?!)"
+                   for name, key, first in (("ekey", "eval", 0), ("bkey", "bpb", 0), ("mkey", "model", 1),
+                                            ("dkey", "distill_data", 0), ("tkey", "distill_train", 0),
+                                            ("vkey", "distill_eval", 0))}
+
 wildcard_constraints:
+    ekey=ROUND_KEY_REGEX["ekey"],
+    bkey=ROUND_KEY_REGEX["bkey"],
+    mkey=ROUND_KEY_REGEX["mkey"],
+    dkey=ROUND_KEY_REGEX["dkey"],
+    tkey=ROUND_KEY_REGEX["tkey"],
+    vkey=ROUND_KEY_REGEX["vkey"],
     sigma=r"[0-9][0-9.e+-]*",
     round=r"\d\d",
     chunk=r"\d\d\d",
@@ -87,24 +100,10 @@ BENCH = PATHS["benchmarks"]
 ROUND_PATHS = [layout(keys) for keys in ROUND_KEYS]
 ROUND_WILDCARDS = {"eval": "ekey", "bpb": "bkey", "model": "mkey", "distill_data": "dkey", "distill_train": "tkey",
                    "distill_eval": "vkey"}
-ROUND_PATTERN = layout(KEYS | {key: "{" + name + "}" for key, name in ROUND_WILDCARDS.items() if key in KEYS})
+ROUND_PATTERN = layout(KEYS | {key: f"{{{name}}}" for key, name in ROUND_WILDCARDS.items() if key in KEYS})
 ROUND_OF_EVAL = {keys["eval"]: r for r, keys in enumerate(ROUND_KEYS, 1)}
 ROUND_OF_MODEL = {keys["model"]: r for r, keys in enumerate(ROUND_KEYS, 1)}
 
-
-def one_of(values):
-    """A wildcard's regex: exactly one of the values (none: a regex that matches nothing)."""
-    return "|".join(sorted(set(values))) or "(?!)"
-
-
-wildcard_constraints:
-    ekey=one_of(keys["eval"] for keys in ROUND_KEYS),
-    bkey=one_of(keys["bpb"] for keys in ROUND_KEYS),
-    # a later round's base model (rule round_base); round 1's is prepare_model's
-    mkey=one_of(keys["model"] for keys in ROUND_KEYS[1:]),
-    dkey=one_of(keys.get("distill_data", "") for keys in ROUND_KEYS),
-    tkey=one_of(keys.get("distill_train", "") for keys in ROUND_KEYS),
-    vkey=one_of(keys.get("distill_eval", "") for keys in ROUND_KEYS),
 
 
 def round_of(wildcards) -> int:
@@ -112,16 +111,19 @@ def round_of(wildcards) -> int:
     return ROUND_OF_EVAL[wildcards.ekey]
 
 
-def round_path(name, suffix=""):
-    """An input function: the job's round's folder of that name (randopt/paths.py), plus suffix."""
-    return lambda wildcards: ROUND_PATHS[round_of(wildcards) - 1][name] + suffix
+def round_path(name, below=None):
+    """An input function: the job's round's folder of that name (randopt/paths.py), or a path below it."""
+    def path(wildcards):
+        folder = ROUND_PATHS[round_of(wildcards) - 1][name]
+        return f"{folder}/{below}" if below else folder
+    return path
 
 
 def at_round(pattern, r):
-    """A round-rule path pattern as round r's path: its key wildcards filled in (others left)."""
+    """The path of round r from a path pattern of the round rules (its key wildcards filled in, others left)."""
     for key, name in ROUND_WILDCARDS.items():
         if key in ROUND_KEYS[r - 1]:
-            pattern = pattern.replace("{" + name + "}", ROUND_KEYS[r - 1][key])
+            pattern = pattern.replace(f"{{{name}}}", ROUND_KEYS[r - 1][key])
     return pattern
 
 

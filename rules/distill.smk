@@ -14,7 +14,7 @@ wildcard_constraints:
 
 rule distill_data:
     input:
-        model=round_path("model", "/manifest.json"),
+        model=round_path("model", "manifest.json"),
         train=f"{DATA_PROBLEMS}/train.jsonl",
         topk=rules.rank.output.topk,
     output:
@@ -48,8 +48,8 @@ rule distill_data:
 
 rule distill_train:
     input:
-        base=round_path("model", "/model"),
-        base_manifest=round_path("model", "/manifest.json"),
+        base=round_path("model", "model"),
+        base_manifest=round_path("model", "manifest.json"),
         data=f"{DISTILL_DATA}/{{arm}}.jsonl",
         data_manifest=rules.distill_data.output.manifest,
     output:

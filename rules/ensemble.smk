@@ -7,7 +7,7 @@
 
 rule evaluate_members:
     input:
-        model=round_path("model", "/manifest.json"),
+        model=round_path("model", "manifest.json"),
         test=f"{DATA_PROBLEMS}/test.jsonl",
         train=f"{DATA_PROBLEMS}/train.jsonl",
         topk=rules.rank.output.topk,
@@ -18,7 +18,7 @@ rule evaluate_members:
     params:
         engine=round_engine_args(),
         decode=q_text(DECODE),
-        cache=round_path("members", "/cache"),
+        cache=round_path("members", "cache"),
         code=key_code("eval"),
     threads: job_threads()
     resources:
@@ -54,14 +54,14 @@ rule vote:
 
 rule score_bpb:
     input:
-        model=round_path("model", "/manifest.json"),
+        model=round_path("model", "manifest.json"),
         heldout=f"{DATA_HELDOUT}/heldout.jsonl",
         topk=rules.rank.output.topk,
     output:
         bpb=f"{ROUND_PATTERN['bpb']}/{{ekey}}/{KEYS['population']}/bpb.json",
     params:
         engine=round_engine_args(generating=False, max_context=config["heldout"]["max_context"]),
-        cache=round_path("bpb", "/cache"),
+        cache=round_path("bpb", "cache"),
         code=key_code("bpb"),
     threads: job_threads()
     resources:

@@ -5,7 +5,7 @@
 
 rule evaluate_shard:
     input:
-        model=round_path("model", "/manifest.json"),
+        model=round_path("model", "manifest.json"),
         train=f"{DATA_PROBLEMS}/train.jsonl",
     output:
         table=f"{ROUND_PATTERN['shards']}/{SHARD_STEM}.parquet",
