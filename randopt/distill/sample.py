@@ -19,18 +19,23 @@ from randopt.engines.base import Completion
 from randopt.engines.torch_engine import finish_completion
 
 
-@torch.inference_mode()
 def sample_completions(engine, prompts: list[str], *, n: int, temperature: float, seed: int, max_tokens: int,
                        stop: list[str]) -> list[list[Completion]]:
-    """n sampled completions of each prompt (plain sampling: no top-k, no top-p), from a torch engine.
-    Batch b of the rows (prompt-major: prompt 0's n copies first) draws under the seed (seed, b), so a
-    rerun with the same prompts, n and engine.batch_size (in the evaluation key) draws the same. From a vLLM
-    engine: vllm_samples."""
-    if hasattr(engine, "llm"):
-        return vllm_samples(engine, prompts, n=n, temperature=temperature, seed=seed, max_tokens=max_tokens, stop=stop)
-    if not hasattr(engine, "model"):
+    """n sampled completions of each prompt (plain sampling: no top-k, no top-p), from the job's own torch
+    engine (torch_samples) or vLLM engine (vllm_samples)."""
+    sampler = vllm_samples if hasattr(engine, "llm") else torch_samples if hasattr(engine, "model") else None
+    if sampler is None:
         raise TypeError(f"{type(engine).__name__}: the control is sampled from a torch or vLLM engine loaded in this "
                         "job (not a resident one)")
+    return sampler(engine, prompts, n=n, temperature=temperature, seed=seed, max_tokens=max_tokens, stop=stop)
+
+
+@torch.inference_mode()
+def torch_samples(engine, prompts: list[str], *, n: int, temperature: float, seed: int, max_tokens: int,
+                  stop: list[str]) -> list[list[Completion]]:
+    """From a torch engine: batch b of the rows (prompt-major: prompt 0's n copies first) draws under the
+    seed (seed, b), so a rerun with the same prompts, n and engine.batch_size (in the evaluation key) draws
+    the same."""
     model, tokenizer = engine.model, engine.tokenizer
     end_ids = engine.end_ids()
     rows = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(n)]
