@@ -443,7 +443,6 @@ if DISTILL_ENABLED:
     from randopt.config import round_knobs
     from randopt.distill.lora import check_model_dir
 
-    DISTILL = config["distill"]
     DISTILL_ARMS = ("distilled", "control")
     DISTILL_DATA = ROUND_PATTERN["distill_data"]
     DISTILL_TRAIN = ROUND_PATTERN["distill_train"]
