@@ -16,6 +16,7 @@
 #   freeze_task       data.smk      randopt/tasks/freeze.py (write_frozen; every other task: docs/tasks.md)
 #   fetch_fineweb     data.smk      randopt/data/heldout.py (write_heldout)
 #   prepare_model     model.smk     randopt/stages/prepare_model.py
+#   round_base        model.smk     randopt/stages/prepare_model.py (distill.rounds > 1: round r's base, round r-1's distilled model)
 #   evaluate_shard    search.smk    randopt/stages/evaluate_shard.py
 #   rank              search.smk    randopt/stages/rank.py
 #   race_slice        racing.smk    randopt/stages/race_slice.py (selection.mode racing: docs/racing.md)

@@ -132,17 +132,55 @@ def distill_fraction(config: dict) -> float:
     return chosen if chosen is not None else max(config["topk"]["fractions"])
 
 
+# The knobs of a distillation round: the distill block's, with the round's distill.round_overrides item over them.
+ROUND_KNOBS = ("fraction", "per_problem", "lora", "train", "control")
+
+
+def distill_rounds(config: dict) -> int:
+    """Rounds of search then distillation: distill.rounds when distill.enabled, else the one search."""
+    distill = config.get("distill") or {}
+    return int(distill.get("rounds", 1)) if distill.get("enabled") else 1
+
+
+def round_knobs(config: dict, round_index: int) -> dict:
+    """Round round_index's distillation knobs (fraction resolved as distill_fraction does): the distill
+    block's, with that round's round_overrides item deep-merged over them (round 1: the block's own)."""
+    distill = config["distill"]
+    knobs = {k: copy.deepcopy(distill[k]) for k in ROUND_KNOBS}
+    for item in distill.get("round_overrides") or []:
+        if item["round"] == round_index:
+            for key, value in item.items():
+                if key != "round":
+                    knobs[key] = {**knobs[key], **value} if isinstance(value, dict) else value
+    knobs["fraction"] = knobs["fraction"] if knobs["fraction"] is not None else max(config["topk"]["fractions"])
+    return knobs
+
+
 def _check_distill(config: dict) -> None:
-    """distill's limits that the schema cannot say: its fraction is one of the run's top-k lists; the torch engine."""
+    """distill's limits that the schema cannot say: each round's fraction is one of the run's top-k lists;
+    round_overrides name rounds 2 .. rounds, once each; several rounds under full evaluation only."""
     distill = config["distill"]
     if not distill["enabled"]:
         return
-    if distill["fraction"] is not None and distill["fraction"] not in config["topk"]["fractions"]:
-        raise ConfigError(f"config key 'distill.fraction': {distill['fraction']} is not one of topk.fractions "
-                          f"{config['topk']['fractions']}; give one of them, or null for the largest")
-    if config["engine"]["kind"] != "torch":
-        raise ConfigError("config key 'distill.enabled': distillation is wired for engine.kind torch only so far "
-                          "(training and the control's sampling run in transformers); use engine.kind torch")
+    rounds, overrides = distill["rounds"], distill["round_overrides"]
+    named = [item["round"] for item in overrides]
+    late = sorted({r for r in named if r > rounds})
+    if late:
+        raise ConfigError(f"config key 'distill.round_overrides': rounds {late} are past distill.rounds ({rounds}); "
+                          f"override rounds 2 to {rounds}, or raise distill.rounds")
+    twice = sorted({r for r in named if named.count(r) > 1})
+    if twice:
+        raise ConfigError(f"config key 'distill.round_overrides': round {twice[0]} is given more than once; "
+                          "merge its items into one")
+    for r in range(1, rounds + 1):
+        fraction = round_knobs(config, r)["fraction"]
+        if fraction not in config["topk"]["fractions"]:
+            where = "distill.fraction" if r == 1 else f"distill.round_overrides (round {r}) fraction"
+            raise ConfigError(f"config key '{where}': {fraction} is not one of topk.fractions "
+                              f"{config['topk']['fractions']}; give one of them, or null for the largest")
+    if rounds > 1 and config["selection"]["mode"] == "racing":
+        raise ConfigError(f"config key 'distill.rounds': {rounds} rounds are wired for selection.mode full only "
+                          "(racing's rounds are round 1's search); use selection.mode full, or distill.rounds 1")
 
 
 def check_model_files(config: dict) -> None:

@@ -11,7 +11,8 @@ import hashlib
 from pathlib import Path
 
 from randopt.code_keys import REPO, code_version, modules_version
-from randopt.config import decode_for, distill_fraction, gsm8k_source, heldout_source, task_kind, task_spec
+from randopt.config import (decode_for, distill_rounds, gsm8k_source, heldout_source, round_knobs,
+                            task_kind, task_spec)
 from randopt.tasks.registry import module_name
 from randopt.engines import compute_dtype
 from randopt.io import canonical_json
@@ -54,8 +55,9 @@ def shape_key(m: dict) -> dict:
     return shape_identity(resolve_config(m["config"]), m["dtype"], m["init_seed"])
 
 
-def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
-    """All path keys of one validated config (root: the checkout whose code they hash)."""
+def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False):
+    """All path keys of one validated config (root: the checkout whose code they hash); with_rounds: a
+    list of each distillation round's keys instead (round_keys)."""
     g, h, m, e = config["gsm8k"], config["heldout"], config["model"], config["engine"]
     # A pinned sha256 is part of the key of what it pins (only when set, so unpinned keys stay as they
     # were): a wrong pin then fails at a new path and leaves the verified files where they are, and
@@ -96,8 +98,14 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
     # generates nothing and is built without it.
     speculation = ({"speculation": {"kind": e["speculation"], "draft_tokens": e["draft_tokens"]}}
                    if e["speculation"] != "none" else {})
-    evaluation = short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config),
-                            "engine": numerics | speculation, "code": key_code("eval", root)} | task_code)
+    def evaluation_of(model: str) -> str:
+        return short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config),
+                          "engine": numerics | speculation, "code": key_code("eval", root)} | task_code)
+
+    def bpb_of(model: str) -> str:
+        return short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,
+                          "code": key_code("bpb", root)})
+    evaluation = evaluation_of(model)
     selection = config.get("selection") or {"mode": "full"}  # records written before racing had none
     racing = selection["mode"] == "racing"
     # Racing's knobs decide which members are ranked complete, so they key the population (only under
@@ -107,27 +115,52 @@ def run_keys(config: dict, root: Path = REPO) -> dict[str, str]:
                            | ({"selection": selection, "race_code": key_code("race", root)} if racing else {}))
     # The racing rounds' tables: which members each chunk job takes depends on the chunk size too.
     race = short_key({"population": population, "chunk_size": config["population"]["shard_size"]}) if racing else None
-    bpb = short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,
-                     "code": key_code("bpb", root)})
+    bpb = bpb_of(model)
     # The frozen problems' key is named after the task it holds: "gsm8k" (as before tasks) or "task".
     keys = {("gsm8k" if kind == "gsm8k" else "task"): problems, "heldout": heldout, "model": model, "eval": evaluation,
             "population": population, "bpb": bpb, "race": race}
     distill = config.get("distill") or {}
     if distill.get("enabled"):  # only then: a run without distillation has the keys it always had
-        keys |= distill_keys(distill, distill_fraction(config), evaluation, population, bpb, root)
+        keys |= distill_keys(round_knobs(config, 1), evaluation, population, bpb, root)
+    if with_rounds:
+        return [keys] + later_rounds(config, keys, evaluation_of, bpb_of, root)
     return keys
 
 
-def distill_keys(distill: dict, fraction: float, evaluation: str, population: str, bpb: str, root: Path) -> dict:
+def round_keys(config: dict, root: Path = REPO) -> list[dict[str, str]]:
+    """Each round's keys, round 1 first (distill.rounds; one round without distillation): round 1's are
+    run_keys(config); round r's have round r's model, eval, bpb and distill keys in place of round 1's."""
+    return run_keys(config, root, with_rounds=True)
+
+
+def later_rounds(config: dict, first: dict, evaluation_of, bpb_of, root: Path) -> list[dict[str, str]]:
+    """Rounds 2 .. distill.rounds: round r's base model is round r-1's distilled one, keyed by the
+    distill_train key that made it (itself nested in round r-1's eval key, so in round r-1's base: a
+    chain back to the configured model) and prepare_model's code (rule round_base links it in with
+    prepare_model's CLI). Everything keyed by the model follows; the population, splits and held-out
+    slice are the run's. A round's own knobs (round_knobs) enter only its distill keys, so a change to
+    round 2's leaves round 1's keys as they were."""
+    rounds, previous = [], first
+    for r in range(2, distill_rounds(config) + 1):
+        model = short_key({"distilled": previous["distill_train"], "arm": "distilled", "code": key_code("model", root)})
+        evaluation, bpb = evaluation_of(model), bpb_of(model)
+        keys = first | {"model": model, "eval": evaluation, "bpb": bpb}
+        keys |= distill_keys(round_knobs(config, r), evaluation, first["population"], bpb, root)
+        rounds.append(keys)
+        previous = keys
+    return rounds
+
+
+def distill_keys(knobs: dict, evaluation: str, population: str, bpb: str, root: Path) -> dict:
     """The keys of distillation's three stages, each nesting the one before: the datasets hang on the
     search (eval, population) and their own knobs; the fine-tuned models on the datasets and the LoRA and
     training knobs; their evaluation on the models and on what the base's answers and bpb hang on (eval, bpb:
     the split, decoding, held-out text, engine numerics). A new lr then retrains and re-evaluates, and
     reuses the datasets."""
-    data = short_key({"eval": evaluation, "population": population, "fraction": fraction,
-                      "per_problem": distill["per_problem"], "control": distill["control"],
+    data = short_key({"eval": evaluation, "population": population, "fraction": knobs["fraction"],
+                      "per_problem": knobs["per_problem"], "control": knobs["control"],
                       "code": key_code("distill_data", root)})
-    train = short_key({"data": data, "lora": distill["lora"], "train": distill["train"],
+    train = short_key({"data": data, "lora": knobs["lora"], "train": knobs["train"],
                        "code": key_code("distill_train", root)})
     evaluated = short_key({"train": train, "eval": evaluation, "bpb": bpb, "code": key_code("distill_eval", root)})
     return {"distill_data": data, "distill_train": train, "distill_eval": evaluated}

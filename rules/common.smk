@@ -10,7 +10,7 @@ from randopt.config import (ConfigError, check_model_files, check_task_files, de
                             heldout_source, problems_block, problems_key, task_spec, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.code_keys import code_version
-from randopt.keys import key_code, run_keys, short_key
+from randopt.keys import key_code, round_keys, short_key
 from randopt.paths import layout
 from randopt.population import Population, sigma_label
 from randopt.scoring.answer_blocks import block_size
@@ -31,7 +31,10 @@ try:
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}")
 
-KEYS = run_keys(config)
+# Each round's keys, round 1 first (distill.rounds; a run without distillation has one round): KEYS are
+# round 1's, the run's as they always were.
+ROUND_KEYS = round_keys(config)
+KEYS = ROUND_KEYS[0]
 REPO = workflow.basedir
 # Members, shards and k per fraction: one object (randopt/population.py), read by the stages too.
 POPULATION = Population.from_config(config)
@@ -49,7 +52,20 @@ DECODE = decode_for(config)
 # the commands that `snakemake -p` prints no longer runnable by hand.
 PY = f"PYTHONPATH={shlex.quote(REPO)}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(sys.executable)} -m"
 
+# A round's keys in the round rules' paths (ROUND_PATTERN below): each exactly one of the run's rounds' (mkey: a
+# later round's base model, rule round_base; round 1's is prepare_model's; "(?!)" matches nothing).
+ROUND_KEY_REGEX = {name: "|".join(sorted({keys[key] for keys in ROUND_KEYS[first:] if keys.get(key)})) or "(?!)"
+                   for name, key, first in (("ekey", "eval", 0), ("bkey", "bpb", 0), ("mkey", "model", 1),
+                                            ("dkey", "distill_data", 0), ("tkey", "distill_train", 0),
+                                            ("vkey", "distill_eval", 0))}
+
 wildcard_constraints:
+    ekey=ROUND_KEY_REGEX["ekey"],
+    bkey=ROUND_KEY_REGEX["bkey"],
+    mkey=ROUND_KEY_REGEX["mkey"],
+    dkey=ROUND_KEY_REGEX["dkey"],
+    tkey=ROUND_KEY_REGEX["tkey"],
+    vkey=ROUND_KEY_REGEX["vkey"],
     sigma=r"[0-9][0-9.e+-]*",
     round=r"\d\d",
     chunk=r"\d\d\d",
@@ -76,6 +92,41 @@ VOTE = PATHS["vote"]
 BPB = PATHS["bpb"]
 EXPORT = PATHS["export"]
 BENCH = PATHS["benchmarks"]
+
+# Rounds (distill.rounds, docs/distill.md): round r >= 2 searches, votes and distills on round r-1's
+# distilled model (rule round_base links it in as data/models/<round r's model key>). The rules of the
+# search, the ensemble and distillation serve every round: their paths hold the round's keys as
+# wildcards (ekey: eval, bkey: bpb, mkey: model, dkey, tkey, vkey: distill data, train, eval), each
+# constrained to the run's rounds' keys, so a path names its round, and round_of(wildcards) finds it.
+# ROUND_PATTERN is the layout (randopt/paths.py) over those wildcards, ROUND_PATHS each round's folders.
+ROUND_PATHS = [layout(keys) for keys in ROUND_KEYS]
+ROUND_WILDCARDS = {"eval": "ekey", "bpb": "bkey", "model": "mkey", "distill_data": "dkey", "distill_train": "tkey",
+                   "distill_eval": "vkey"}
+ROUND_PATTERN = layout(KEYS | {key: f"{{{name}}}" for key, name in ROUND_WILDCARDS.items() if key in KEYS})
+ROUND_OF_EVAL = {keys["eval"]: r for r, keys in enumerate(ROUND_KEYS, 1)}
+ROUND_OF_MODEL = {keys["model"]: r for r, keys in enumerate(ROUND_KEYS, 1)}
+
+
+
+def round_of(wildcards) -> int:
+    """The round (1, 2, ...) of a job of a round's rules, from the eval key in its path."""
+    return ROUND_OF_EVAL[wildcards.ekey]
+
+
+def round_path(name, below=None):
+    """An input function: the job's round's folder of that name (randopt/paths.py), or a path below it."""
+    def path(wildcards):
+        folder = ROUND_PATHS[round_of(wildcards) - 1][name]
+        return f"{folder}/{below}" if below else folder
+    return path
+
+
+def at_round(pattern, r):
+    """The path of round r from a path pattern of the round rules (its key wildcards filled in, others left)."""
+    for key, name in ROUND_WILDCARDS.items():
+        if key in ROUND_KEYS[r - 1]:
+            pattern = pattern.replace(f"{{{name}}}", ROUND_KEYS[r - 1][key])
+    return pattern
 
 
 def verify_frozen_files():
@@ -111,8 +162,8 @@ def q_text(obj):
 SHARD_STEM = "sigma={sigma}/seeds_{first}-{last}"
 
 
-def get_shards(suffix=".parquet"):
-    return [f"{SHARDS}/{stem}{suffix}" for stem in POPULATION.shard_stems()]
+def get_shards(suffix=".parquet", r=1):
+    return [f"{ROUND_PATHS[r - 1]['shards']}/{stem}{suffix}" for stem in POPULATION.shard_stems()]
 
 
 def race_chunk_stems(round_index):
@@ -123,10 +174,11 @@ def race_survivors(round_index):
     return f"{RACE}/round={round_index:02d}/survivors.json"
 
 
-def get_search_tables(suffix=".parquet"):
-    """The tables the ranking reads: full evaluation's shards, or every racing round's chunk tables."""
+def get_search_tables(suffix=".parquet", r=1):
+    """The tables round r's ranking reads: full evaluation's shards, or every racing round's chunk tables
+    (racing: round 1 only, randopt/config.py)."""
     if not RACING:
-        return get_shards(suffix)
+        return get_shards(suffix, r)
     return [f"{RACE}/{stem}{suffix}" for r in range(RACE_PLAN.rounds) for stem in race_chunk_stems(r)]
 
 
@@ -158,17 +210,25 @@ def get_engine_options():
 
 def get_engine_args(model_dir=None, **extra_options):
     """Engine flags of the stage CLIs (the rule's shell adds --threads {threads}); model_dir: the
-    prepared model's by default (evaluate_distilled loads a fine-tuned one as its base)."""
+    prepared model's by default (a later round's base, or evaluate_distilled's fine-tuned model, else)."""
     return (f"--model-dir {model_dir or f'{MODEL}/model'} --engine {config['engine']['kind']} "
             f"--engine-options {q(get_engine_options() | extra_options)}")
 
 
-def get_generating_engine_args():
+def get_generating_engine_args(model_dir=None):
     """Engine flags of the stages that generate answers: engine.speculation reaches only them (score_bpb
     scores given text, where drafts have nothing to do; only when on, so the default's params stay)."""
     e = config["engine"]
     speculation = {"speculation": e["speculation"], "draft_tokens": e["draft_tokens"]} if e["speculation"] != "none" else {}
-    return get_engine_args(**speculation)
+    return get_engine_args(model_dir, **speculation)
+
+
+def round_engine_args(generating=True, **extra_options):
+    """A param function: the engine flags on the job's round's base model (round 1: the prepared model)."""
+    def args(wildcards):
+        model_dir = f"{ROUND_PATHS[round_of(wildcards) - 1]['model']}/model"
+        return get_generating_engine_args(model_dir) if generating else get_engine_args(model_dir, **extra_options)
+    return args
 
 
 # lm-evaluation-harness after the record (rules/lm_eval.smk): its folder, under the run's keys and a key
@@ -374,50 +434,85 @@ def get_benchmarks():
     """RULE=PATH for every stage's Snakemake benchmark file, so the record can sum stage times. Called
     by rule record (rules/record.smk), after every rule it names is defined."""
     freeze = ("freeze_gsm8k", rules.freeze_gsm8k) if TASK == "gsm8k" else ("freeze_task", rules.freeze_task)
-    pairs = [freeze, ("fetch_fineweb", rules.fetch_fineweb),
-             ("prepare_model", rules.prepare_model), ("rank", rules.rank),
-             ("evaluate_members", rules.evaluate_members), ("vote", rules.vote), ("score_bpb", rules.score_bpb)]
+    pairs = [freeze, ("fetch_fineweb", rules.fetch_fineweb), ("prepare_model", rules.prepare_model)]
     paths = [f"{name}={rule.benchmark}" for name, rule in pairs]
-    if DISTILL_ENABLED:  # distillation's stages (rules/distill.smk): what distill.enabled adds to the run
-        paths += distill_benchmarks()
+    # every round's (distill.rounds): a stage's time in the record is the sum over the rounds
+    for r in range(1, len(ROUND_KEYS) + 1):
+        paths += [f"{name}={at_round(str(rule.benchmark), r)}" for name, rule in
+                  (("rank", rules.rank), ("evaluate_members", rules.evaluate_members), ("vote", rules.vote),
+                   ("score_bpb", rules.score_bpb))]
+        if r > 1:
+            paths.append(f"round_base={at_round(str(rules.round_base.benchmark), r)}")
+        if DISTILL_ENABLED:  # distillation's stages (rules/distill.smk): what distill.enabled adds to the run
+            paths += distill_benchmarks(r)
+        if not RACING:
+            paths += [f"evaluate_shard={BENCH}/evaluate_shard/{ROUND_KEYS[r - 1]['eval']}/{stem}.tsv"
+                      for stem in POPULATION.shard_stems()]
     if RACING:
         paths += [f"race_slice={BENCH}/race_slice/{KEYS['race']}/{stem}.tsv"
                   for r in range(RACE_PLAN.rounds) for stem in race_chunk_stems(r)]
-    else:
-        paths += [f"evaluate_shard={BENCH}/evaluate_shard/{KEYS['eval']}/{stem}.tsv" for stem in POPULATION.shard_stems()]
     return paths
 
 
 # distill.enabled (rules/distill.smk, docs/distill.md): its folders and knobs, and the helpers the record uses.
 if DISTILL_ENABLED:
-    from randopt.config import distill_fraction
+    from randopt.config import round_knobs
     from randopt.distill.lora import check_model_dir
 
-    DISTILL = config["distill"]
-    DISTILL_FRACTION = distill_fraction(config)
-    DISTILL_ROUND = 1  # distill.rounds > 1 (round r's base: round r-1's distilled model) is not built yet
     DISTILL_ARMS = ("distilled", "control")
-    DISTILL_DATA = PATHS["distill_data"]
-    DISTILL_TRAIN = PATHS["distill_train"]
-    DISTILL_EVAL = PATHS["distill_eval"]
+    DISTILL_DATA = ROUND_PATTERN["distill_data"]
+    DISTILL_TRAIN = ROUND_PATTERN["distill_train"]
+    DISTILL_EVAL = ROUND_PATTERN["distill_eval"]
+    # distill_train's device: the engine's, except that under vLLM (generation only) the fine-tune runs in
+    # transformers on the GPU (and claims one: job_gpus counts the vLLM engine's).
+    DISTILL_DEVICE = "cuda" if config["engine"]["kind"] == "vllm" else config["engine"]["device"]
 
     # At DAG build: a LoRA target module the model lacks (read from config.json, no weights) is an error now,
-    # not after the search. A model not prepared yet is checked when distill_train loads it.
+    # not after the search; each round's targets (a later round's model has round 1's modules). A model not
+    # prepared yet is checked when distill_train loads it.
     try:
-        check_model_dir(config["model"]["path"] if config["model"]["source"] == "local" else f"{MODEL}/model",
-                        DISTILL["lora"]["target_modules"])
+        for r in range(1, len(ROUND_KEYS) + 1):
+            check_model_dir(config["model"]["path"] if config["model"]["source"] == "local" else f"{MODEL}/model",
+                            round_knobs(config, r)["lora"]["target_modules"])
     except InputError as err:
         raise WorkflowError(f"invalid config: {err}")
 
-    def distill_benchmarks():
-        """RULE=PATH of distillation's benchmark files, for the record's stage times (get_benchmarks)."""
-        return ([f"distill_data={BENCH}/distill_data/{KEYS['distill_data']}.tsv"]
-                + [f"distill_train={BENCH}/distill_train/{KEYS['distill_train']}/{arm}.tsv" for arm in DISTILL_ARMS]
-                + [f"evaluate_distilled={BENCH}/evaluate_distilled/{KEYS['distill_eval']}/{arm}.tsv" for arm in DISTILL_ARMS])
+    # Its GPU jobs (vLLM, or torch on cuda) hold no resident engine: each claims its GPU as an engine stage
+    # does (--gpu-slots) and stops the resident engines on it first (--release-resident: their memory is
+    # its own engine's, or its fine-tune's); with engines side by side it takes every engine slot, so
+    # that none of those engines is serving a job. On the CPU none of this applies.
+    DISTILL_LOCAL = (f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else "") \
+        + (f" --release-resident --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S and job_gpus() else "")
 
+    def distill_resources():
+        res = job_resources("evaluate_members")
+        return res | ({"engine_slot": ENGINE_SLOTS} if "engine_slot" in res else {})
+
+    def distill_knob(name):
+        """A param function: the job's round's distill knob (randopt/config.py round_knobs); a block as one
+        shell word of JSON."""
+        def knob(wildcards):
+            value = round_knobs(config, round_of(wildcards))[name]
+            return q(value) if isinstance(value, dict) else value
+        return knob
+
+    def distill_benchmarks(r):
+        """RULE=PATH of round r's distillation benchmark files, for the record's stage times (get_benchmarks)."""
+        return ([f"distill_data={at_round(str(rules.distill_data.benchmark), r)}"]
+                + [f"distill_train={at_round(str(rules.distill_train.benchmark), r).replace('{arm}', arm)}" for arm in DISTILL_ARMS]
+                + [f"evaluate_distilled={at_round(str(rules.evaluate_distilled.benchmark), r).replace('{arm}', arm)}"
+                   for arm in DISTILL_ARMS])
 
     def distill_record_inputs():
-        """What the record reads of distillation: the datasets' manifest, each arm's model manifest and result."""
-        return {"distill_data": f"{DISTILL_DATA}/manifest.json",
-                "distill_models": [f"{DISTILL_TRAIN}/{arm}/manifest.json" for arm in DISTILL_ARMS],
-                "distill_results": [f"{DISTILL_EVAL}/{arm}/result.json" for arm in DISTILL_ARMS]}
+        """What the record reads of distillation, every round's: the datasets' manifest, each arm's model
+        manifest and result, and the round's base model manifest, vote and bpb."""
+        return {f"distill_round{r}": distill_round_files(r) for r in range(1, len(ROUND_KEYS) + 1)}
+
+    def distill_round_files(r):
+        """Round r's files the record reads, in the order of scripts/record.py --distill-round."""
+        paths = ROUND_PATHS[r - 1]
+        return ([f"{paths['model']}/manifest.json", f"{paths['vote']}/vote.json",
+                 f"{paths['bpb']}/{ROUND_KEYS[r - 1]['eval']}/{KEYS['population']}/bpb.json",
+                 f"{paths['distill_data']}/manifest.json"]
+                + [f"{paths['distill_train']}/{arm}/manifest.json" for arm in DISTILL_ARMS]
+                + [f"{paths['distill_eval']}/{arm}/result.json" for arm in DISTILL_ARMS])

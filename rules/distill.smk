@@ -3,7 +3,10 @@
 # the same size, fine-tune another (the control). Both merged models answer the test split and score bpb
 # as the base does, and the record compares them with the base and the ensemble. Included by the
 # Snakefile only when enabled, so a run without it has the rules, keys and paths it always had.
-# Its folders, knobs and the DAG-build check of the LoRA targets: rules/common.smk (DISTILL_*).
+# Its folders, knobs and the DAG-build check of the LoRA targets: rules/common.smk (DISTILL_*). Every round
+# (distill.rounds) has its own jobs: {ekey}, {dkey}, {tkey}, {vkey} in a path are the round's keys, and
+# round_knobs (randopt/config.py) its knobs; round r+1's base model is this rule's distilled model
+# (rule round_base, rules/model.smk).
 
 wildcard_constraints:
     arm="distilled|control",
@@ -11,32 +14,33 @@ wildcard_constraints:
 
 rule distill_data:
     input:
-        model=f"{MODEL}/manifest.json",
+        model=round_path("model", "manifest.json"),
         train=f"{DATA_PROBLEMS}/train.jsonl",
-        topk=f"{RANK}/topk.json",
+        topk=rules.rank.output.topk,
     output:
         distilled=f"{DISTILL_DATA}/distilled.jsonl",
         control=f"{DISTILL_DATA}/control.jsonl",
         manifest=f"{DISTILL_DATA}/manifest.json",
     params:
-        engine=get_engine_args(),
+        engine=round_engine_args(generating=False),
         decode=q_text(DECODE),
-        cache=ANSWER_CACHE,
-        fraction=DISTILL_FRACTION,
-        per_problem=DISTILL["per_problem"],
-        control=q(DISTILL["control"]),
-        round=DISTILL_ROUND,
+        cache=round_path("answer_cache"),
+        fraction=distill_knob("fraction"),
+        per_problem=distill_knob("per_problem"),
+        control=distill_knob("control"),
+        round=round_of,
         code=key_code("distill_data"),
     threads: job_threads()
     resources:
-        **job_resources("evaluate_members"),
+        **distill_resources(),
     log:
-        "logs/distill_data.log",
+        "logs/distill_data/{ekey}/{dkey}.log",
     benchmark:
-        f"{BENCH}/distill_data/{KEYS['distill_data']}.tsv"
+        f"{BENCH}/distill_data/{{ekey}}/{{dkey}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} scripts.distill_data {params.engine} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} scripts.distill_data {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode} --train {input.train}"
         " --topk {input.topk} --fraction {params.fraction} --cache-dir {params.cache} --per-problem {params.per_problem}"
         " --control {params.control} --round {params.round} --out-distilled {output.distilled}"
         " --out-control {output.control} --manifest {output.manifest} 2> {log}"
@@ -44,8 +48,8 @@ rule distill_data:
 
 rule distill_train:
     input:
-        base=f"{MODEL}/model",
-        base_manifest=f"{MODEL}/manifest.json",
+        base=round_path("model", "model"),
+        base_manifest=round_path("model", "manifest.json"),
         data=f"{DISTILL_DATA}/{{arm}}.jsonl",
         data_manifest=rules.distill_data.output.manifest,
     output:
@@ -53,26 +57,27 @@ rule distill_train:
         adapter=directory(f"{DISTILL_TRAIN}/{{arm}}/adapter"),
         manifest=f"{DISTILL_TRAIN}/{{arm}}/manifest.json",
     params:
-        lora=q(DISTILL["lora"]),
-        train=q(DISTILL["train"]),
-        device=config["engine"]["device"],
+        lora=distill_knob("lora"),
+        train=distill_knob("train"),
+        device=DISTILL_DEVICE,
         trust="--trust-remote-code" if config["model"]["trust_remote_code"] else "",
         # the engine's resolved dtype (in the eval key, so in this one): bfloat16 trains under bf16 autocast
         compute_dtype=COMPUTE_DTYPE,
-        round=DISTILL_ROUND,
+        round=round_of,
         code=key_code("distill_train"),
     threads: job_threads(gpu_stage=False)
     resources:
-        **job_resources("evaluate_members"),
+        **distill_resources(),
     log:
-        "logs/distill_train/{arm}.log",
+        "logs/distill_train/{ekey}/{dkey}/{tkey}/{arm}.log",
     benchmark:
-        f"{BENCH}/distill_train/{KEYS['distill_train']}/{{arm}}.tsv"
+        f"{BENCH}/distill_train/{{ekey}}/{{dkey}}/{{tkey}}/{{arm}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
         "{PY} scripts.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
         " --arm {wildcards.arm} --round {params.round} --lora {params.lora} --train {params.train}"
-        " --device {params.device} --threads {threads} {params.trust} --compute-dtype {params.compute_dtype}"
+        " --device {params.device}{DISTILL_LOCAL} --threads {threads} {params.trust} --compute-dtype {params.compute_dtype}"
         " --out-model {output.model}"
         " --out-adapter {output.adapter} --manifest {output.manifest} 2> {log}"
 
@@ -88,19 +93,19 @@ rule evaluate_distilled:
         result=f"{DISTILL_EVAL}/{{arm}}/result.json",
     params:
         # the base's engine options and the bpb window, on the fine-tuned model dir
-        engine=lambda wildcards: get_engine_args(f"{DISTILL_TRAIN}/{wildcards.arm}/model",
-                                                 max_context=config["heldout"]["max_context"]),
+        engine=lambda wildcards, input: get_engine_args(input.model, max_context=config["heldout"]["max_context"]),
         decode=q_text(DECODE),
         code=key_code("distill_eval"),
     threads: job_threads()
     resources:
-        **job_resources("evaluate_members"),
+        **distill_resources(),
     log:
-        "logs/evaluate_distilled/{arm}.log",
+        "logs/evaluate_distilled/{ekey}/{dkey}/{tkey}/{vkey}/{arm}.log",
     benchmark:
-        f"{BENCH}/evaluate_distilled/{KEYS['distill_eval']}/{{arm}}.tsv"
+        f"{BENCH}/evaluate_distilled/{{ekey}}/{{dkey}}/{{tkey}}/{{vkey}}/{{arm}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} scripts.evaluate_distilled {params.engine} --threads {threads} --decode {params.decode}"
+        "{PY} scripts.evaluate_distilled {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode}"
         " --model-manifest {input.model_manifest} --arm {wildcards.arm} --test {input.test} --heldout {input.heldout}"
         " --out-answers {output.answers} --out {output.result} 2> {log}"

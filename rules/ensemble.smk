@@ -1,31 +1,32 @@
 # The ensemble: top-k members (and the base model) answer the test split and vote (the base model
 # also answers the train split, the reference for the members' train rewards); bits-per-byte of
 # the base model and of each top-k ensemble on the held-out text. Per-member results are cached under
-# content keys, so a new top-k fraction evaluates only members not seen before.
+# content keys, so a new top-k fraction evaluates only members not seen before. Each distillation round
+# (distill.rounds) has its own: {ekey} and {bkey} in a path are the round's eval and bpb keys (rules/common.smk).
 
 
 rule evaluate_members:
     input:
-        model=f"{MODEL}/manifest.json",
+        model=round_path("model", "manifest.json"),
         test=f"{DATA_PROBLEMS}/test.jsonl",
         train=f"{DATA_PROBLEMS}/train.jsonl",
-        topk=f"{RANK}/topk.json",
+        topk=rules.rank.output.topk,
     output:
-        answers=f"{MEMBERS}/{KEYS['population']}/answers.parquet",
-        timings=f"{MEMBERS}/{KEYS['population']}/timings.json",
-        base_train=f"{MEMBERS}/{KEYS['population']}/base_train.json",
+        answers=f"{ROUND_PATTERN['members']}/{KEYS['population']}/answers.parquet",
+        timings=f"{ROUND_PATTERN['members']}/{KEYS['population']}/timings.json",
+        base_train=f"{ROUND_PATTERN['members']}/{KEYS['population']}/base_train.json",
     params:
-        engine=get_generating_engine_args(),
+        engine=round_engine_args(),
         decode=q_text(DECODE),
-        cache=f"{MEMBERS}/cache",
+        cache=round_path("members", "cache"),
         code=key_code("eval"),
     threads: job_threads()
     resources:
         **job_resources("evaluate_members"),
     log:
-        "logs/evaluate_members.log",
+        "logs/evaluate_members/{ekey}.log",
     benchmark:
-        f"{BENCH}/evaluate_members/{KEYS['eval']}/{KEYS['population']}.tsv"
+        f"{BENCH}/evaluate_members/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
@@ -37,14 +38,14 @@ rule evaluate_members:
 rule vote:
     input:
         answers=rules.evaluate_members.output.answers,
-        topk=f"{RANK}/topk.json",
+        topk=rules.rank.output.topk,
         test=f"{DATA_PROBLEMS}/test.jsonl",
     output:
-        vote=f"{VOTE}/vote.json",
+        vote=f"{ROUND_PATTERN['vote']}/vote.json",
     log:
-        "logs/vote.log",
+        "logs/vote/{ekey}.log",
     benchmark:
-        f"{BENCH}/vote/{KEYS['eval']}/{KEYS['population']}.tsv"
+        f"{BENCH}/vote/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
@@ -53,22 +54,22 @@ rule vote:
 
 rule score_bpb:
     input:
-        model=f"{MODEL}/manifest.json",
+        model=round_path("model", "manifest.json"),
         heldout=f"{DATA_HELDOUT}/heldout.jsonl",
-        topk=f"{RANK}/topk.json",
+        topk=rules.rank.output.topk,
     output:
-        bpb=f"{BPB}/{KEYS['eval']}/{KEYS['population']}/bpb.json",
+        bpb=f"{ROUND_PATTERN['bpb']}/{{ekey}}/{KEYS['population']}/bpb.json",
     params:
-        engine=get_engine_args(max_context=config["heldout"]["max_context"]),
-        cache=f"{BPB}/cache",
+        engine=round_engine_args(generating=False, max_context=config["heldout"]["max_context"]),
+        cache=round_path("bpb", "cache"),
         code=key_code("bpb"),
     threads: job_threads()
     resources:
         **job_resources("score_bpb"),
     log:
-        "logs/score_bpb.log",
+        "logs/score_bpb/{bkey}/{ekey}.log",
     benchmark:
-        f"{BENCH}/score_bpb/{KEYS['bpb']}/{KEYS['eval']}/{KEYS['population']}.tsv"
+        f"{BENCH}/score_bpb/{{bkey}}/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:

@@ -7,7 +7,7 @@
 rule lm_eval:
     input:
         record=rules.record.output.record,
-        ranking=rules.rank.output.ranking,
+        ranking=at_round(rules.rank.output.ranking, 1),
         model=f"{MODEL}/model",
     output:
         results=f"{LM_EVAL_DIR}/lm_eval.json",

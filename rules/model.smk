@@ -31,3 +31,28 @@ rule prepare_model:
         "OMP_NUM_THREADS={threads} {PY} scripts.prepare_model --source {params.source} --model-id {params.model_id}"
         " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.path} {params.revision} {params.shape}"
         " --dtype {params.dtype} {params.pin} --out-dir {output.model} --manifest {output.manifest} 2> {log}"
+
+
+# distill.rounds > 1 (docs/distill.md): round r's base model is round r-1's distilled (merged) model, linked
+# in by prepare_model's CLI (source local) as data/models/<round r's model key>, with the manifest (its
+# weights' sha256) that every round's stage reads as the base's. The key hashes the distill_train key
+# that made it (randopt/keys.py later_rounds), so it is content-addressed like round 1's.
+rule round_base:
+    input:
+        distilled=lambda wildcards: f"{ROUND_PATHS[ROUND_OF_MODEL[wildcards.mkey] - 2]['distill_train']}/distilled/model",
+        manifest=lambda wildcards: f"{ROUND_PATHS[ROUND_OF_MODEL[wildcards.mkey] - 2]['distill_train']}/distilled/manifest.json",
+    output:
+        model=directory(f"{ROUND_PATTERN['model']}/model"),
+        manifest=f"{ROUND_PATTERN['model']}/manifest.json",
+    params:
+        model_id=lambda wildcards: q(f"randopt-distilled-round{ROUND_OF_MODEL[wildcards.mkey] - 1}"),
+        dtype=config["model"]["dtype"],
+        code=key_code("model"),
+    log:
+        "logs/round_base/{mkey}.log",
+    benchmark:
+        f"{BENCH}/round_base/{{mkey}}.tsv"
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} scripts.prepare_model --source local --model-id {params.model_id}"
+        " --path {input.distilled} --dtype {params.dtype} --out-dir {output.model} --manifest {output.manifest} 2> {log}"

@@ -6,14 +6,16 @@ rule record:
         model=rules.prepare_model.output.manifest,
         problems=f"{DATA_PROBLEMS}/manifest.json",  # freeze_gsm8k's or freeze_task's
         heldout=rules.fetch_fineweb.output.manifest,
-        topk=rules.rank.output.topk,
-        ranking=rules.rank.output.ranking,
-        vote=rules.vote.output.vote,
-        bpb=rules.score_bpb.output.bpb,
+        # round 1's search and ensemble (a later round's are in its distill block)
+        topk=at_round(rules.rank.output.topk, 1),
+        ranking=at_round(rules.rank.output.ranking, 1),
+        vote=at_round(rules.vote.output.vote, 1),
+        bpb=at_round(rules.score_bpb.output.bpb, 1),
         shard_timings=get_search_tables(".timings.json"),
-        members_timings=rules.evaluate_members.output.timings,
-        base_train=rules.evaluate_members.output.base_train,
-        # distill.enabled: the datasets' manifest, each arm's model manifest and result (rules/distill.smk)
+        members_timings=at_round(rules.evaluate_members.output.timings, 1),
+        base_train=at_round(rules.evaluate_members.output.base_train, 1),
+        # distill.enabled: each round's base, vote, bpb, datasets' manifest, and each arm's model manifest and
+        # result (rules/common.smk distill_round_files)
         **(distill_record_inputs() if DISTILL_ENABLED else {}),
     output:
         record="results/record.json",
@@ -25,9 +27,9 @@ rule record:
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
         engines=q(ENGINES.as_record()),
-        distill=lambda wildcards, input: (f"--distill-data {input.distill_data} --distill-models "
-                                          + " ".join(input.distill_models) + " --distill-results "
-                                          + " ".join(input.distill_results)) if DISTILL_ENABLED else "",
+        distill=lambda wildcards, input: " ".join(
+            "--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(ROUND_KEYS) + 1)
+        ) if DISTILL_ENABLED else "",
     log:
         "logs/record.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

@@ -18,8 +18,8 @@ FIGURES_DIR = "results/figures"
 rule figures:
     input:
         record=rules.record.output.record,
-        ranking=rules.rank.output.ranking,
-        vote=rules.vote.output.vote,
+        ranking=at_round(rules.rank.output.ranking, 1),
+        vote=at_round(rules.vote.output.vote, 1),
     output:
         **{name: report(f"{FIGURES_DIR}/{name}.png", caption=f"../report/{name}.rst", category=category)
            for name, category in FIGURE_CATEGORIES.items()},

@@ -1,20 +1,21 @@
 # The search: every (seed, sigma) scored on the train split, shard by shard (selection.mode full), or
-# in racing rounds (selection.mode racing: rules/racing.smk), then ranked.
+# in racing rounds (selection.mode racing: rules/racing.smk), then ranked. Each distillation round
+# (distill.rounds) searches on its own base model: {ekey} in a path is the round's eval key (rules/common.smk).
 
 
 rule evaluate_shard:
     input:
-        model=f"{MODEL}/manifest.json",
+        model=round_path("model", "manifest.json"),
         train=f"{DATA_PROBLEMS}/train.jsonl",
     output:
-        table=f"{SHARDS}/{SHARD_STEM}.parquet",
-        timings=f"{SHARDS}/{SHARD_STEM}.timings.json",
+        table=f"{ROUND_PATTERN['shards']}/{SHARD_STEM}.parquet",
+        timings=f"{ROUND_PATTERN['shards']}/{SHARD_STEM}.timings.json",
     params:
-        engine=get_generating_engine_args(),
+        engine=round_engine_args(),
         decode=q_text(DECODE),
         first=lambda wc: int(wc.first),
         last=lambda wc: int(wc.last),
-        cache=ANSWER_CACHE,
+        cache=round_path("answer_cache"),
         # absent: one answer block (randopt/scoring/answer_blocks.py)
         block=f"--block-size {ANSWER_BLOCK}" if ANSWER_BLOCK else "",
         order_seed=ORDER_SEED,
@@ -23,9 +24,9 @@ rule evaluate_shard:
     resources:
         **job_resources("evaluate_shard"),
     log:
-        f"logs/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.log",
+        f"logs/evaluate_shard/{{ekey}}/{SHARD_STEM}.log",
     benchmark:
-        f"{BENCH}/evaluate_shard/{KEYS['eval']}/{SHARD_STEM}.tsv"
+        f"{BENCH}/evaluate_shard/{{ekey}}/{SHARD_STEM}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
     # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
@@ -38,11 +39,11 @@ rule evaluate_shard:
 
 rule rank:
     input:
-        shards=get_search_tables(),
+        shards=lambda wildcards: get_search_tables(r=round_of(wildcards)),
         rounds=get_race_rounds(),
     output:
-        ranking=f"{RANK}/ranking.parquet",
-        topk=f"{RANK}/topk.json",
+        ranking=f"{ROUND_PATTERN['rank']}/ranking.parquet",
+        topk=f"{ROUND_PATTERN['rank']}/topk.json",
     params:
         n_seeds=config["population"]["n_seeds"],
         sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
@@ -51,9 +52,9 @@ rule rank:
         # full evaluation: only the mode, so that racing knobs left in a config rerun nothing
         selection=q(config["selection"] if RACING else {"mode": "full"}),
     log:
-        "logs/rank.log",
+        "logs/rank/{ekey}.log",
     benchmark:
-        f"{BENCH}/rank/{KEYS['eval']}/{KEYS['population']}.tsv"
+        f"{BENCH}/rank/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"

@@ -3,9 +3,9 @@ the merged model dir (checkpoint dtype) and a manifest. The stage: randopt/stage
 from __future__ import annotations
 
 import argparse
-from functools import partial
 
 from randopt.runtime.cli import json_arg, run_stage
+from randopt.runtime.gpu_job import add_gpu_job_args, claim_gpu
 from randopt.stages import distill_train
 
 
@@ -18,7 +18,8 @@ def parse_args(argv=None):
     p.add_argument("--round", dest="round_index", type=int, default=1)
     p.add_argument("--lora", type=json_arg, required=True, help="JSON: the config's distill.lora block")
     p.add_argument("--train", type=json_arg, required=True, help="JSON: the config's distill.train block")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="where the fine-tune runs: cpu, cuda (under vLLM too), auto")
+    add_gpu_job_args(p)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--compute-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
@@ -31,7 +32,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    return run_stage("distill_train", partial(distill_train.run, **vars(args)))
+    return run_stage("distill_train", lambda: distill_train.run(**claim_gpu(args, args.device)))
 
 
 if __name__ == "__main__":

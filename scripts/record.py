@@ -27,19 +27,20 @@ def parse_args(argv=None):
     p.add_argument("--records-md", required=True)
     p.add_argument("--engines", type=json_arg, default=None,
                    help='JSON: engines side by side a device and why, {"engines_per_gpu": N, "why": ...} (rules/common.smk ENGINES)')
-    p.add_argument("--distill-data", default=None, help="distill.enabled: distill_data's manifest")
-    p.add_argument("--distill-models", nargs="+", default=None, help="distill.enabled: distill_train's manifest of each arm")
-    p.add_argument("--distill-results", nargs="+", default=None,
-                   help="distill.enabled: evaluate_distilled's result of each arm")
+    p.add_argument("--distill-round", nargs=8, action="append", default=None, dest="distill_rounds",
+                   metavar=("BASE", "VOTE", "BPB", "DATA", "MODEL", "MODEL", "RESULT", "RESULT"),
+                   help="distill.enabled, once per round in order: the round's base model manifest, vote, bpb, "
+                        "distill_data's manifest, distill_train's manifest of each arm and evaluate_distilled's "
+                        "result of each arm")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = vars(parse_args(argv))
-    parts = {k: args.pop(f"distill_{k}") for k in ("data", "models", "results")}
-    distill = parts if parts["data"] else None
-    return run_stage("record", partial(record.run, **args, distill=distill))
+    rounds = [{"base": f[0], "vote": f[1], "bpb": f[2], "data": f[3], "models": f[4:6], "results": f[6:8]}
+              for f in args.pop("distill_rounds") or []]
+    return run_stage("record", partial(record.run, **args, distill=rounds or None))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def test_a_search_with_no_correct_answer_stops_at_distill_data_naming_the_round_
     workdir = tmp_path / "run"
     proc = run_workflow(workdir, tiny_config(tiny_model_dir, distill=DISTILL), check=False)
     assert proc.returncode != 0, "the run should stop at distill_data"
-    log = (workdir / "logs" / "distill_data.log").read_text()
+    log = "".join(p.read_text() for p in (workdir / "logs" / "distill_data").rglob("*.log"))
     assert "distill round 1: the top 0.5 list (4 members) has no correct completion" in log, failure_report(workdir, proc)
     assert "population.n_seeds" in log and "population.sigmas" in log
     assert not list((workdir / "results").glob("distill/**/*.jsonl"))  # nothing half-written

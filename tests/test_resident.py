@@ -229,3 +229,19 @@ def test_the_ab_benchmark_measures_both_ways(tiny_model_dir, tmp_path):
     bad = subprocess.run([sys.executable, "bench/resident/resident_ab.py", "--model-dir", str(tmp_path / "nowhere"), "--train",
                           str(train)], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "is not a folder" in bad.stderr
+
+
+def test_release_stops_the_servers_on_the_jobs_gpus_and_no_other(tiny_model_dir, engines, monkeypatch):
+    """A GPU job that holds no resident engine (distillation's: docs/distill.md) stops the ones on its own
+    GPUs, idle or not, before it loads; one on another GPU serves on. (The engine computes on the CPU
+    here; the server's device name is what the job's CUDA_VISIBLE_DEVICES makes it.)"""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    engine = resident.connect("torch", str(tiny_model_dir), OPTIONS, engines, keep_loaded_s=60)
+    engine.close()
+    assert (engines / "gpu0.pid").exists()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert resident.release(engines) == 0 and not gone(engine.pid, timeout=0.1)  # another GPU's: left alone
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert resident.release(engines) == 1
+    assert gone(engine.pid, timeout=0.1) and not processes.group_alive(engine.pid)
+    assert resident.release(engines) == 0  # nothing left to stop

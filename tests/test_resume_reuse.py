@@ -391,8 +391,9 @@ def unlock(workdir: Path, config: dict, notes: list[str]) -> None:
 
 
 def stage_logs(workdir: Path) -> dict[str, str]:
-    return {stage: (workdir / "logs" / f"{stage}.log").read_text() if (workdir / "logs" / f"{stage}.log").exists()
-            else "" for stage in STAGE_CACHE}
+    """Each cached stage's log (one job a run: logs/<stage>/<its keys>.log), or "" before it ran."""
+    return {stage: "".join(p.read_text() for p in sorted((workdir / "logs" / stage).rglob("*.log")))
+            for stage in STAGE_CACHE}
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -51,7 +51,9 @@ def measure(run_dir: Path) -> dict:
         result |= {"rest_of_run_s": {k: v for k, v in record["timings_s"].items() if k not in DISTILL_STAGES},
                    "population": record["population"], "distilled_k": rnd["k"], "sizes": rnd["sizes"],
                    "test_accuracy": rnd["test_accuracy"], "bpb": rnd["bpb"], "intervals": rnd["intervals"],
-                   "models": rnd["models"], "distill_config": record["config"]["distill"]}
+                   "models": rnd["models"], "distill_config": record["config"]["distill"],
+                   # distill.rounds > 1: every round's block (the fields above are round 1's)
+                   "rounds": record["distill"]["rounds"]}
     return result
 
 

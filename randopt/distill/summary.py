@@ -17,9 +17,12 @@ def aligned(result: dict, problem_ids: list[str], what: str) -> list[bool]:
     return [bool(correct[p]) for p in problem_ids]
 
 
-def distill_round(vote: dict, bpb: dict, data: dict, models: dict[str, dict], results: dict[str, dict]) -> dict:
-    """One round's comparison. vote, bpb: the vote and score_bpb outputs; data: distill_data's manifest;
-    models, results: distill_train's manifest and evaluate_distilled's result of each arm."""
+def distill_round(vote: dict, bpb: dict, data: dict, models: dict[str, dict], results: dict[str, dict],
+                  base: dict | None = None) -> dict:
+    """One round's comparison. vote, bpb: the round's vote and score_bpb outputs (its base model's and
+    ensemble's: round r >= 2 searched on round r-1's distilled model); data: distill_data's manifest; models,
+    results: distill_train's manifest and evaluate_distilled's result of each arm; base: the round's base
+    model manifest (prepare_model's or round_base's), whose sha256 the round's fine-tunes started from."""
     fraction = repr(data["fraction"])
     ids = vote["problem_ids"]
     correct = {"base": vote["base_correct"], "ensemble": vote["ensemble_correct"][fraction],
@@ -27,6 +30,8 @@ def distill_round(vote: dict, bpb: dict, data: dict, models: dict[str, dict], re
                "control": aligned(results["control"], ids, "control")}
     return {
         "round": data["round"], "fraction": data["fraction"], "k": data["k"],
+        **({"base_model": {"sha256": base["sha256"], "model_id": base["model_id"], "source_path": base["source_path"]}}
+           if base else {}),
         "sizes": {"n_train": data["n_train"], "n_test": len(ids),
                   "distilled_examples": data["distilled"]["examples"], "distilled_problems": data["distilled"]["problems"],
                   "control_examples": data["control"]["examples"], "control_problems": data["control"]["problems"],

@@ -34,6 +34,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "it loaded S idle seconds for the next job; 0: load an engine for this job only. The workflow "
                         "passes engine.keep_loaded_s on a local run")
     p.add_argument("--resident-dir", default=resident.DEFAULT_DIR, help="sockets and logs of --keep-loaded-s")
+    p.add_argument("--release-resident", action="store_true",
+                   help="before loading this job's own engine, stop the resident engines on its GPUs (in --resident-dir), "
+                        "whose memory it needs; the workflow passes it to distillation's GPU jobs")
 
 
 def engine_from_args(args) -> Engine:
@@ -49,6 +52,8 @@ def engine_from_args(args) -> Engine:
                 engines_per_device=args.engines_per_device)
     if args.engine == "vllm" and args.engines_per_device > 1:
         options["engines_per_gpu"] = args.engines_per_device  # gpu_memory_utilization auto splits the card
+    if args.release_resident:
+        resident.release(args.resident_dir)
     if args.keep_loaded_s > 0:
         shareable, why = resident.uses_resident(options)
         if shareable:

@@ -23,8 +23,10 @@ def by_arm(paths: list[str]) -> dict[str, dict]:
 def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: str, heldout_manifest: str, topk: str,
         ranking: str, vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
         benchmarks: list[str], records_md: str, out: str, engines: dict | None = None,
-        distill: dict | None = None) -> None:
-    """distill (distill.enabled): {"data": manifest, "models": [manifest per arm], "results": [result per arm]}."""
+        distill: list[dict] | None = None) -> None:
+    """distill (distill.enabled): per round in order, {"base": the round's base model manifest, "vote", "bpb":
+    the round's vote and bpb, "data": distill_data's manifest, "models": [manifest per arm], "results": [result
+    per arm]}."""
     model, problems, heldout = (read_json(p) for p in (model_manifest, problems_manifest, heldout_manifest))
     kind = (config.get("task") or {}).get("kind", "gsm8k")  # a config from before tasks: GSM8K
     ranked, voted, scored = read_json(topk), read_json(vote), read_json(bpb)
@@ -97,8 +99,9 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
             "members_evaluated_this_run": members["evaluated"],
         },
         # distill.enabled only (a record without it has the keys it always had)
-        **({"distill": {"rounds": [distill_round(voted, scored, read_json(distill["data"]),
-                                                 *(by_arm(distill[k]) for k in ("models", "results")))]}}
+        **({"distill": {"rounds": [distill_round(read_json(r["vote"]), read_json(r["bpb"]), read_json(r["data"]),
+                                                 *(by_arm(r[k]) for k in ("models", "results")), base=read_json(r["base"]))
+                                   for r in distill]}}
            if distill else {}),
         "versions": rec.package_versions(),
         "hardware": rec.hardware(),

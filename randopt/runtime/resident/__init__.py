@@ -30,9 +30,9 @@ The package: protocol.py (what a client may call, the errors), identity.py (whic
 holds, on which device), processes.py (liveness and stopping), client.py (a job's handle, starting
 and stopping servers), server.py (the server process: python -m randopt.runtime.resident.server).
 """
-from randopt.runtime.resident.client import ResidentEngine, connect, stop_all
+from randopt.runtime.resident.client import ResidentEngine, connect, release, stop_all
 from randopt.runtime.resident.identity import device_name, engine_key, overlaps, uses_resident
 from randopt.runtime.resident.protocol import DEFAULT_DIR, ResidentEngineError
 
 __all__ = ["DEFAULT_DIR", "ResidentEngine", "ResidentEngineError", "connect", "device_name", "engine_key", "overlaps",
-           "stop_all", "uses_resident"]
+           "release", "stop_all", "uses_resident"]

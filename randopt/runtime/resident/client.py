@@ -265,3 +265,20 @@ def stop_all(directory: str | Path = DEFAULT_DIR, timeout: float = 60.0) -> int:
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
     return stopped
+
+
+def release(directory: str | Path = DEFAULT_DIR, timeout: float = 60.0) -> int:
+    """Stop the resident engines on this job's GPUs (device_name(); every one when the job is on the CPU or
+    sees all GPUs): for a GPU job that holds no resident engine but needs the memory they hold
+    (distillation's fine-tune, its own engines on other models). Its claim makes them idle (its GPU
+    slots, and every engine slot: rules/common.smk). Returns how many were stopped."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return 0
+    device, stopped = device_name(), 0
+    for pid_file in sorted(directory.glob("*.pid")):
+        other = pid_file.stem
+        if overlaps(device, other) and (pid := server_pid(directory, other)) is not None:
+            terminate(pid, f"a job on {device} needs the memory it holds", timeout)
+            stopped += 1
+    return stopped
