@@ -21,12 +21,28 @@ from tests.support.workflow import read_record, tiny_config
 GB = 10**9
 
 
+def test_search_seconds_overlaps_each_start_with_the_engines_already_up():
+    from randopt.runtime.engine_slots import GAIN, START_S, search_seconds
+    assert search_seconds(1, 100.0) == 100.0
+    # work done before the second engine is up: the second never helps
+    assert search_seconds(2, START_S / 2) == search_seconds(1, START_S / 2)
+    # past it: START_S at one engine's rate, the rest at two engines'
+    assert search_seconds(2, 100.0) == pytest.approx(START_S + (100.0 - START_S) / GAIN[2])
+    assert search_seconds(3, 1000.0) == pytest.approx(2 * START_S + (1000.0 - START_S * (1 + GAIN[2])) / GAIN[3])
+    assert search_seconds(3, 1000.0) < search_seconds(2, 1000.0) < search_seconds(1, 1000.0)
+
+
 def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_their_starts():
     small, large = int(0.27 * GB), 15 * GB
     many = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=1536)
     assert many.per_device == 3 and "1536 members" in many.why and "3 engine(s)" in many.why
     # the H200 run of the workflow's jobs: 24 members, where three engines' starts cost 3.2x the time
     assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=24).per_device == 1
+    # FlashOpt's protocol on the H200 (bench/peers/README.md): 66 members of 128 problems x 512 tokens, where
+    # 3 engines ran the workflow 1.27x sooner than 1; a model that adds each start to the wall time kept 1
+    peers = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=66,
+                    work=128 * 512)
+    assert peers.per_device == 2, peers.why
     # a member's work scales its seconds: the embedded default's 16 problems x 32 tokens never pay a start
     assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=1536,
                    work=16 * 32).per_device == 1

@@ -10,10 +10,13 @@ members/s with 2 engines and 1.76-1.83x with 3 to 8 (the GPU then busy 93-97 % o
 before it (32-48 s each for SmolLM2 on an H200, warm compile cache), and the workflow's own jobs with
 3 engines on 24 members took 3.2x one engine's time (bench/results/engines_per_gpu_h200_workflow_jobs.json:
 the starts were the run). So `auto`, for weights up to AUTO_SMALL_BYTES a GPU, takes the number of
-engines (1 to 3; past 3 SmolLM2 gained under 4 % more) that minimises the further starts plus the
-members' time at the measured gains, with a member's time scaled from the measured one by its train
-problems x max_tokens (an overestimate of how fast small calls get, so auto errs towards fewer engines);
-elsewhere 1, which is never slower than one engine. Sizes between the measured points get 1.
+engines (1 to 3; past 3 SmolLM2 gained under 4 % more) that finishes the members soonest at the
+measured gains, the starts overlapping the work of the engines already up (search_seconds; a first
+version added each start to the wall time, and so kept 1 engine for FlashOpt's 66-member protocol, where
+3 engines finished the whole workflow 1.27x sooner: bench/peers/README.md), with a member's time scaled
+from the measured one by its train problems x max_tokens (an underestimate: at 512 tokens without stop
+strings a member took 1.46x the scaled time, so auto errs towards fewer engines); elsewhere 1, which is
+never slower than one engine. Sizes between the measured points get 1.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
@@ -72,13 +75,30 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
         return EngineLayout(1, f"auto: {per_gpu / 2**30:.1f} GiB of weights a GPU keep it busy; a second engine gave "
                                f"0.97x for a 7B shape (bench/engines_per_gpu/README.md)")
     member_s = MEMBER_S * work / MEASURED_WORK
-    seconds = {n: (n - 1) * START_S + members_per_group * member_s / gain for n, gain in GAIN.items()}
-    best = min(seconds, key=seconds.get)
+    seconds = {n: search_seconds(n, members_per_group * member_s) for n in GAIN}
+    best = min(seconds, key=seconds.get)   # ties: the fewest engines (dicts keep GAIN's order)
     return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU leave it idle between steps; for "
                               f"{members_per_group} members a GPU group, about {member_s:.2f} s each, {best} "
-                              f"engine(s) take the least time counting each further engine's ~{START_S:.0f} s start "
-                              f"(estimates {', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
+                              f"engine(s) take the least time, each further one starting ~{START_S:.0f} s after "
+                              f"the one before while those up keep answering (estimates after the first start: "
+                              f"{', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
                               f"bench/engines_per_gpu/README.md)")
+
+
+def search_seconds(n: int, work_s: float) -> float:
+    """Seconds from the first engine's readiness until n engines on one GPU have answered work_s seconds
+    of one engine's members. The engines start one after another under the start lock, START_S apart, and
+    those already up keep answering meanwhile at GAIN's combined rate: the starts overlap the work rather
+    than add to it. (Checked on the H200 against bench/results/peers_h200_smollm2.json: 66 members of 128
+    problems x 512 tokens, 124 s on one engine; this gives 92 s for three, and the workflow's search took
+    92 s after its first engine was up.)"""
+    done = elapsed = 0.0
+    for up in range(1, n):               # while engine up + 1 starts, `up` engines answer
+        step = START_S * GAIN[up]
+        if done + step >= work_s:
+            return elapsed + (work_s - done) / GAIN[up]
+        done, elapsed = done + step, elapsed + START_S
+    return elapsed + (work_s - done) / GAIN[n]
 
 
 # A card's memory by the GPU names of a cluster's GRES (resources.gpu_model): the card a layout is checked
