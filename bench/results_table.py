@@ -31,6 +31,9 @@ METADATA = {
     "resident_ab_epyc_zen4.json": {"machine": "AMD EPYC (Zen 4), 2 cores, avx512_bf16", "commit": "738a2a2",
                                    "date": "2026-12-01"},
     "distill_cpu_epyc_zen5.json": {"machine": "AMD EPYC (Zen 5), 2 cores, avx512_bf16, shared (load 3–15)"},
+    "lm_eval_h200_engines_agree.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
+                                        "commit": "d30eaf1", "date": "2026-12-02"},
+    "peers_h200_smollm2.json": {"commit": "d30eaf1"},   # the device copy's git metadata named 3de79fa (ran_at)
     "vllm_h200_bench.json": {"date": "2026-11-29"},
     "vllm_h200_bench_separate_core.json": {"date": "2026-11-29"},
     "vllm_h200_verify.json": {"date": "2026-11-29"},
@@ -222,6 +225,12 @@ FIGURES = [
     (("scenarios",), lambda d: [
         f"{name}: default rule {s['default_config']['speedup_mean']:.2f}× at recall "
         f"{s['default_config']['recall_mean']:.3f}" for name, s in d["scenarios"].items()]),
+    (("a", "b", "models", "known_agreement"), lambda d: [
+        f"{name} {task}: " + (f"texts identical {t['identical']}/{t['docs']}, answers equal {t['answers_equal']}/{t['docs']}"
+                              if "identical" in t else
+                              f"chosen answer equal {t['chosen_answer_equal']}/{t['docs']}, max |Δ loglik| "
+                              f"{t['max_abs_diff']:.3f}")
+        for name, m in d["models"].items() for task, t in m["tasks"].items()]),
     (("result",), lambda d: [
         f"{way}: {r['ms_per_token']:.2f} ms a generated token" for way, r in d["result"].items()]),
 ]
