@@ -48,15 +48,6 @@ def find_gguf(wheel_module: str, gguf_file: str) -> Path:
     return path
 
 
-def gguf_weight_bytes(gguf_path: Path, dtype: str) -> int:
-    """The bytes the GGUF file's model takes once dequantized to dtype (its tensors' elements times
-    the dtype's size), read from the file's tensor table without loading it."""
-    import gguf
-    import torch
-    elements = sum(int(t.n_elements) for t in gguf.GGUFReader(str(gguf_path)).tensors)
-    return elements * getattr(torch, dtype).itemsize
-
-
 def save_from_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
