@@ -16,6 +16,7 @@ from randopt.population import Population, sigma_label
 from randopt.scoring.answer_blocks import block_size
 from randopt.selection.plan import RacePlan
 from randopt.io import InputError
+from randopt.engines.base import DEFAULT_MAX_MODEL_LEN
 from randopt.model.prepare import find_gguf
 from randopt.model.shape import resolve_config as resolve_shape_config, weight_bytes as shape_weight_bytes
 from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
@@ -221,6 +222,15 @@ def get_generating_engine_args(model_dir=None):
     e = config["engine"]
     speculation = {"speculation": e["speculation"], "draft_tokens": e["draft_tokens"]} if e["speculation"] != "none" else {}
     return get_engine_args(model_dir, **speculation)
+
+
+def bpb_engine_options():
+    """score_bpb's engine: the search's own (so a resident engine serves it too, one start fewer a run: ~35 s
+    of SmolLM2's 190 s on the H200, bench/peers/README.md), its window given per call (--max-context);
+    except where the window does not fit the vLLM engine's default context, which then needs an engine
+    started for it."""
+    window = config["heldout"]["max_context"]
+    return {"max_context": window} if config["engine"]["kind"] == "vllm" and window + 1 > DEFAULT_MAX_MODEL_LEN else {}
 
 
 def round_engine_args(generating=True, **extra_options):

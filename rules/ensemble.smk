@@ -60,7 +60,8 @@ rule score_bpb:
     output:
         bpb=f"{ROUND_PATTERN['bpb']}/{{ekey}}/{KEYS['population']}/bpb.json",
     params:
-        engine=round_engine_args(generating=False, max_context=config["heldout"]["max_context"]),
+        engine=round_engine_args(generating=False, **bpb_engine_options()),
+        max_context=config["heldout"]["max_context"],
         cache=round_path("bpb", "cache"),
         code=key_code("bpb"),
     threads: job_threads()
@@ -74,4 +75,4 @@ rule score_bpb:
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.score_bpb {params.engine}{LOCAL_ENGINE} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
-        " --cache-dir {params.cache} --out {output.bpb} 2> {log}"
+        " --cache-dir {params.cache} --max-context {params.max_context} --out {output.bpb} 2> {log}"

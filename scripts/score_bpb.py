@@ -18,13 +18,16 @@ def parse_args(argv=None):
     p.add_argument("--topk", required=True, help="rank's top-k JSON")
     p.add_argument("--cache-dir", required=True, help="content-addressed per-member log-probabilities")
     p.add_argument("--out", required=True, help="JSON")
+    p.add_argument("--max-context", type=int, default=None,
+                   help="scoring window in tokens (heldout.max_context; default: the engine's own max_context)")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     return run_stage("score_bpb", partial(score_bpb.run, make_engine=partial(engine_from_args, args),
-                                          heldout=args.heldout, topk=args.topk, cache_dir=args.cache_dir, out=args.out))
+                                          heldout=args.heldout, topk=args.topk, cache_dir=args.cache_dir, out=args.out,
+                                          max_context=args.max_context))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_thei
 def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
     """The SmolLM2 wheel's size comes from its GGUF tensor table before the model is prepared."""
     from tests.support.workflow import workflow_command
-    for n_seeds, expect in ((1536, "--engines-per-device 3"), (512, "--engines-per-device 2"), (8, None)):
+    for n_seeds, expect in ((1536, "--engines-per-device 3"), (96, "--engines-per-device 2"), (8, None)):
         overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256},
                    "gsm8k": {"n_train": 128}, "decode": {"max_tokens": 256},
                    "population": {"n_seeds": n_seeds, "sigmas": [0.002], "shard_size": 64}}

@@ -70,6 +70,12 @@ def test_long_text_is_scored_in_windows_covering_every_token(tiny_model_dir):
     n_tokens = len(short.tokenizer(text, add_special_tokens=False)["input_ids"])
     scored = short.token_logprobs([text])[0]
     assert scored.logprobs.size == n_tokens > 16
+    # the window given per call (score_bpb on the search's resident engine) scores as an engine built with it
+    wide = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=2)
+    per_call = wide.token_logprobs([text], 16)[0]
+    np.testing.assert_array_equal(per_call.logprobs, scored.logprobs)
+    assert per_call.n_bytes == scored.n_bytes
+    assert not np.array_equal(wide.token_logprobs([text])[0].logprobs, scored.logprobs)  # the window matters
 
 
 def test_missing_model_dir_is_a_clear_error(tmp_path):

@@ -73,8 +73,8 @@ def summarize(workdir: Path, *, members_full: int, k_full: int, jobs_full: int, 
         full["evaluate_members_s"] = (1 + k_full) * per
     if bpb and bpb[0]["evaluated"]:
         b = bpb[0]
-        # score_bpb's engine differs from the generating stages' (its options name max_context), so it
-        # starts its own: that start is counted once, not per model
+        # score_bpb reuses the search's resident engine where its window fits the default context
+        # (rules/common.smk, bpb_engine_options); where it starts its own, that start is counted once
         bpb_start = starts[1] if len(starts) > 1 else 0.0
         per = max(b["seconds"] - bpb_start, 0.0) / b["evaluated"]
         out["score_bpb"] = {k: b[k] for k in ("n_docs", "n_tokens", "evaluated", "seconds")} | {

@@ -7,6 +7,11 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 
+# The vLLM engine's context length unless its max_context asks for more (randopt/engines/vllm_engine.py);
+# rules/common.smk gives score_bpb an engine of its own only for a scoring window that does not fit it.
+DEFAULT_MAX_MODEL_LEN = 2048
+
+
 @dataclass(frozen=True)
 class Completion:
     text: str          # the generated text, cut before the first stop string
@@ -37,9 +42,11 @@ class Engine(Protocol):
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
         """Greedy completions, one per prompt, in order."""
 
-    def token_logprobs(self, texts: list[str]) -> list[TextLogprobs]:
+    def token_logprobs(self, texts: list[str], max_context: int | None = None) -> list[TextLogprobs]:
         """Teacher-forced log-probabilities of every token of each text (first token conditioned
-        on the tokenizer's start token), with the text's UTF-8 byte count."""
+        on the tokenizer's start token), with the text's UTF-8 byte count; a text longer than
+        max_context tokens (default: the engine's own) is scored in consecutive windows. A per-call
+        window lets score_bpb share the search's resident engine (its window is no engine option)."""
 
     def perturbable_names(self) -> list[str]:
         """Checkpoint names of the tensors a seed perturbs, in a fixed order."""

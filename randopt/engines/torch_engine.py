@@ -279,9 +279,9 @@ class TorchEngine:
         return batches
 
     @torch.inference_mode()
-    def token_logprobs(self, texts: list[str]) -> list[TextLogprobs]:
+    def token_logprobs(self, texts: list[str], max_context: int | None = None) -> list[TextLogprobs]:
         token_ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        windows, owners = scoring_windows(token_ids, self._start_id, self.max_context)
+        windows, owners = scoring_windows(token_ids, self._start_id, max_context or self.max_context)
         scored: list[np.ndarray | None] = [None] * len(windows)
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))  # less padding per batch
         for rows in self._logit_batches([len(windows[i]) for i in order]):

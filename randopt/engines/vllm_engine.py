@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels.noise_kinds import check_kind
-from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
+from randopt.engines.base import (DEFAULT_MAX_MODEL_LEN, Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
 from randopt.engines.vllm_speculation import speculative_config, unsupported_reason
 from randopt.engines.vllm_worker import RandoptWorkerExtension
@@ -104,7 +104,8 @@ class VllmEngine:
         self.model_dir = str(model_dir)
         self.max_context = int(max_context)
         positions = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings", 2048)
-        max_model_len = max_model_len or min(positions, max(self.max_context, 2048))
+        max_model_len = max_model_len or min(positions, max(self.max_context, DEFAULT_MAX_MODEL_LEN))
+        self.max_model_len = max_model_len
         # a scoring window is a prompt that generates one token: window + 1 must fit max_model_len
         self.max_context = min(self.max_context, max_model_len - 1)
         from vllm import LLM  # after the environment above: vLLM reads it when the engine is built
@@ -192,6 +193,10 @@ class VllmEngine:
                            np.array([e.rank for e in entries], np.int64)))
         return result
 
-    def token_logprobs(self, texts: list[str]) -> list[TextLogprobs]:
-        windows, owners = scoring_windows(self._tokens(texts), self._start_id, self.max_context)
+    def token_logprobs(self, texts: list[str], max_context: int | None = None) -> list[TextLogprobs]:
+        if max_context is not None and max_context > self.max_model_len - 1:
+            raise ValueError(f"a scoring window of {max_context} tokens does not fit this engine's context of "
+                             f"{self.max_model_len} (a window is a prompt that generates one token); start the "
+                             f"engine with max_context {max_context} or max_model_len {max_context + 1}")
+        windows, owners = scoring_windows(self._tokens(texts), self._start_id, max_context or self.max_context)
         return join_windows(texts, owners, [lp for lp, _ in self.score_token_ids(windows)])

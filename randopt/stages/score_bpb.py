@@ -17,7 +17,10 @@ from randopt.scoring.member_cache import member_label, member_path, plan_members
 from randopt.runtime.progress import progress
 
 
-def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir: str, out: str) -> None:
+def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir: str, out: str,
+        max_context: int | None = None) -> None:
+    """max_context: the scoring window (heldout.max_context), given per call so that the engine can be
+    the search's resident one."""
     start = time.perf_counter()
     texts, n_bytes = read_heldout(heldout)
     lists = read_json(topk)["topk"]
@@ -28,7 +31,7 @@ def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir
         engine = make_engine()
         for seed, sigma in progress(todo, total=len(todo), desc="held-out text", unit="member"):
             switch_weights(engine, seed, sigma)
-            logprobs = heldout_logprobs(engine, texts, n_bytes)
+            logprobs = heldout_logprobs(engine, texts, n_bytes, max_context)
             with atomic_path(member_path(cache_dir, seed, sigma, ".npy")) as tmp:
                 with open(tmp, "wb") as fh:
                     np.save(fh, logprobs)
