@@ -139,8 +139,8 @@ def shape_run_started(background, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def distill_rounds_started(background, tmp_path_factory, tiny_model_dir):
-    """A 2-round distillation run (tests/test_distill_rounds.py), queued in the background."""
-    from tests.test_distill_rounds import two_rounds
+    """A 2-round distillation run (tests/test_workflow_distill_rounds.py), queued in the background."""
+    from tests.test_workflow_distill_rounds import two_rounds
     return background.submit(two_rounds, tmp_path_factory.mktemp("distill-rounds"), tiny_model_dir)
 
 
@@ -173,12 +173,14 @@ def early_runs(request):
     some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster),
     and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
     SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
-    the shared tiny run, the task runs, the Gaussian run, the shape model's run and the 2-round
-    distillation run. Nothing starts that no selected test needs. (Defined after the fixture above, so
-    that at the session's end the runs are over before it stops the resident engines left behind.)"""
+    the shared tiny run, the shape model's run, the task runs, the Gaussian run and the 2-round
+    distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
+    queued blocks the foreground, which cost 490 s when the 2-round run was read first and queued last).
+    Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
+    session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
     for name in ("slurm_runs", "engine_slots_run_started", "smollm2_started", "racing_bench_started",
-                 "racing_workflow_started", "tiny_run_started", "task_runs_started", "gaussian_run_started",
-                 "shape_run_started", "distill_rounds_started"):
+                 "racing_workflow_started", "tiny_run_started", "shape_run_started", "task_runs_started",
+                 "gaussian_run_started", "distill_rounds_started"):
         if name in needed:
             request.getfixturevalue(name)
