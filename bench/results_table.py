@@ -33,7 +33,10 @@ METADATA = {
     "distill_cpu_epyc_zen5.json": {"machine": "AMD EPYC (Zen 5), 2 cores, avx512_bf16, shared (load 3–15)"},
     "lm_eval_h200_engines_agree.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
                                         "commit": "d30eaf1", "date": "2026-12-02"},
-    "peers_h200_smollm2.json": {"commit": "d30eaf1"},   # the device copy's git metadata named 3de79fa (ran_at)
+    "peers_h200_smollm2.json": {"commit": "d30eaf1"},
+    # bench/peers/executor_modes.py at 5678942 (the script was new in that device copy)
+    **{f"peers_executor_modes_h200_{m}.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
+                                               "commit": "5678942", "date": "2026-12-02"} for m in ("smollm2", "qwen7b")},   # the device copy's git metadata named 3de79fa (ran_at)
     "vllm_h200_bench.json": {"date": "2026-11-29"},
     "vllm_h200_bench_separate_core.json": {"date": "2026-11-29"},
     "vllm_h200_verify.json": {"date": "2026-11-29"},
@@ -115,8 +118,16 @@ def _peers(d):
     """A bench/peers/peers.py report: each arm's wall time and members/s, FlashOpt's wall over randopt's."""
     arms = [f"{tag} {a['wall_s']:.0f} s, {a['members_per_s']:.3g} members/s" if a.get("ok") else f"{tag} failed"
             for tag, a in d["arms"].items()]
-    walls = [f"FlashOpt's wall / {tag}'s: **{r['wall_flashopt_over_randopt']:.2f}×**" for tag, r in d["ratios"].items()]
+    walls = [f"FlashOpt's wall / {tag}'s: **{r['wall_flashopt_over_randopt']:.2f}×**"
+             + (f" (search once an engine is up: {r['search_after_first_engine_flashopt_over_randopt']:.2f}×)"
+                if r.get("search_after_first_engine_flashopt_over_randopt") else "") for tag, r in d["ratios"].items()]
     return [*arms, *walls, f"target ≥ {d['target']['wall_flashopt_over_randopt_at_least']}×"]
+
+
+def _modes(d):
+    """A bench/peers/executor_modes.py result: seconds per member and generated tokens/s by vLLM's process layout."""
+    return [f"{mode} {r['s_per_member']:.3f} s/member ({r['gen_tokens_per_s'] / 1000:.1f}k tok/s)" if "error" not in r
+            else f"{mode}: {r['error']}" for mode, r in d["modes"].items()]
 
 
 def _tp(d):
@@ -181,6 +192,7 @@ def _perturb_cpu(d):
 # reads it; one that then fails on the file's inner shape leaves it to the fallback (its numbers).
 FIGURES = [
     (("ratios", "arms", "protocol", "target"), _peers),
+    (("modes", "protocol", "model_dir"), _modes),
     (("ratios_racing_over_full", "arms", "recall"), _racing),
     (("accuracy", "throughput", "bpb"), _record),
     (("added_s", "added_s_by_stage", "jobs_finished"), lambda d: [

