@@ -84,6 +84,9 @@ def validate(config: dict) -> dict:
         compute_dtype.for_config(config)
     except ValueError as err:
         raise ConfigError(f"config key 'engine.compute_dtype': {err}") from None
+    if config["engine"]["worker_process"] and config["engine"]["kind"] != "vllm":
+        raise ConfigError("config key 'engine.worker_process': a worker process of its own is vLLM's layout "
+                          "(engine.kind vllm); the torch engine runs in its job's process: set it to false")
     if config["perturbation"]["switch"] == "delta" and config["engine"]["kind"] != "torch":
         raise ConfigError("config key 'perturbation.switch': delta is wired for engine.kind torch only (the vLLM "
                           "worker keeps a resident base copy); use switch: reconstruct with vLLM")

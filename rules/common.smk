@@ -204,6 +204,8 @@ def get_engine_options():
         options |= {"tensor_parallel_size": e["tensor_parallel_size"],
                     "gpu_memory_utilization": e["gpu_memory_utilization"],
                     "trust_remote_code": config["model"]["trust_remote_code"]}
+        if e["worker_process"]:  # only when chosen: the default's params stay
+            options["worker_process"] = True
     if config["perturbation"]["noise"] != "rademacher":  # both engines; only when chosen, as the switch
         options["noise"] = config["perturbation"]["noise"]
     return options

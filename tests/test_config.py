@@ -154,6 +154,17 @@ def test_delta_switch_is_torch_only_and_changes_only_the_engine_keys():
     changed = {k for k in default if default[k] != delta[k]}
     assert changed == {"eval", "bpb"}  # the drift changes what a seed's weights are; data and model stay
 
+# --- engine.worker_process ---------------------------------------------------------------------------
+
+def test_a_worker_process_is_vllms_and_changes_no_key():
+    from randopt.keys import run_keys
+    with pytest.raises(ConfigError, match=re.escape("config key 'engine.worker_process': a worker process of its own "
+                                                    "is vLLM's layout")):
+        validate({"engine": {"worker_process": True}})
+    vllm = {"kind": "vllm", "device": "cuda"}
+    assert validate({"engine": vllm})["engine"]["worker_process"] is False
+    assert run_keys(validate({"engine": vllm | {"worker_process": True}})) == run_keys(validate({"engine": vllm}))
+
 # --- perturbation.noise -------------------------------------------------------------------------------
 
 def test_the_schema_lists_the_kernels_noise_kinds_with_rademacher_the_default():

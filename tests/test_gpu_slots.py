@@ -232,10 +232,12 @@ def test_dry_run_local_gpu_slots(tiny_model_dir, tmp_path):
                                  .replace(" --keep-loaded-s 300 --resident-dir .snakemake/engines", "")
                                  .replace("--threads 2", "--threads 4") for r in GPU_RULES for _, c in jobs_[r])
     assert strip(jobs) == strip(plain)
-    # keep_loaded_s 0: each job loads its own engine; only the flag goes (no key, no param changes)
-    own = dry_run(tmp_path, dict(vllm, engine=dict(vllm["engine"], keep_loaded_s=0)))
-    assert all("--keep-loaded-s" not in c for r in GPU_RULES for _, c in own[r])
-    assert strip(own) == strip(plain)
+    # keep_loaded_s 0: each job loads its own engine; only the flag goes (no key, no param changes). In the same
+    # dry run (one DAG build fewer), engine.worker_process reaches every engine's options and changes nothing else.
+    own = dry_run(tmp_path, dict(vllm, engine=dict(vllm["engine"], keep_loaded_s=0, worker_process=True)))
+    assert all("--keep-loaded-s" not in c and '"worker_process": true' in c for r in GPU_RULES for _, c in own[r])
+    assert [c.replace(', "worker_process": true', "") for c in strip(own)] == strip(plain)
+    assert all("worker_process" not in c for r in GPU_RULES for _, c in plain[r])  # the default's params stay
 
     tp2 = dict(vllm, engine=dict(vllm["engine"], tensor_parallel_size=2))
     for rule, runs in dry_run(tmp_path, tp2, "--resources", "gpu=4").items():

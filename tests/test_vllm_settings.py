@@ -63,6 +63,15 @@ def test_llm_arguments_turn_prefix_caching_off():
     assert (options["tensor_parallel_size"], options["gpu_memory_utilization"], options["max_num_seqs"]) == (2, 0.67, 256)
 
 
+def test_a_worker_process_of_its_own_is_asked_for_only_on_one_gpu():
+    common = dict(gpu_memory_utilization=0.5, enforce_eager=False, trust_remote_code=False, max_model_len=2048,
+                  batch_size=512)
+    assert "distributed_executor_backend" not in llm_options("/m", tensor_parallel_size=1, **common)
+    assert llm_options("/m", tensor_parallel_size=1, worker_process=True, **common)["distributed_executor_backend"] == "mp"
+    # with several GPUs vLLM gives each worker a process anyway: its own choice stays
+    assert "distributed_executor_backend" not in llm_options("/m", tensor_parallel_size=2, worker_process=True, **common)
+
+
 # --- perturbation.noise reaches every tensor-parallel worker ------------------------------------------
 
 def test_the_engine_hands_its_noise_to_every_workers_setup(tmp_path, monkeypatch):

@@ -75,7 +75,7 @@ def set_vllm_environment(tensor_parallel_size: int, env=None) -> None:
 
 def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utilization: float, enforce_eager: bool,
                 trust_remote_code: bool, max_model_len: int, batch_size: int, speculation: str = "none",
-                draft_tokens: int = 8) -> dict:
+                draft_tokens: int = 8, worker_process: bool = False) -> dict:
     """The arguments of vllm.LLM. Prefix caching is off: the weights change under the same prompts. A shape
     model (randopt/model/shape.py) has no weight files: vLLM's dummy load format makes them (docs/gpu.md)."""
     dummy = {"load_format": "dummy"} if shape.read_marker(model_dir) else {}
@@ -84,6 +84,10 @@ def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utiliza
                    enforce_eager=enforce_eager, enable_prefix_caching=False,
                    trust_remote_code=trust_remote_code, worker_extension_cls=EXTENSION,
                    max_model_len=max_model_len, max_num_seqs=batch_size)
+    # engine.worker_process: on one GPU vLLM runs its worker in the core's process unless told "mp"; with more
+    # GPUs it is mp already. A worker process of its own overlaps its GPU work with the core's host work.
+    if worker_process and tensor_parallel_size == 1:
+        options["distributed_executor_backend"] = "mp"
     spec = speculative_config(speculation, draft_tokens)
     return options | ({"speculative_config": spec} if spec else {})
 
@@ -93,7 +97,8 @@ class VllmEngine:
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
                  enforce_eager: bool = False, threads: int | None = None, engines_per_gpu: int = 1,
-                 noise: str = "rademacher", speculation: str = "none", draft_tokens: int = 8):
+                 noise: str = "rademacher", speculation: str = "none", draft_tokens: int = 8,
+                 worker_process: bool = False):
         check_kind(noise)  # before vLLM starts: an unknown kind fails in seconds, not after the load
         # before vLLM starts: a bad speculation setting, or a vLLM without the custom proposer, fails in seconds
         if speculative_config(speculation, draft_tokens) and (why := unsupported_reason()):
@@ -113,7 +118,8 @@ class VllmEngine:
         self.llm = LLM(**llm_options(self.model_dir, tensor_parallel_size=tensor_parallel_size,
                                      gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                                      trust_remote_code=trust_remote_code, max_model_len=max_model_len,
-                                     batch_size=batch_size, speculation=speculation, draft_tokens=draft_tokens))
+                                     batch_size=batch_size, speculation=speculation, draft_tokens=draft_tokens,
+                                     worker_process=worker_process))
         self.speculation = speculation
         # Every rank perturbs with the same noise kind (the worker extension builds its Perturber with it).
         self.setup = self.llm.collective_rpc("randopt_setup", args=(self.model_dir, noise))
