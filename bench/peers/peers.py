@@ -110,19 +110,20 @@ def randopt_summary(run_dir: Path, call: dict) -> dict:
     }
 
 
-def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None) -> dict:
+def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None, worker_process: bool = False) -> dict:
     base = overlay_path(workdir)
     if not (workdir / "setup" / "data").is_dir():
         raise SystemExit(f"{workdir}/setup has no data/: run `peers.py setup` first with this --workdir")
     n = None if engines == "auto" else int(engines)
-    tag = f"randopt_{engines}"
+    tag = arm_tag(engines, worker_process)
     run_dir = workdir / tag
     if run_dir.exists():
         shutil.rmtree(run_dir)   # never reuse an earlier arm's answer cache: that would time nothing
     (run_dir / "results").mkdir(parents=True)
     link_inputs(run_dir, workdir / "setup")
     arm = write_overlay(workdir / f"{tag}.yaml", {
-        "run_name": f"peers-{tag}", "engine": {"engines_per_gpu": engines if n is None else n},
+        "run_name": f"peers-{tag}",
+        "engine": {"engines_per_gpu": engines if n is None else n} | ({"worker_process": True} if worker_process else {}),
         "population": {"shard_size": protocol.SHARD_SIZE.get(n or 1, protocol.SHARD_SIZE_SIDE_BY_SIDE)}})
     flow = Workflow(base, cores, ["gpu=1"])
     cmd = flow.command(run_dir, arm, "--scheduler", "greedy", "results/record.json")  # the target after the options that take values
@@ -136,6 +137,11 @@ def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None) 
         return {"system": "randopt", "ok": False, "wall_s": seconds, "returncode": rc,
                 "error": "timed out" if rc == "timeout" else f"snakemake exited {rc}", "log_tail": output[-3000:]}
     return randopt_summary(run_dir, call)
+
+
+def arm_tag(engines: str, worker_process: bool) -> str:
+    """randopt_<engines>, with _wp for engine.worker_process (the vLLM worker in a process of its own)."""
+    return f"randopt_{engines}" + ("_wp" if worker_process else "")
 
 
 def stop_resident(run_dir: Path) -> None:
@@ -307,6 +313,8 @@ def main(argv=None) -> int:
     r.add_argument("--engines", default="auto", help="engine.engines_per_gpu: auto or N")
     r.add_argument("--model", required=True, choices=["smollm2", "qwen7b"])
     r.add_argument("--cores", default="all")
+    r.add_argument("--worker-process", action="store_true",
+                   help="engine.worker_process: the vLLM worker in a process of its own (the arm is randopt_<engines>_wp)")
     r.add_argument("--timeout", type=float, default=None)
     r.add_argument("--out", required=True, type=Path)
     f = sub.add_parser("flashopt")
@@ -327,7 +335,8 @@ def main(argv=None) -> int:
     elif a.step == "randopt":
         if a.engines != "auto" and not (a.engines.isdigit() and int(a.engines) >= 1):
             raise SystemExit(f"--engines {a.engines!r}: auto or an integer >= 1")
-        write_arm(a.out, f"randopt_{a.engines}", run_randopt(a.workdir, a.engines, a.cores, a.timeout), a.model)
+        write_arm(a.out, arm_tag(a.engines, a.worker_process),
+                  run_randopt(a.workdir, a.engines, a.cores, a.timeout, a.worker_process), a.model)
     elif a.step == "flashopt":
         write_arm(a.out, "flashopt", run_flashopt(a.workdir, a.flashopt, a.data, a.model, a.model_dir, a.timeout), a.model)
     else:

@@ -8,6 +8,7 @@
 #                      (default 3) if auto took another number and time is left; the report
 #     smollm2-engines  install; randopt with $PEERS_N engines on SmolLM2; the report over every SmolLM2 arm
 #                      run on this machine
+#     smollm2-worker   install; randopt on SmolLM2 with engine.worker_process (auto, then $PEERS_N engines); the report
 #     qwen7b-flashopt  install; the 7B shape (built if missing); FlashOpt's arm
 #     qwen7b-randopt   install; the 7B shape (built if missing); randopt's arm (engines auto); the report
 #     executor-modes   $EXEC_MODEL (smollm2: converted by scripts.prepare_model; qwen7b: the 7B shape); randopt's engine under vLLM's process layouts
@@ -72,11 +73,11 @@ setup() {  # $1 model, [$2 model dir]
 # machine stays warm, so a later call's report sees the arms of earlier calls)
 keep() { mkdir -p "$W/arms/$1"; cp "$OUT"/arm_*.json "$W/arms/$1/" 2>/dev/null; }
 
-randopt_arm() {  # $1 model, $2 engines, [$3 the most seconds it may take], [$4 the least worth starting (60)]
+randopt_arm() {  # $1 model, $2 engines, [$3 the most seconds it may take], [$4 the least worth starting (60)], [$5 flags]
   local t; wait_gpu_free; t=$(left); [ -n "${3:-}" ] && [ "$t" -gt "$3" ] && t=$3
   [ "$t" -gt "${4:-60}" ] || { log "randopt $2: skipped, $t s left"; return; }
   log "randopt (engines $2), up to $t s; GPU memory in use: $(gpu_mem)"
-  python3 bench/peers/peers.py randopt --model "$1" --workdir "$W/$1" --engines "$2" --cores 16 --timeout "$t" --out "$OUT"
+  python3 bench/peers/peers.py randopt --model "$1" --workdir "$W/$1" --engines "$2" --cores 16 --timeout "$t" --out "$OUT" ${5:-}
   keep "$1"
 }
 
@@ -136,6 +137,14 @@ for part in "$@"; do
       randopt_arm smollm2 "$N"
       report smollm2
       finish smollm2-engines smollm2 ;;
+    smollm2-worker)   # engine.worker_process on: engines auto, then $PEERS_N side by side if time is left
+      install
+      model=$(setup smollm2)
+      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2-worker smollm2; exit 1; }
+      randopt_arm smollm2 auto 300 60 --worker-process
+      randopt_arm smollm2 "$N" "" 200 --worker-process
+      report smollm2
+      finish smollm2-worker smollm2 ;;
     qwen7b-flashopt)
       install
       qwen_model
