@@ -114,6 +114,13 @@ def racing_workflow_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def status_runs_started(background, tmp_path_factory, tiny_model_dir):
+    """The half-finished runs that `make status` reads (tests/test_status.py), queued in the background."""
+    from tests.test_status import half_finished_runs
+    return background.submit(half_finished_runs, tmp_path_factory.mktemp("status"), tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
 def task_runs_started(background, tmp_path_factory, tiny_model_dir):
     """Every task's run in one folder (tests/support/task_runs.py), queued in the background, for
     tests/test_tasks_workflow.py."""
@@ -131,8 +138,8 @@ def gaussian_run_started(background, tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def shape_run_started(background, tmp_path_factory):
-    """A run on a model made from its shape (tests/support/task_runs.py), queued in the background, for
-    tests/test_shape_model.py."""
+    """A run on a model made from its shape and the dry runs of a 72B shape's layouts
+    (tests/support/task_runs.py), queued in the background, for tests/test_shape_model.py."""
     from tests.support.task_runs import shape_run
     return background.submit(shape_run, tmp_path_factory.mktemp("shape"))
 
@@ -173,14 +180,15 @@ def early_runs(request):
     some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster),
     and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
     SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
-    the shared tiny run, the shape model's run, the task runs, the Gaussian run and the 2-round
+    the shared tiny run, the shape model's run, the half-finished runs of test_status, the task runs,
+    the Gaussian run and the 2-round
     distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
     queued blocks the foreground, which cost 490 s when the 2-round run was read first and queued last).
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
     session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
     for name in ("slurm_runs", "engine_slots_run_started", "smollm2_started", "racing_bench_started",
-                 "racing_workflow_started", "tiny_run_started", "shape_run_started", "task_runs_started",
-                 "gaussian_run_started", "distill_rounds_started"):
+                 "racing_workflow_started", "tiny_run_started", "shape_run_started", "status_runs_started",
+                 "task_runs_started", "gaussian_run_started", "distill_rounds_started"):
         if name in needed:
             request.getfixturevalue(name)

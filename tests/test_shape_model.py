@@ -6,19 +6,15 @@ engines) checked against 80 GB and 141 GB cards (randopt/runtime/engine_slots.py
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 import torch
-import yaml
 
 from randopt.config import ConfigError, check_model_files, validate
 from randopt.model import shape
 from randopt.runtime import engine_slots
 from randopt.runtime.engine_slots import CARD_BYTES, check_fit, largest_fitting
-from tests.conftest import REPO
 from tests.support.task_runs import SHAPE_MODEL, shape_config
-from tests.support.workflow import SNAKEMAKE, tiny_config
 
 GIB = 2**30
 
@@ -131,7 +127,7 @@ def shape_run(shape_run_started):
 
 
 def test_a_shape_models_run_says_its_accuracy_is_not_a_result(shape_run):
-    workdir, _ = shape_run
+    workdir, _, _ = shape_run
     record = json.loads((workdir / "results" / "record.json").read_text())
     assert record["model"]["source"] == "shape"
     assert record["model"]["shape"]["shape"] == "tiny-qwen2" and record["model"]["shape"]["init_seed"] == 3
@@ -176,21 +172,14 @@ def test_a_layout_that_does_not_fit_says_so_with_its_numbers():
 
 
 @pytest.mark.slow
-def test_the_dag_build_refuses_a_layout_the_clusters_card_cannot_hold(tmp_path):
+def test_the_dag_build_refuses_a_layout_the_clusters_card_cannot_hold(shape_run):
     """A dry run on this host (no CUDA) with resources.gpu_model h100, as on a cluster's login node: 72B at
-    TP 2 fails before any job, with the numbers; at TP 8 it builds."""
-    def dry_run(tp):
-        config = tiny_config(tmp_path, model={"source": "shape", "config": "qwen2.5-72b"},
-                             engine={"kind": "vllm", "device": "cuda", "tensor_parallel_size": tp},
-                             resources={"gpu_model": "h100"})
-        config["model"].pop("path")
-        (tmp_path / f"c{tp}.yaml").write_text(yaml.safe_dump(config))
-        return subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                               "--configfile", str(tmp_path / f"c{tp}.yaml"), "-n"], capture_output=True, text=True)
-    refused = dry_run(2)
+    TP 2 fails before any job, with the numbers; at TP 8 it builds (tests/support/task_runs.py,
+    layout_dry_run: queued with the shape model's run)."""
+    _, _, dry = shape_run
+    refused, built = dry[2], dry[8]
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0
     assert "tensor_parallel_size 2 x engine.engines_per_gpu 1 does not fit the card" in said
     assert "67.7 GiB of weights" in said and "79.6 GiB card" in said
-    built = dry_run(8)
     assert built.returncode == 0, built.stderr[-3000:]

@@ -23,15 +23,27 @@ def shard_line(text, stem):
     return next(line.split() for line in text.splitlines() if line.strip().startswith(stem))
 
 
-@pytest.mark.slow
-def test_status_of_a_half_finished_run(tmp_path, tiny_model_dir):
-    config = tiny_config(tiny_model_dir)
+def half_finished_runs(workdir, model_dir) -> dict:
+    """The real workflow's two half-finished states and what `status` said of each, made where the
+    session queues it (fixture status_runs_started, tests/conftest.py: in the background, beside other
+    tests; nothing else writes in workdir). First half the search for real: both shards of sigma 0.01
+    (4 of 8 seeds); then the plain command, stopped while a shard of sigma 0.02 is under way."""
+    config = tiny_config(model_dir)
     eval_key = run_keys(effective_config(config))["eval"]
     shards = f"results/shards/{eval_key}"
-    # Half the search for real: both shards of sigma 0.01 (4 of 8 seeds).
-    run_workflow(tmp_path, config, f"{shards}/sigma=0.01/seeds_0000-0001.parquet",
+    run_workflow(workdir, config, f"{shards}/sigma=0.01/seeds_0000-0001.parquet",
                  f"{shards}/sigma=0.01/seeds_0002-0003.parquet")
-    text = status(tmp_path)
+    half = status(workdir)
+    logs = workdir / "logs" / "evaluate_shard" / eval_key / "sigma=0.02"
+    started = lambda: any("seed 0 sigma 0.02: reward" in p.read_text() for p in logs.glob("*.log"))  # noqa: E731
+    run_and_kill(workdir, config, started)
+    return {"workdir": workdir, "shards": shards, "logs": logs, "half": half, "killed": status(workdir)}
+
+
+@pytest.mark.slow
+def test_status_of_a_half_finished_run(status_runs_started):
+    runs = status_runs_started.result()
+    tmp_path, shards, logs, text = runs["workdir"], runs["shards"], runs["logs"], runs["half"]
     assert text.splitlines()[0].startswith("search: 4/8 seeds (50 %), 0 shards running, no run under way "
                                            "(restart it to go on); ETA then 0:")
     assert shard_line(text, "sigma=0.01/seeds_0000-0001")[1:] == ["2/2", "done"]
@@ -39,10 +51,7 @@ def test_status_of_a_half_finished_run(tmp_path, tiny_model_dir):
     assert "record: not written yet" in text
 
     # Then stop the run while a shard of sigma 0.02 is under way: its finished seeds count.
-    logs = tmp_path / "logs" / "evaluate_shard" / eval_key / "sigma=0.02"
-    started = lambda: any("seed 0 sigma 0.02: reward" in p.read_text() for p in logs.glob("*.log"))  # noqa: E731
-    run_and_kill(tmp_path, config, started)
-    text = status(tmp_path)
+    text = runs["killed"]
     for stem in ("seeds_0000-0001", "seeds_0002-0003"):
         done, state = shard_line(text, f"sigma=0.02/{stem}")[1:]
         log = logs / f"{stem}.log"

@@ -44,11 +44,27 @@ def questions_file(folder):
     return path
 
 
+def round_two_lr(config: dict) -> dict:
+    """round 2's own lr (distill.round_overrides)."""
+    return config | {"distill": config["distill"] | {"round_overrides": [{"round": 2, "train": {"lr": 2e-4}}]}}
+
+
+def lr_everywhere(config: dict) -> dict:
+    """the same lr for every round (distill.train)."""
+    return config | {"distill": config["distill"] | {"train": config["distill"]["train"] | {"lr": 2e-4}}}
+
+
 def two_rounds(root, model_dir):
-    """The 2-round run (what distill_rounds_started queues): (work dir, config, Snakemake's output)."""
+    """The 2-round run (what distill_rounds_started queues), then the dry runs the rerun test reads (a
+    dry run writes nothing, so they go on in the background too, right after the run, instead of ~20 s
+    of the foreground at the session's end, when the background is idle): (work dir, config,
+    Snakemake's output, {"rerun" | "round_two" | "everywhere": the dry run's job counts})."""
     from tests.support.workflow import run_workflow
     workdir, config = root / "work", rounds_config(model_dir, questions_file(root))
-    return workdir, config, run_workflow(workdir, config)
+    proc = run_workflow(workdir, config)
+    dry = {name: dry_jobs(workdir, c) for name, c in (("rerun", config), ("round_two", round_two_lr(config)),
+                                                      ("everywhere", lr_everywhere(config)))}
+    return workdir, config, proc, dry
 
 
 def dry_jobs(workdir, config) -> dict[str, int]:
@@ -58,7 +74,7 @@ def dry_jobs(workdir, config) -> dict[str, int]:
 
 
 def test_round_two_searches_on_round_ones_merged_weights(distill_rounds_started):
-    workdir, config, proc = distill_rounds_started.result()
+    workdir, config, proc, _ = distill_rounds_started.result()
     first, second = round_keys(effective_config(config))
     paths = [layout(k) for k in (first, second)]
     trained = json.loads((workdir / paths[0]["distill_train"] / "distilled" / "manifest.json").read_text())
@@ -85,13 +101,11 @@ def test_round_two_searches_on_round_ones_merged_weights(distill_rounds_started)
     assert record[1]["test_accuracy"]["base"] == pytest.approx(record[0]["test_accuracy"]["distilled"])
 
 
-def test_a_round_two_knob_or_a_rerun_reruns_nothing_of_round_one(distill_rounds_started, tmp_path):
-    workdir, config, _ = distill_rounds_started.result()
-    assert dry_jobs(workdir, config) == {}  # a rerun: nothing to do
+def test_a_round_two_knob_or_a_rerun_reruns_nothing_of_round_one(distill_rounds_started):
+    *_, dry = distill_rounds_started.result()
+    assert dry["rerun"] == {}  # a rerun: nothing to do
     # round 2's own lr: round 2's fine-tunes, their evaluation, the record and its figures; no search, no round 1
-    changed = config | {"distill": config["distill"] | {"round_overrides": [{"round": 2, "train": {"lr": 2e-4}}]}}
-    assert dry_jobs(workdir, changed) == {"distill_train": 2, "evaluate_distilled": 2, "record": 1, "figures": 1}
+    assert dry["round_two"] == {"distill_train": 2, "evaluate_distilled": 2, "record": 1, "figures": 1}
     # the same knob for every round reruns round 1's fine-tunes, and so everything of round 2 built on them
-    everywhere = config | {"distill": config["distill"] | {"train": config["distill"]["train"] | {"lr": 2e-4}}}
-    jobs = dry_jobs(workdir, everywhere)
+    jobs = dry["everywhere"]
     assert jobs["distill_train"] == 4 and jobs["round_base"] == 1 and jobs["evaluate_shard"] == 1 and jobs["distill_data"] == 1

@@ -9,9 +9,13 @@ read right after that run, for the test to assert."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
-from tests.support.workflow import GENERATED_GSM8K, read_record, run_workflow, tiny_config
+import yaml
+
+from tests.conftest import REPO
+from tests.support.workflow import GENERATED_GSM8K, SNAKEMAKE, read_record, run_workflow, tiny_config
 
 # --- each task end to end (tests/test_tasks_workflow.py) -------------------------------------------
 
@@ -86,6 +90,27 @@ def shape_config() -> dict:
     return config | {"model": dict(SHAPE_MODEL)}
 
 
-def shape_run(workdir: Path):
-    """The record and figures of a shape model's run: (workdir, Snakemake's output)."""
-    return workdir, run_workflow(workdir, shape_config())  # the default target: the record and the figures
+def layout_config(folder: Path, tp: int) -> dict:
+    """Qwen2.5-72B's shape on vLLM at tensor_parallel_size tp, on a cluster whose card is an H100."""
+    config = tiny_config(folder, model={"source": "shape", "config": "qwen2.5-72b"},
+                         engine={"kind": "vllm", "device": "cuda", "tensor_parallel_size": tp},
+                         resources={"gpu_model": "h100"})
+    config["model"].pop("path")
+    return config
+
+
+def layout_dry_run(folder: Path, tp: int):
+    """A dry run of layout_config on this host (no CUDA), as on a cluster's login node."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"c{tp}.yaml").write_text(yaml.safe_dump(layout_config(folder, tp)))
+    return subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(folder),
+                           "--configfile", str(folder / f"c{tp}.yaml"), "-n"], capture_output=True, text=True)
+
+
+def shape_run(root: Path):
+    """The record and figures of a shape model's run, and the dry runs of a 72B shape at TP 2 and TP 8
+    on an H100 cluster (nothing in the session writes where they run, so they are queued with the run
+    rather than ~15 s of the foreground): (the run's workdir, Snakemake's output, {tp: dry run})."""
+    workdir = root / "run"
+    proc = run_workflow(workdir, shape_config())  # the default target: the record and the figures
+    return workdir, proc, {tp: layout_dry_run(root / "layouts", tp) for tp in (2, 8)}
