@@ -17,7 +17,7 @@ CORES ?= all
 # uncompiled, and is never imported here: hence the || true.
 $(STAMP): envs/requirements-cpu.txt envs/requirements-nodeps.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check "pip>=26"
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check "pip==26.3"
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-compile -r envs/requirements-cpu.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-compile --no-deps -r envs/requirements-nodeps.txt
 	$(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
