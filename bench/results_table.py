@@ -197,6 +197,8 @@ FIGURES = [
     (("accuracy", "throughput", "bpb"), _record),
     (("added_s", "added_s_by_stage", "jobs_finished"), lambda d: [
         f"distill.enabled adds **{d['added_s'] / 60:.1f} min** ({d['jobs_finished']} jobs)",
+        *([f"wall {d['wall_without_distill_s']:.0f} → {d['wall_s']:.0f} s (+{d['wall_added_s'] / 60:.1f} min)"]
+          if "wall_added_s" in d else []),
         _shares(d["added_s_by_stage"], "seconds:", 0),
         *([_shares(d["test_accuracy"], "test accuracy")] if "test_accuracy" in d else [])]),
     (("s_per_seed", "engine_over_floor", "floor_s_per_seed", "auto_dtype"), lambda d: [
