@@ -46,7 +46,7 @@ def read_heldout(path) -> tuple[list[str], int]:
 def heldout_logprobs(engine, texts: list[str], n_bytes: int, max_context: int | None = None) -> np.ndarray:
     """The engine's current weights' fp32 log-probs of every held-out token, in windows of max_context
     tokens (None: the engine's own), checked against the bytes."""
-    scored = engine.token_logprobs(texts, max_context) if max_context else engine.token_logprobs(texts)
+    scored = engine.token_logprobs(texts, max_context)
     if sum(s.n_bytes for s in scored) != n_bytes:
         raise RuntimeError("engine byte count disagrees with the text's UTF-8 length")
     return np.concatenate([s.logprobs for s in scored]).astype(np.float32)
