@@ -7,6 +7,8 @@
 set -uo pipefail
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# jsonschema (the library's config checks) is not in the device image: bench/peers/install_wheels.sh puts it in /tmp/site
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 TRAIN=${1:?train JSONL}; MEMBERS=${2:?members per arm}; shift 2
 OUT=${OUT:-/tmp/randopt-out}; mkdir -p "$OUT"
 MODEL=/tmp/spec/smollm2

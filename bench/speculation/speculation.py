@@ -45,7 +45,9 @@ def arm(args) -> None:
         from randopt.engines import vllm_engine
         plain = vllm_engine.llm_options
         vllm_engine.llm_options = lambda *a, **k: plain(*a, **k) | {"async_scheduling": False}
-    problems = read_jsonl(args.train)[:args.prompts]
+    # the scorer keys answers by the frozen split's canonical id ("train-<row>", randopt/data/gsm8k.py);
+    # a raw GSM8K file has none
+    problems = [{"id": f"train-{i}", **row} for i, row in enumerate(read_jsonl(args.train)[:args.prompts])]
     spec = DecodeSpec.from_config({"max_tokens": args.max_tokens})
     t0 = time.perf_counter()
     engine = make_engine("vllm", args.model_dir, batch_size=args.batch_size, speculation=args.speculation,
