@@ -194,6 +194,10 @@ FIGURES = [
     (("ratios", "arms", "protocol", "target"), _peers),
     (("modes", "protocol", "model_dir"), _modes),
     (("ratios_racing_over_full", "arms", "recall"), _racing),
+    (("ratios_racing_over_full", "arms", "cut"), lambda d: [   # a racing bench cut before its report
+        f"search call: racing **{d['ratios_racing_over_full']['seeds_per_s_call']:.2f}×** full",
+        f"generation {d['ratios_racing_over_full']['generation_speed_estimate']:.2f}×, "
+        f"{d['ratios_racing_over_full']['slots_full_over_racing']:.2f}× fewer train slots (no report: cut)"]),
     (("accuracy", "throughput", "bpb"), _record),
     (("added_s", "added_s_by_stage", "jobs_finished"), lambda d: [
         f"distill.enabled adds **{d['added_s'] / 60:.1f} min** ({d['jobs_finished']} jobs)",
