@@ -214,11 +214,31 @@ class TorchEngine:
             out += self._generate_batch(prompts[start:start + self.batch_size], max_tokens, list(stop))
         return out
 
-    def _generate_batch(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
-        tok = self.tokenizer
+    @torch.inference_mode()
+    def generate_members(self, members: list[tuple[int, float]], prompts: list[str], max_tokens: int,
+                         stop: list[str]) -> list[list[Completion]]:
+        """Greedy completions of every member in ``members`` ((seed, sigma); BASE for the base), decoded
+        together: one forward pass a step over all members' rows (randopt/engines/member_batch.py).
+        Returns one list of completions per member, in order; batch_size counts one member's rows. The
+        live weights are left at the last member."""
+        from randopt.engines.member_batch import stack_members
+        model = stack_members(self, members)
+        out: list[list[Completion]] = [[] for _ in members]
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = prompts[start:start + self.batch_size]
+            flat = self._generate_batch(chunk, max_tokens, list(stop), model=model, members=len(members))
+            for m in range(len(members)):
+                out[m] += flat[m * len(chunk):(m + 1) * len(chunk)]
+        return out
+
+    def _generate_batch(self, prompts: list[str], max_tokens: int, stop: list[str], model=None,
+                        members: int = 1) -> list[Completion]:
+        """One generate call; with a member-batched model, its ``members`` members' completions one after
+        another (member-major, as its rows)."""
+        tok, model = self.tokenizer, model if model is not None else self.model
         ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        inputs = self._shared_prefix_inputs(ids)
-        generated = self.model.generate(
+        inputs = self._shared_prefix_inputs(ids, model, members)
+        generated = model.generate(
             **inputs, max_new_tokens=max_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
             stop_strings=stop or None, tokenizer=tok if stop else None, pad_token_id=tok.pad_token_id,
         )
@@ -231,7 +251,7 @@ class TorchEngine:
         return {tok.eos_token_id, tok.pad_token_id} | set(
             np.atleast_1d(self.model.generation_config.eos_token_id or []).tolist())
 
-    def _shared_prefix_inputs(self, ids: list[list[int]]) -> dict:
+    def _shared_prefix_inputs(self, ids: list[list[int]], model=None, members: int = 1) -> dict:
         """generate() inputs that compute the prompts' common token prefix once, not once per row.
 
         Every prompt of a run starts with the same system line and worked examples (~70 % of its
@@ -239,7 +259,8 @@ class TorchEngine:
         time. The prefix goes through the model once at batch 1; its KV cache is repeated over the
         batch; each row's own suffix follows, left-padded *between* prefix and suffix. The attention
         mask has a hole there, and generate() numbers positions by the mask's cumsum, so each row
-        sees exactly its unpadded prompt at its unpadded positions.
+        sees exactly its unpadded prompt at its unpadded positions. With a member-batched model the rows
+        are the prompts once per member (member-major), and the prefix goes through at batch ``members``.
         """
         from transformers import DynamicCache
         pad = self.tokenizer.pad_token_id
@@ -252,10 +273,11 @@ class TorchEngine:
             input_ids[r, prefix + width - (len(row) - prefix):] = torch.tensor(row[prefix:], dtype=torch.long)
             mask[r, :prefix] = 1
             mask[r, prefix + width - (len(row) - prefix):] = 1
-        inputs = {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
+        model = model if model is not None else self.model
+        inputs = {"input_ids": input_ids.repeat(members, 1).to(self.device), "attention_mask": mask.repeat(members, 1).to(self.device)}
         if prefix > 0:
-            cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=inputs["input_ids"][:1, :prefix], **{self._cache_kwarg: cache}, use_cache=True)
+            cache = DynamicCache(config=model.config)
+            model(input_ids=inputs["input_ids"][::len(ids), :prefix], **{self._cache_kwarg: cache}, use_cache=True)
             cache.batch_repeat_interleave(len(ids))
             inputs[self._cache_kwarg] = cache
         return inputs

@@ -1,0 +1,116 @@
+"""Members/s when M members decode together in one forward pass (issue 28: co-batching on a small model).
+
+The torch engine (randopt.engines.make_engine("torch"): resident base copy, the library's switch) answers
+--prompts real GSM8K train prompts for M members at once through TorchEngine.generate_members
+(randopt/engines/member_batch.py: every perturbed tensor stacked over a member axis, one step a token for
+all M x prompts rows), for each M of --members, in one process, after one warm-up call. Seeds 1..M at
+--sigma, greedy, the project's chat prompt, GSM8K's extraction; --max-tokens 512 and no stop strings by
+default (FlashOpt's protocol, as bench/peers measured vLLM under). Per M it records the call's seconds
+(the stacking switch included), members/s, generated tokens/s, peak GPU memory, the share of seed 1's
+answers identical to its answers at M = 1 (near-ties can resolve otherwise in a bmm), and the correct
+count. An M that runs out of memory is recorded as such and ends the sweep.
+
+    python bench/engines_per_gpu/member_batch.py --model-dir M --train .gpu-snap/gsm8k/train128.jsonl \\
+        --members 1 4 8 16 32 --out $OUT/member_batch_h200_smollm2.json
+
+On a CPU it runs too (tests/test_bench_member_batch.py runs it on a tiny model), but there a step is
+bound by arithmetic, not by the host, and batching members saves little.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+
+def sweep(args) -> dict:
+    import torch
+
+    from randopt.engines.factory import make_engine
+    from randopt.io import read_jsonl, write_json_atomic
+    from randopt.scoring.scorer import DecodeSpec, build_prompts, score_completions
+
+    problems = [{"id": f"train-{i}", **row} for i, row in enumerate(read_jsonl(args.train)[:args.prompts])]
+    spec = DecodeSpec.from_config({"max_tokens": args.max_tokens} | ({} if args.stop else {"stop": []}))
+    t0 = time.perf_counter()
+    engine = make_engine("torch", args.model_dir, device=args.device, batch_size=len(problems),
+                         compute_dtype=args.compute_dtype)
+    start_s = time.perf_counter() - t0
+    prompts = build_prompts(engine, problems, spec)
+    cuda = engine.device.type == "cuda"
+    engine.generate_members([(1, args.sigma)], prompts[:8], 8, list(spec.stop))   # warm-up: kernels, allocator
+    report = {"what": "bench/engines_per_gpu/member_batch.py", "model_dir": args.model_dir, "train": args.train,
+              "prompts": len(problems), "max_tokens": args.max_tokens, "stop": list(spec.stop), "sigma": args.sigma,
+              "device": str(engine.device), "compute_dtype": str(engine.compute_dtype), "engine_start_s": start_s,
+              "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                          "gpu": torch.cuda.get_device_name(0) if cuda else None},
+              "versions": {p: _version(p) for p in ("torch", "transformers")}, "runs": []}
+    reference = None
+    for m in args.members:
+        members = [(seed, args.sigma) for seed in range(1, m + 1)]
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t = time.perf_counter()
+        try:
+            answers = engine.generate_members(members, prompts, args.max_tokens, list(spec.stop))
+        except torch.OutOfMemoryError as err:
+            report["runs"].append({"members": m, "error": f"out of memory: {str(err)[:300]}"})
+            break
+        if cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t
+        tokens = sum(c.n_tokens for member in answers for c in member)
+        first = [c.text for c in answers[0]]
+        reference = reference or first
+        scored = [score_completions(problems, member) for member in answers]
+        run = {"members": m, "seconds": seconds, "members_per_s": m / seconds, "gen_tokens": tokens,
+               "gen_tokens_per_s": tokens / seconds,
+               "finish_length": sum(c.finish == "length" for member in answers for c in member),
+               "seed1_identical_to_m1": sum(a == b for a, b in zip(first, reference)) / len(first),
+               "correct": sum(row["correct"] for rows in scored for row in rows),
+               "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+        report["runs"].append(run)
+        print(f"M={m}: {seconds:.2f} s, {run['members_per_s']:.3f} members/s, {run['gen_tokens_per_s']:.0f} tok/s, "
+              f"seed 1 identical {run['seed1_identical_to_m1']:.3f}", flush=True)
+        write_json_atomic(Path(args.out), report)   # each M as it ends: a cut call keeps the ones before
+    base = next((r for r in report["runs"] if r["members"] == 1 and "seconds" in r), None)
+    for r in report["runs"]:
+        if base and "seconds" in r:
+            r["members_per_s_over_m1"] = r["members_per_s"] / base["members_per_s"]
+    write_json_atomic(Path(args.out), report)
+    return report
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--train", required=True, help="GSM8K-format JSONL (question, answer)")
+    parser.add_argument("--prompts", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--stop", action=argparse.BooleanOptionalAction, default=False,
+                        help="keep the schema's decode.stop (default: no stop strings, FlashOpt's protocol)")
+    parser.add_argument("--members", type=int, nargs="+", default=[1, 4, 8, 16, 32])
+    parser.add_argument("--sigma", type=float, default=1e-3)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--compute-dtype", default="auto")
+    parser.add_argument("--out", required=True)
+    sweep(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

