@@ -19,8 +19,7 @@ bound by arithmetic, not by the host, and batching members saves little.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
+import os
 import sys
 import time
 from importlib import metadata
@@ -33,8 +32,10 @@ sys.path.insert(0, str(REPO))
 def sweep(args) -> dict:
     import torch
 
+    from randopt.engines import compute_dtype as cdt
     from randopt.engines.factory import make_engine
     from randopt.io import read_jsonl, write_json_atomic
+    from randopt.report import record as rec
     from randopt.scoring.scorer import DecodeSpec, build_prompts, score_completions
 
     problems = [{"id": f"train-{i}", **row} for i, row in enumerate(read_jsonl(args.train)[:args.prompts])]
@@ -49,8 +50,9 @@ def sweep(args) -> dict:
     report = {"what": "bench/engines_per_gpu/member_batch.py", "model_dir": args.model_dir, "train": args.train,
               "prompts": len(problems), "max_tokens": args.max_tokens, "stop": list(spec.stop), "sigma": args.sigma,
               "device": str(engine.device), "compute_dtype": str(engine.compute_dtype), "engine_start_s": start_s,
-              "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                          "gpu": torch.cuda.get_device_name(0) if cuda else None},
+              "machine": {**rec.hardware(), "cpu": cdt.read_cpu().as_dict(), "cpu_count": os.cpu_count(),
+                          "torch_threads": torch.get_num_threads()},
+              "commit": rec.git_commit(REPO), "created_utc": rec.now_utc(),
               "versions": {p: _version(p) for p in ("torch", "transformers")}, "runs": []}
     reference = None
     for m in args.members:
