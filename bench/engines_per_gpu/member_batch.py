@@ -11,7 +11,7 @@ answers identical to its answers at M = 1 (near-ties can resolve otherwise in a 
 count. An M that runs out of memory is recorded as such and ends the sweep.
 
     python bench/engines_per_gpu/member_batch.py --model-dir M --train .gpu-snap/gsm8k/train128.jsonl \\
-        --members 1 4 8 16 32 --out $OUT/member_batch_h200_smollm2.json
+        --members 1 4 8 16 32 --out $OUT/engines_per_gpu_member_batch_h200_smollm2.json
 
 On a CPU it runs too (tests/test_bench_member_batch.py runs it on a tiny model), but there a step is
 bound by arithmetic, not by the host, and batching members saves little.

@@ -4,7 +4,7 @@
 #   bash bench/engines_per_gpu/member_batch_h200.sh [M...]          SmolLM2-135M-Instruct (default M: 1 4 8 16 32)
 #   SHAPE=qwen7b bash bench/engines_per_gpu/member_batch_h200.sh 1 2 4   the random Qwen2.5-7B shape (its cost only)
 # Carry .gpu-snap (the 128 real GSM8K train prompts). A check on the CPU: DEVICE=cpu MB_ARGS="--prompts 8 --max-tokens 16". jsonschema comes from /tmp/site when
-# bench/peers/install_wheels.sh installed it there. $OUT gets member_batch_h200_<model>.json and its log.
+# bench/peers/install_wheels.sh installed it there. $OUT gets engines_per_gpu_member_batch_h200_<model>.json and its log.
 set -uo pipefail
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/member-batch-out}; mkdir -p "$OUT"
@@ -22,6 +22,6 @@ else
     || { tail -20 "$OUT/prepare_$NAME.log"; exit 1; }
 fi
 python3 bench/engines_per_gpu/member_batch.py --model-dir $MODEL --train "$TRAIN" --device "${DEVICE:-cuda}" ${MB_ARGS:-} \
-  --members $MS --out "$OUT/member_batch_h200_$NAME.json" 2>&1 | tee "$OUT/member_batch_$NAME.log" \
+  --members $MS --out "$OUT/engines_per_gpu_member_batch_h200_$NAME.json" 2>&1 | tee "$OUT/member_batch_$NAME.log" \
   | grep -E "^M=|Error|error" | tail -20
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
