@@ -12,8 +12,7 @@
 # A second call on a warm machine resumes: Snakemake reruns only what is missing.
 # $OUT gets: summary.txt, snakemake.log, record.json, distill.png, distill_h200_smollm2.json, logs.tgz.
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 unset CUDA_VISIBLE_DEVICES
 OUT=${OUT:-/tmp/randopt-out}; mkdir -p "$OUT"

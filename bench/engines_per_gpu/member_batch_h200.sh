@@ -6,7 +6,8 @@
 # Carry .gpu-snap (the 128 real GSM8K train prompts). A check on the CPU: DEVICE=cpu MB_ARGS="--prompts 8 --max-tokens 16". jsonschema comes from /tmp/site when
 # bench/peers/install_wheels.sh installed it there. $OUT gets engines_per_gpu_member_batch_h200_<model>.json and its log.
 set -uo pipefail
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/member-batch-out}; mkdir -p "$OUT"
 TRAIN=${TRAIN:-.gpu-snap/gsm8k/train128.jsonl}
 [ -f "$TRAIN" ] || { echo "$TRAIN is missing: carry .gpu-snap" >&2; exit 2; }

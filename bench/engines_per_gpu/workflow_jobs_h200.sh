@@ -7,8 +7,7 @@
 # arm writes under results_e1/ (its keys are the same: the engine count is in no key).
 #   bash bench/engines_per_gpu/workflow_jobs_h200.sh CMDS_AUTO CMDS_ONE SLOTS
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 unset CUDA_VISIBLE_DEVICES
 AUTO=${1:?commands of the engines_per_gpu auto arm}; ONE=${2:?commands of the one-engine arm}; SLOTS=${3:?E of the auto arm}
 OUT=${OUT:-/tmp/randopt-out}; mkdir -p "$OUT"

@@ -18,8 +18,8 @@
 # results with --log_samples) and engines_agree.json (the comparison). Each step runs even when an
 # earlier one failed, so what worked still comes back; the exit status is 1 when any step failed.
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TOKENIZERS_PARALLELISM=false
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
+export TOKENIZERS_PARALLELISM=false
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 OUT=${OUT:-/tmp/randopt-out}
 WORK=${WORK:-/tmp/lmeval-engines}

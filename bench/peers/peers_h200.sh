@@ -21,8 +21,8 @@
 # Carried (ignored paths made by bench/peers/prep_host.py): .peers/wheels/p2 (ray's second part, snakemake,
 # jsonschema, MANIFEST.tsv), .peers/flashopt (FlashOpt at cc396cd), .peers/data (the GSM8K slice, both formats).
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
+export RAY_USAGE_STATS_ENABLED=0
 unset CUDA_VISIBLE_DEVICES
 T0=$(date +%s)
 OUT=${OUT:-/tmp/peers-out}

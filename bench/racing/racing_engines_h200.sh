@@ -12,8 +12,7 @@
 # bench/peers/peers_h200.sh smollm2 in the same lease (its install), or carry .peers/wheels/p2 after
 # `peers_h200.sh stash` of p1, as that script does.
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 unset CUDA_VISIBLE_DEVICES
 N=${1:-2}
 OUT=${OUT:-/tmp/racing-engines-out}

@@ -5,8 +5,7 @@
 # SmolLM2-135M-Instruct is converted once by the project's prepare_model stage into /tmp/spec/smollm2
 # (kept while the machine stays warm); each arm's JSON goes to $OUT (bench/speculation/speculation.py).
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 # jsonschema (the library's config checks) is not in the device image: bench/peers/install_wheels.sh puts it in /tmp/site
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 TRAIN=${1:?train JSONL}; MEMBERS=${2:?members per arm}; shift 2

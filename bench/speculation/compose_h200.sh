@@ -6,8 +6,7 @@
 # Needs vLLM (../shared/tools/vllm-wheelhouse) and snakemake + jsonschema in /tmp/site (as
 # bench/racing/racing_engines_h200.sh installs them). $OUT gets compose.log, compose_record.json and the logs.
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 unset CUDA_VISIBLE_DEVICES
 OUT=${OUT:-/tmp/compose-out}; mkdir -p "$OUT"

@@ -10,8 +10,7 @@
 #   GSM8K_DIR=gsm8k bash bench/standard/shape_7b_h200.sh   # real GSM8K from DIR/{train,test}.jsonl
 #   TINY=1 bash bench/standard/shape_7b_h200.sh       # the CPU rehearsal: a tiny shape on the torch engine
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 unset CUDA_VISIBLE_DEVICES
 OUT=${OUT:-/tmp/randopt-out}; mkdir -p "$OUT"
 PY=${PYTHON:-python3}

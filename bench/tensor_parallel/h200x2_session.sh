@@ -28,8 +28,7 @@
 #             phase per call in /tmp/racing-h200; each arm's record comes back (the full arm's is issue 14's
 #             larger protocol), the report after race-report
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 # Each stage claims its own GPUs (randopt/runtime/gpu_slots.py); a preset list would make them share.
 unset CUDA_VISIBLE_DEVICES
 OUT=${OUT:-/tmp/randopt-out}

@@ -5,8 +5,7 @@
 # prepared model). Each part writes its log (and outputs) under $OUT.
 #   bash bench/vllm/h200_session.sh [contract] [workflow] [bench] [startup]    (no argument: all four)
 set -uo pipefail
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 OUT=${OUT:-/tmp/randopt-out}
 mkdir -p "$OUT"
 parts=${*:-contract workflow bench startup}
