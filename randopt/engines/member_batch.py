@@ -103,7 +103,7 @@ def stack_members(engine, members: list[tuple[int, float]]) -> nn.Module:
     Each member's weights come from the engine's own switch (switch_weights: BASE is the base), copied
     into row m of a stack per tensor, in the dtype the model computes in. Tied tensors stay tied (one
     stack). The engine's live weights are left at the last member, as after any switch. Memory: one
-    model per member, plus the copy's modules without weights."""
+    model per member; the copy's modules share the engine's parameters until the swap drops them."""
     if not members:
         raise ValueError("stack_members needs at least one member")
     model = engine.model
@@ -115,7 +115,9 @@ def stack_members(engine, members: list[tuple[int, float]]) -> nn.Module:
             stacks[id(p)][m].copy_(p.data)
     # The copy's modules map to the original's parameters by position: swap each module that holds
     # parameters of its own for its member form, over the stacks of the original's parameters.
-    batched = copy.deepcopy(model)
+    # (the deepcopy's memo hands back the original parameters: the copy shares them, so no second copy
+    # of the weights is made before the swap drops them)
+    batched = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
     originals = dict(model.named_modules())
     for name, module in list(batched.named_modules()):
         if not any(True for _ in module.parameters(recurse=False)):
