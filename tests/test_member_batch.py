@@ -185,3 +185,33 @@ def test_a_member_twice_is_refused(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="each member once"):
         _scorer(tmp_path, tiny_model_dir, []).answers_many([(1, SIGMA), (1, SIGMA)], range(6))
 
+
+# --- config and keys ------------------------------------------------------------------------------
+
+def test_member_batch_is_checked_at_validation():
+    import re
+    from randopt.config import ConfigError, validate
+    assert validate({})["engine"]["member_batch"] == 1
+    assert validate({"engine": {"member_batch": 4}})["engine"]["member_batch"] == 4
+    with pytest.raises(ConfigError, match=re.escape("config key 'engine.member_batch'")):
+        validate({"engine": {"member_batch": 0}})
+    with pytest.raises(ConfigError, match=re.escape("config key 'engine.member_batch': 4 members decoded together "
+                                                    "is the torch engine's") + ".*engine.kind torch, or member_batch: 1"):
+        validate({"engine": {"kind": "vllm", "device": "cuda", "member_batch": 4}})
+    assert validate({"engine": {"kind": "vllm", "device": "cuda", "member_batch": 1}})["engine"]["member_batch"] == 1
+    with pytest.raises(ConfigError, match=re.escape("config key 'engine.member_batch': 2 is wired into full "
+                                                    "evaluation only") + ".*member_batch: 1, or selection.mode full"):
+        validate({"engine": {"member_batch": 2}, "selection": {"mode": "racing"}})
+
+
+def test_member_batch_keys_the_answers_only_above_one():
+    from randopt.config import validate
+    from randopt.keys import run_keys
+    default = validate({})
+    keys = run_keys(default)
+    without = copy.deepcopy(default)
+    del without["engine"]["member_batch"]   # the config as it was before the knob
+    assert run_keys(without) == keys == run_keys(validate({"engine": {"member_batch": 1}}))
+    four = run_keys(validate({"engine": {"member_batch": 4}}))
+    assert {k for k in keys if keys[k] != four[k]} == {"eval"}   # bpb's engine decodes nothing
+    assert run_keys(validate({"engine": {"member_batch": 2}}))["eval"] not in (keys["eval"], four["eval"])
