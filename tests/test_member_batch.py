@@ -171,10 +171,6 @@ def test_cached_members_are_read_back_and_a_member_missing_other_problems_goes_a
     for member, table in zip([first, whole, partial, second], got):
         assert table["problem"].tolist() == list(range(6))
         assert table[ANSWER_COLUMNS].equals(_cached(tmp_path, member)), member
-    # what one member at a time would have answered
-    alone = _scorer(tmp_path / "alone", tiny_model_dir, [])
-    for member, table in zip([first, partial, second], [got[0], got[2], got[3]]):
-        assert table[["problem", "completion"]].equals(alone.answers(*member, range(6))[["problem", "completion"]])
     again = _scorer(tmp_path, tiny_model_dir, engines)
     assert [t[ANSWER_COLUMNS].equals(g[ANSWER_COLUMNS]) for t, g in zip(again.answers_many([first, second], range(6)),
                                                                          [got[0], got[3]])] == [True, True]
