@@ -75,6 +75,7 @@ def validate(config: dict) -> dict:
                     f"or the fraction")
     _check_selection(config)
     _check_speculation(config["engine"])
+    _check_member_batch(config)
     _check_distill(config)
     for section in SOURCE_KINDS:
         kind = config[section]["source"]
@@ -116,6 +117,21 @@ def _check_speculation(engine: dict) -> None:
     why = unsupported_reason()
     if why:
         raise ConfigError(f"config key 'engine.speculation': {why}")
+
+
+def _check_member_batch(config: dict) -> None:
+    """engine.member_batch: members decoded together is the torch engine's (a stacked model), wired into full
+    evaluation's evaluate_shard only."""
+    batch = config["engine"]["member_batch"]
+    if batch == 1:
+        return
+    if config["engine"]["kind"] != "torch":
+        raise ConfigError(f"config key 'engine.member_batch': {batch} members decoded together is the torch "
+                          "engine's (its model stacked over a member axis); use engine.kind torch, or member_batch: 1")
+    if config["selection"]["mode"] == "racing":
+        raise ConfigError(f"config key 'engine.member_batch': {batch} is wired into full evaluation only (racing "
+                          "answers members per slice through the same answer cache, and batching there is not "
+                          "built yet); use member_batch: 1, or selection.mode full")
 
 
 def _check_selection(config: dict) -> None:

@@ -98,9 +98,14 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False):
     # generates nothing and is built without it.
     speculation = ({"speculation": {"kind": e["speculation"], "draft_tokens": e["draft_tokens"]}}
                    if e["speculation"] != "none" else {})
+    # Members decoded together (engine.member_batch): a bmm may round otherwise than one member's matmul at a
+    # near-tie, so it keys the answers (only above 1: the default's keys stay), not bpb, which decodes nothing.
+    # (A record written before the knob has none: 1.)
+    member_batch = {"member_batch": e["member_batch"]} if e.get("member_batch", 1) > 1 else {}
+
     def evaluation_of(model: str) -> str:
         return short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config),
-                          "engine": numerics | speculation, "code": key_code("eval", root)} | task_code)
+                          "engine": numerics | speculation | member_batch, "code": key_code("eval", root)} | task_code)
 
     def bpb_of(model: str) -> str:
         return short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,

@@ -383,6 +383,9 @@ LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "") \
 # so a problem's answer never depends on the mode that asked for it; None (vLLM): one block.
 ANSWER_BLOCK = block_size(config["engine"])
 ORDER_SEED = config["selection"]["order_seed"]
+# engine.member_batch (torch engine, full evaluation): seeds evaluate_shard decodes together; passed only
+# above 1, so the default's jobs keep their command lines.
+MEMBER_BATCH = config["engine"]["member_batch"]
 
 
 # Racing (selection.mode racing, rules/racing.smk): the rounds are a pure function of the split size and

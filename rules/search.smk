@@ -19,6 +19,8 @@ rule evaluate_shard:
         # absent: one answer block (randopt/scoring/answer_blocks.py)
         block=f"--block-size {ANSWER_BLOCK}" if ANSWER_BLOCK else "",
         order_seed=ORDER_SEED,
+        # absent: one seed at a time (engine.member_batch 1)
+        member_batch=f"--member-batch {MEMBER_BATCH}" if MEMBER_BATCH > 1 else "",
         code=key_code("eval"),
     threads: job_threads()
     resources:
@@ -33,7 +35,7 @@ rule evaluate_shard:
     shell:
         "{PY} scripts.evaluate_shard {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
-        " {params.block} --order-seed {params.order_seed}"
+        " {params.block} --order-seed {params.order_seed} {params.member_batch}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
 

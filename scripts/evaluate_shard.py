@@ -22,6 +22,8 @@ def parse_args(argv=None):
                    help="problems per fixed answer block, each one engine call (randopt/scoring/answer_blocks.py); "
                         "absent: one block")
     p.add_argument("--order-seed", type=int, default=0, help="seed of the problem order the blocks cut (selection.order_seed)")
+    p.add_argument("--member-batch", type=int, default=1,
+                   help="seeds decoded together, torch engine only (engine.member_batch); 1: one at a time")
     p.add_argument("--cache-dir", required=True,
                    help="the answer cache: each seed's answers are kept there as it finishes, and reused")
     p.add_argument("--out", required=True, help="parquet")
@@ -34,7 +36,7 @@ def main(argv=None) -> int:
     return run_stage("evaluate_shard", partial(
         evaluate_shard.run, make_engine=partial(engine_from_args, args), decode=args.decode, train=args.train,
         sigma=args.sigma, first_seed=args.first_seed, last_seed=args.last_seed, block_size=args.block_size,
-        order_seed=args.order_seed, cache_dir=args.cache_dir, out=args.out, timings=args.timings))
+        order_seed=args.order_seed, member_batch=args.member_batch, cache_dir=args.cache_dir, out=args.out, timings=args.timings))
 
 
 if __name__ == "__main__":

@@ -145,6 +145,14 @@ def shape_run_started(background, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def member_batch_runs_started(background, tmp_path_factory, tiny_model_dir):
+    """The runs of tests/test_workflow_member_batch.py (engine.member_batch 4 and 1, up to rank), queued in the
+    background."""
+    from tests.support.task_runs import member_batch_runs
+    return background.submit(member_batch_runs, tmp_path_factory.mktemp("member-batch") / "run", tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
 def distill_rounds_started(background, tmp_path_factory, tiny_model_dir):
     """A 2-round distillation run (tests/test_workflow_distill_rounds.py), queued in the background."""
     from tests.test_workflow_distill_rounds import two_rounds
@@ -181,7 +189,7 @@ def early_runs(request):
     and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
     SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
     the shared tiny run, the shape model's run, the half-finished runs of test_status, the task runs,
-    the Gaussian run and the 2-round
+    the Gaussian run, the member-batched runs and the 2-round
     distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
     queued blocks the foreground, which cost 490 s when the 2-round run was read first and queued last).
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
@@ -189,6 +197,6 @@ def early_runs(request):
     needed = {name for item in request.session.items for name in item.fixturenames}
     for name in ("slurm_runs", "engine_slots_run_started", "smollm2_started", "racing_bench_started",
                  "racing_workflow_started", "tiny_run_started", "shape_run_started", "status_runs_started",
-                 "task_runs_started", "gaussian_run_started", "distill_rounds_started"):
+                 "task_runs_started", "gaussian_run_started", "member_batch_runs_started", "distill_rounds_started"):
         if name in needed:
             request.getfixturevalue(name)

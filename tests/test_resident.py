@@ -42,6 +42,8 @@ def answers(engine, members):
     for seed, sigma in members:
         engine.set_weights(seed, sigma)
         out.append(engine.generate(prompts, 6, ["\n"]))
+    # generate_members through the client by keyword (bound to the protocol's signature, sent in its order)
+    out.append(engine.generate_members(members=list(members), prompts=prompts, max_tokens=6, stop=["\n"]))
     engine.restore_base()
     out.append(engine.generate(prompts, 6, ["\n"]))
     out.append([lp.logprobs.tolist() for lp in engine.token_logprobs(PROMPTS)])

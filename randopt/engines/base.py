@@ -42,6 +42,15 @@ class Engine(Protocol):
     def generate(self, prompts: list[str], max_tokens: int, stop: list[str]) -> list[Completion]:
         """Greedy completions, one per prompt, in order."""
 
+    def generate_members(self, members: list[tuple[int, float]], prompts: list[str], max_tokens: int,
+                         stop: list[str]) -> list[list[Completion]]:
+        """generate() for each member of ``members`` ((seed, sigma); BASE for the base), one list of
+        completions per member, in order: what switch_weights then generate gives each (up to the kernels'
+        near-ties). The torch engine decodes them together (randopt/engines/member_batch.py) and keeps their
+        stack for its next call with the same members until a switch; the others go member by member.
+        Empty prompts only prepare the members (the stack), so a caller can time that apart. The live
+        weights are left at the last member."""
+
     def token_logprobs(self, texts: list[str], max_context: int | None = None) -> list[TextLogprobs]:
         """Teacher-forced log-probabilities of every token of each text (first token conditioned
         on the tokenizer's start token), with the text's UTF-8 byte count; a text longer than

@@ -2,7 +2,7 @@
 switch's drift read after a stage's walk."""
 from __future__ import annotations
 
-from randopt.engines.base import Engine
+from randopt.engines.base import Completion, Engine
 from randopt.population import BASE
 
 
@@ -12,6 +12,16 @@ def switch_weights(engine: Engine, seed: int, sigma: float) -> None:
         engine.restore_base()
     else:
         engine.set_weights(seed, sigma)
+
+
+def generate_each(engine: Engine, members: list[tuple[int, float]], prompts: list[str], max_tokens: int,
+                  stop: list[str]) -> list[list[Completion]]:
+    """Engine.generate_members member by member: switch to each, then generate (nothing for no prompts)."""
+    out = []
+    for seed, sigma in members:
+        switch_weights(engine, seed, sigma)
+        out.append(engine.generate(prompts, max_tokens, stop) if prompts else [])
+    return out
 
 
 def engine_drift(engine: Engine | None) -> dict | None:

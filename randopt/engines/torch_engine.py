@@ -113,6 +113,9 @@ class TorchEngine:
         # transformers renamed past_key_values to cache (5.x deprecates the old name); take what it has.
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self._start_id = start_token_id(self.tokenizer, self.model.config.bos_token_id)
+        # generate_members' last stack (members, model), kept for its next call with the same members (an
+        # answer block each) until a switch: one model per member in memory while kept.
+        self._stacked: tuple[tuple, object] | None = None
 
     # -- weights ---------------------------------------------------------------------------------
     def close(self) -> None:
@@ -122,6 +125,7 @@ class TorchEngine:
         return list(self._live)
 
     def set_weights(self, seed: int, sigma: float) -> None:
+        self._stacked = None
         if self.switch == "reconstruct":
             self._perturber.to_member_(seed, sigma)
         else:
@@ -131,6 +135,7 @@ class TorchEngine:
         self._widen(self._live)
 
     def restore_base(self) -> None:
+        self._stacked = None
         if self.switch == "reconstruct":
             self._perturber.to_base_()
             self._widen(self._base)
@@ -220,9 +225,16 @@ class TorchEngine:
         """Greedy completions of every member in ``members`` ((seed, sigma); BASE for the base), decoded
         together: one forward pass a step over all members' rows (randopt/engines/member_batch.py).
         Returns one list of completions per member, in order; batch_size counts one member's rows. The
-        live weights are left at the last member."""
+        live weights are left at the last member. The stack is kept for the next call with the same
+        members until a switch (set_weights, restore_base), so answer blocks of one group stack once;
+        empty prompts only stack."""
         from randopt.engines.member_batch import stack_members
-        model = stack_members(self, members)
+        key = tuple((int(seed), float(sigma)) for seed, sigma in members)
+        if self._stacked is None or self._stacked[0] != key:
+            self._stacked = None  # the old stack goes before the new one is built
+            model = stack_members(self, members)   # switches, which clears _stacked
+            self._stacked = (key, model)
+        model = self._stacked[1]
         out: list[list[Completion]] = [[] for _ in members]
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start:start + self.batch_size]

@@ -21,6 +21,7 @@ import numpy as np
 from kernels.noise_kinds import check_kind
 from randopt.engines.base import (DEFAULT_MAX_MODEL_LEN, Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
+from randopt.engines.switch import generate_each
 from randopt.engines.vllm_speculation import speculative_config, unsupported_reason
 from randopt.engines.vllm_worker import RandoptWorkerExtension
 from randopt.model import shape
@@ -182,6 +183,12 @@ class VllmEngine:
                                     params, use_tqdm=False)
         return [Completion(text=o.outputs[0].text, n_tokens=len(o.outputs[0].token_ids),
                            finish="length" if o.outputs[0].finish_reason == "length" else "stop") for o in outputs]
+
+    def generate_members(self, members: list[tuple[int, float]], prompts: list[str], max_tokens: int,
+                         stop: list[str]) -> list[list[Completion]]:
+        """Member by member (switch, then generate): vLLM has no member-batched form; validation refuses
+        engine.member_batch above 1 with it, and the protocol holds all the same."""
+        return generate_each(self, members, prompts, max_tokens, stop)
 
     # -- teacher forcing -------------------------------------------------------------------------
     def score_token_ids(self, windows: list[list[int]]) -> list[tuple[np.ndarray, np.ndarray]]:

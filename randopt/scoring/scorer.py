@@ -64,11 +64,40 @@ def evaluate_weights(engine: Engine, prompts: list[str], problems: list[dict], s
     for batch in batches:
         completions += engine.generate([prompts[i] for i in batch], spec.max_tokens, list(spec.stop))
     t2 = time.perf_counter()
-    rows = pd.DataFrame(score_completions([problems[i] for i in order], completions, task))
+    return member_rows([problems[i] for i in order], completions, seed, sigma, t1 - t0, t2 - t1, task)
+
+
+def evaluate_members_together(engine: Engine, prompts: list[str], problems: list[dict], spec: DecodeSpec,
+                              members: list[tuple[int, float]], batches: list[list[int]] | None = None,
+                              task: Task | None = None) -> list[pd.DataFrame]:
+    """evaluate_weights for several members decoded together (Engine.generate_members), one frame per
+    member, in order; each batch is one generate_members call, as it is one generate call there."""
+    t0 = time.perf_counter()
+    engine.generate_members(members, [], spec.max_tokens, list(spec.stop))   # no prompts: stacks the members
+    t1 = time.perf_counter()
+    batches = batches if batches is not None else [list(range(len(prompts)))]
+    completions, order = [[] for _ in members], [i for batch in batches for i in batch]
+    for batch in batches:
+        for mine, new in zip(completions, engine.generate_members(members, [prompts[i] for i in batch],
+                                                                  spec.max_tokens, list(spec.stop))):
+            mine += new
+    t2 = time.perf_counter()
+    # The members' switch (the stacking) and generation are one piece of work, so each member's switch_s
+    # and generate_s are its share of them, 1/M each: a table's sums stay the seconds spent.
+    share = 1 / len(members)
+    return [member_rows([problems[i] for i in order], done, seed, sigma, (t1 - t0) * share, (t2 - t1) * share, task)
+            for (seed, sigma), done in zip(members, completions)]
+
+
+def member_rows(problems: list[dict], completions, seed: int, sigma: float, switch_s: float, generate_s: float,
+                task: Task | None = None) -> pd.DataFrame:
+    """One member's scored rows (score_completions), with its member and the seconds of its switch and
+    its generation."""
+    rows = pd.DataFrame(score_completions(problems, completions, task))
     rows.insert(0, "sigma", float(sigma))
     rows.insert(0, "seed", int(seed))
-    rows["switch_s"] = t1 - t0
-    rows["generate_s"] = t2 - t1
+    rows["switch_s"] = switch_s
+    rows["generate_s"] = generate_s
     return rows
 
 
@@ -109,16 +138,58 @@ class Scorer:
         todo = answer_cache.missing_problems(cached, indices)
         if todo:
             engine = self._ensure_engine()
-            groups = group_by_block(todo, self.answer_blocks)
-            todo = [i for group in groups for i in group]
-            position = {problem: i for i, problem in enumerate(todo)}
+            todo, batches = self._blocks(todo)
             rows = evaluate_weights(engine, [self.prompts[i] for i in todo], [self.problems[i] for i in todo],
-                                    self.spec, seed, sigma, [[position[i] for i in g] for g in groups], self.task)
-            rows.insert(2, "problem", todo)
-            written = answer_cache.write_part(self.cache_dir, rows)
-            cached = (pd.concat([cached, written], ignore_index=True) if len(cached) else written) \
-                .sort_values("problem", kind="mergesort").reset_index(drop=True)
-            self.slots_evaluated += len(todo)
-            self.members_evaluated.append((int(seed), float(sigma)))
-        wanted = set(int(i) for i in indices)
-        return cached[cached["problem"].isin(wanted)].reset_index(drop=True)
+                                    self.spec, seed, sigma, batches, self.task)
+            cached = self._keep(cached, rows, todo, seed, sigma)
+        return _wanted(cached, indices)
+
+    def answers_many(self, members: list[tuple[int, float]], indices) -> list[pd.DataFrame]:
+        """answers() for each of ``members``, in order, the members that miss the same problems decoded
+        together (evaluate_members_together: engine.generate_members, block by block as answers() does).
+        A member with nothing missing is read back; one whose missing problems no other member shares
+        goes through answers()."""
+        if len(set(members)) != len(members):
+            raise ValueError(f"answers_many takes each member once, got {members}")
+        cached = [answer_cache.load(self.cache_dir, seed, sigma) for seed, sigma in members]
+        together: dict[tuple[int, ...], list[int]] = {}   # missing problems -> positions in members
+        for m, table in enumerate(cached):
+            todo = tuple(answer_cache.missing_problems(table, indices))
+            if todo:
+                together.setdefault(todo, []).append(m)
+        for todo, group in together.items():
+            if len(group) == 1:
+                cached[group[0]] = self.answers(*members[group[0]], indices)
+                continue
+            engine = self._ensure_engine()
+            todo, batches = self._blocks(list(todo))
+            frames = evaluate_members_together(engine, [self.prompts[i] for i in todo],
+                                               [self.problems[i] for i in todo], self.spec,
+                                               [members[m] for m in group], batches, self.task)
+            for m, rows in zip(group, frames):
+                cached[m] = self._keep(cached[m], rows, todo, *members[m])
+        return [_wanted(table, indices) for table in cached]
+
+    def _blocks(self, todo: list[int]) -> tuple[list[int], list[list[int]]]:
+        """The missing problems in answer-block order, and each block's positions in that order."""
+        groups = group_by_block(todo, self.answer_blocks)
+        todo = [i for group in groups for i in group]
+        position = {problem: i for i, problem in enumerate(todo)}
+        return todo, [[position[i] for i in g] for g in groups]
+
+    def _keep(self, cached: pd.DataFrame, rows: pd.DataFrame, todo: list[int], seed: int,
+              sigma: float) -> pd.DataFrame:
+        """Member (seed, sigma)'s new rows (for problems ``todo``) written to the answer cache, counted, and added to
+        what was cached."""
+        rows.insert(2, "problem", todo)
+        written = answer_cache.write_part(self.cache_dir, rows)
+        cached = (pd.concat([cached, written], ignore_index=True) if len(cached) else written) \
+            .sort_values("problem", kind="mergesort").reset_index(drop=True)
+        self.slots_evaluated += len(todo)
+        self.members_evaluated.append((int(seed), float(sigma)))
+        return cached
+
+
+def _wanted(cached: pd.DataFrame, indices) -> pd.DataFrame:
+    wanted = set(int(i) for i in indices)
+    return cached[cached["problem"].isin(wanted)].reset_index(drop=True)

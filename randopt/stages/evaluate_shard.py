@@ -3,7 +3,11 @@
 
 Each seed's answers go to the answer cache (randopt/scoring/answer_cache.py) as soon as the seed is done, and
 only the (seed, problem) pairs not cached are generated: a killed shard resumes at its first unfinished
-seed, and the answers a racing run left are reused. The shard's table is assembled from the cache."""
+seed, and the answers a racing run left are reused. The shard's table is assembled from the cache.
+
+member_batch above 1 (engine.member_batch, torch engine): the seeds go in groups of that many, the
+members of a group that miss the same problems decoded together (Scorer.answers_many); 1 answers one
+seed at a time (Scorer.answers)."""
 from __future__ import annotations
 
 import time
@@ -23,9 +27,12 @@ from randopt.tasks import registry
 
 
 def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: float, first_seed: int,
-        last_seed: int, block_size: int | None, order_seed: int, cache_dir: str, out: str, timings: str) -> None:
+        last_seed: int, block_size: int | None, order_seed: int, cache_dir: str, out: str, timings: str,
+        member_batch: int = 1) -> None:
     if last_seed < first_seed or first_seed < 0:
         raise ValueError(f"bad seed range {first_seed}..{last_seed}")
+    if member_batch < 1:
+        raise ValueError(f"member_batch must be at least 1, got {member_batch}")
     started_at, start = time.time(), time.perf_counter()
     verify_against_manifest(train)
     problems = read_jsonl(train, required=("id", "question", "answer"))
@@ -34,13 +41,15 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
     everything = range(len(problems))
     frames = []
     seeds = range(first_seed, last_seed + 1)
+    answered: dict[int, tuple[pd.DataFrame, float | None]] = {}
     for seed in progress(seeds, total=len(seeds), desc=f"sigma {sigma:g}", unit="seed"):
-        before, t0 = scorer.slots_evaluated, time.perf_counter()
-        frame = scorer.answers(seed, sigma, everything)
+        if seed not in answered:   # the group of member_batch seeds that starts here
+            answered = answer_seeds(scorer, list(seeds[seed - first_seed:seed - first_seed + member_batch]), sigma,
+                                    everything)
+        frame, seconds = answered.pop(seed)
         # randopt/runtime/status.py reads these lines: "(T s)" for a seed generated now, "(cached)" for one read back
-        if scorer.slots_evaluated > before:
-            log.info("seed %d sigma %g: reward %.3f (%.1f s)", seed, sigma, frame["correct"].mean(),
-                     time.perf_counter() - t0)
+        if seconds is not None:
+            log.info("seed %d sigma %g: reward %.3f (%.1f s)", seed, sigma, frame["correct"].mean(), seconds)
         else:
             log.info("seed %d sigma %g: reward %.3f (cached)", seed, sigma, frame["correct"].mean())
         frames.append(frame)
@@ -49,6 +58,17 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
         table.to_parquet(tmp, index=False)
     write_json_atomic(timings, scoring_timings("evaluate_shard", scorer, table, started_at, start)
                       | {"sigma": sigma, "seeds": [first_seed, last_seed]})
+
+
+def answer_seeds(scorer: Scorer, seeds: list[int], sigma: float, problems) -> dict[int, tuple[pd.DataFrame, float | None]]:
+    """Each seed's frame and the seconds it took when generated now (a seed decoded with others: an equal
+    share of theirs), or None when read back. One seed: Scorer.answers; several: Scorer.answers_many."""
+    before, start = len(scorer.members_evaluated), time.perf_counter()
+    frames = ([scorer.answers(seeds[0], sigma, problems)] if len(seeds) == 1
+              else scorer.answers_many([(seed, sigma) for seed in seeds], problems))
+    generated = {seed for seed, _ in scorer.members_evaluated[before:]}
+    seconds = (time.perf_counter() - start) / max(1, len(generated))
+    return {seed: (frame, seconds if seed in generated else None) for seed, frame in zip(seeds, frames)}
 
 
 def scoring_timings(stage: str, scorer: Scorer, table: pd.DataFrame, started_at: float, start: float) -> dict:

@@ -92,6 +92,19 @@ def test_large_sigma_changes_outputs_and_restore_brings_them_back(engine):
     assert again == base
 
 
+def test_generate_members_answers_as_each_member_switched_to(engine):
+    """Engine.generate_members: one list per member, in order, each what switching to the member and
+    generating gives (sigma 0.5: the members answer differently, so a mix-up shows); no prompts: nothing."""
+    from randopt.engines.switch import generate_each
+    from randopt.population import BASE
+    members, prompts = [(5, 0.5), (BASE, 0.0), (7, 0.5)], _prompts(engine)
+    assert engine.generate_members(members, [], max_tokens=12, stop=[]) == [[], [], []]
+    together = engine.generate_members(members, prompts, max_tokens=12, stop=[])
+    alone = generate_each(engine, members, prompts, max_tokens=12, stop=[])   # switch, then generate
+    assert together == alone
+    assert len({tuple(c.text for c in m) for m in alone}) == len(members)
+
+
 def test_token_logprobs_count_tokens_and_utf8_bytes(engine):
     engine.restore_base()
     texts = ["Tom has 5 apples.", "Café au lait — 3 €", "x"]

@@ -114,3 +114,23 @@ def shape_run(root: Path):
     workdir = root / "run"
     proc = run_workflow(workdir, shape_config())  # the default target: the record and the figures
     return workdir, proc, {tp: layout_dry_run(root / "layouts", tp) for tp in (2, 8)}
+
+
+# --- members decoded together (tests/test_workflow_member_batch.py) --------------------------------
+
+def member_batch_config(model_dir: Path, member_batch: int) -> dict:
+    """One shard of 4 seeds at a sigma at which the tiny model's members answer differently, in fp32
+    compute (where a bmm and a matmul agree, so both runs must give the same answers)."""
+    return tiny_config(model_dir, gsm8k=GENERATED_GSM8K, engine={"compute_dtype": "float32", "member_batch": member_batch},
+                       population={"n_seeds": 4, "sigmas": [0.05], "shard_size": 4}, topk={"fractions": [0.5]})
+
+
+def member_batch_runs(workdir: Path, model_dir: Path) -> dict:
+    """The run up to rank with engine.member_batch 4 (its shell commands printed), then the same with 1, in
+    one folder (the model and data are made once; the answers lie under each run's eval key): member_batch ->
+    {"proc", "config"}, and "workdir" -> the folder."""
+    runs: dict = {"workdir": workdir}
+    for member_batch in (4, 1):
+        config = member_batch_config(model_dir, member_batch)
+        runs[member_batch] = {"proc": run_workflow(workdir, config, "-p", "--until", "rank"), "config": config}
+    return runs
