@@ -199,10 +199,11 @@ FIGURES = [
         f"generation {d['ratios_racing_over_full']['generation_speed_estimate']:.2f}×, "
         f"{d['ratios_racing_over_full']['slots_full_over_racing']:.2f}× fewer train slots (no report: cut)"]),
     (("accuracy", "throughput", "bpb"), _record),
-    (("runs", "prompts", "max_tokens", "sigma"), lambda d: [   # bench/engines_per_gpu/member_batch.py
+    (("runs", "prompts", "max_tokens", "sigma", "one_at_a_time"), lambda d: [   # bench/engines_per_gpu/member_batch.py
         f"{d['prompts']} prompts x {d['max_tokens']} tokens, {d['compute_dtype']}: "
-        + ", ".join(f"M={r['members']} {r['members_per_s']:.3g} members/s ({r['members_per_s_over_m1']:.2f}×)"
-                    for r in d["runs"] if "members_per_s" in r)]),
+        + ", ".join(f"M={r['members']} {r['members_per_s']:.3g} members/s ({r['members_per_s_over_one_at_a_time']:.2f}×)"
+                    for r in d["runs"] if "members_per_s" in r),
+        f"one at a time (the baseline): {d['one_at_a_time']['members_per_s']:.3g} members/s"]),
     (("added_s", "added_s_by_stage", "jobs_finished"), lambda d: [
         f"distill.enabled adds **{d['added_s'] / 60:.1f} min** ({d['jobs_finished']} jobs)",
         *([f"wall {d['wall_without_distill_s']:.0f} → {d['wall_s']:.0f} s (+{d['wall_added_s'] / 60:.1f} min)"]

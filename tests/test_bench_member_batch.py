@@ -25,6 +25,7 @@ def test_member_batch_bench_sweeps_members_and_reports_each(tiny_model_dir, tmp_
     one, three = report["runs"]
     assert report["stop"] == [] and report["prompts"] == 3
     assert three["gen_tokens"] > one["gen_tokens"] > 0
-    # seed 1 decoded beside seeds 2 and 3 answers as it does alone (fp32: the bmm rounds as the matmul here)
-    assert three["seed1_identical_to_m1"] == 1.0
-    assert one["members_per_s_over_m1"] == 1.0 and three["members_per_s_over_m1"] > 0
+    # seed 1 decoded beside seeds 2 and 3 answers as it does one at a time (fp32: the bmm rounds as the matmul here)
+    assert three["seed1_identical_to_one_at_a_time"] == one["seed1_identical_to_one_at_a_time"] == 1.0
+    assert one["members_per_s_over_m1"] == 1.0 and three["members_per_s_over_one_at_a_time"] > 0
+    assert report["one_at_a_time"]["members"] == 2 and len(report["one_at_a_time"]["seconds"]) == 2

@@ -5,10 +5,11 @@ The torch engine (randopt.engines.make_engine("torch"): resident base copy, the 
 (randopt/engines/member_batch.py: every perturbed tensor stacked over a member axis, one step a token for
 all M x prompts rows), for each M of --members, in one process, after one warm-up call. Seeds 1..M at
 --sigma, greedy, the project's chat prompt, GSM8K's extraction; --max-tokens 512 and no stop strings by
-default (FlashOpt's protocol, as bench/peers measured vLLM under). Per M it records the call's seconds
-(the stacking switch included), members/s, generated tokens/s, peak GPU memory, the share of seed 1's
-answers identical to its answers at M = 1 (near-ties can resolve otherwise in a bmm), and the correct
-count. An M that runs out of memory is recorded as such and ends the sweep.
+default (FlashOpt's protocol, as bench/peers measured vLLM under). First --plain-members members one at a
+time (a switch, then generate on the engine's own model: full evaluation's path with member_batch 1), the
+baseline. Per M it records the call's seconds (the stacking switch included), members/s and its ratio to
+the baseline, generated tokens/s, peak GPU memory, the share of seed 1's answers identical to its answers
+one at a time (near-ties can resolve otherwise in a bmm), and the correct count. An M that runs out of memory is recorded as such and ends the sweep.
 
     python bench/engines_per_gpu/member_batch.py --model-dir M --train .gpu-snap/gsm8k/train128.jsonl \\
         --members 1 4 8 16 32 --out $OUT/engines_per_gpu_member_batch_h200_smollm2.json
@@ -34,6 +35,7 @@ def sweep(args) -> dict:
 
     from randopt.engines import compute_dtype as cdt
     from randopt.engines.factory import make_engine
+    from randopt.engines.switch import switch_weights
     from randopt.io import read_jsonl, write_json_atomic
     from randopt.report import record as rec
     from randopt.scoring.scorer import DecodeSpec, build_prompts, score_completions
@@ -54,7 +56,22 @@ def sweep(args) -> dict:
                           "torch_threads": torch.get_num_threads()},
               "commit": rec.git_commit(REPO), "created_utc": rec.now_utc(),
               "versions": {p: _version(p) for p in ("torch", "transformers")}, "runs": []}
-    reference = None
+    # One member at a time, the path full evaluation takes with member_batch 1 (a switch, then generate on
+    # the engine's own model): the baseline every M is compared with, and seed 1's reference answers.
+    plain_s, plain_tokens, reference = [], 0, None
+    for seed in range(1, args.plain_members + 1):
+        t = time.perf_counter()
+        switch_weights(engine, seed, args.sigma)
+        done = engine.generate(prompts, args.max_tokens, list(spec.stop))
+        if cuda:
+            torch.cuda.synchronize()
+        plain_s.append(time.perf_counter() - t)
+        plain_tokens += sum(c.n_tokens for c in done)
+        reference = reference or [c.text for c in done]
+    one = {"members": len(plain_s), "seconds": plain_s, "members_per_s": len(plain_s) / sum(plain_s),
+           "gen_tokens_per_s": plain_tokens / sum(plain_s)}
+    report["one_at_a_time"] = one
+    print(f"one at a time: {1 / one['members_per_s']:.2f} s a member, {one['members_per_s']:.3f} members/s", flush=True)
     for m in args.members:
         members = [(seed, args.sigma) for seed in range(1, m + 1)]
         if cuda:
@@ -71,17 +88,18 @@ def sweep(args) -> dict:
         seconds = time.perf_counter() - t
         tokens = sum(c.n_tokens for member in answers for c in member)
         first = [c.text for c in answers[0]]
-        reference = reference or first
         scored = [score_completions(problems, member) for member in answers]
         run = {"members": m, "seconds": seconds, "members_per_s": m / seconds, "gen_tokens": tokens,
                "gen_tokens_per_s": tokens / seconds,
                "finish_length": sum(c.finish == "length" for member in answers for c in member),
-               "seed1_identical_to_m1": sum(a == b for a, b in zip(first, reference)) / len(first),
+               "seed1_identical_to_one_at_a_time": sum(a == b for a, b in zip(first, reference)) / len(first),
+               "members_per_s_over_one_at_a_time": m / seconds / one["members_per_s"],
                "correct": sum(row["correct"] for rows in scored for row in rows),
                "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
         report["runs"].append(run)
         print(f"M={m}: {seconds:.2f} s, {run['members_per_s']:.3f} members/s, {run['gen_tokens_per_s']:.0f} tok/s, "
-              f"seed 1 identical {run['seed1_identical_to_m1']:.3f}", flush=True)
+              f"{run['members_per_s_over_one_at_a_time']:.2f}x one at a time, seed 1 identical "
+              f"{run['seed1_identical_to_one_at_a_time']:.3f}", flush=True)
         write_json_atomic(Path(args.out), report)   # each M as it ends: a cut call keeps the ones before
     base = next((r for r in report["runs"] if r["members"] == 1 and "seconds" in r), None)
     for r in report["runs"]:
@@ -108,6 +126,8 @@ def main() -> None:
                         help="keep the schema's decode.stop (default: no stop strings, FlashOpt's protocol)")
     parser.add_argument("--members", type=int, nargs="+", default=[1, 4, 8, 16, 32])
     parser.add_argument("--sigma", type=float, default=1e-3)
+    parser.add_argument("--plain-members", type=int, default=2,
+                        help="members timed one at a time (switch, then generate: member_batch 1's path), the baseline")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compute-dtype", default="auto")
     parser.add_argument("--out", required=True)
