@@ -147,6 +147,10 @@ EDITS = [
     ("randopt/scoring/scorer.py", {"eval"}, {"eval", "population", "race"}),
     ("randopt/scoring/member_cache.py", {"eval", "bpb"}, {"eval", "bpb"}),
     ("randopt/engines/perturb.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
+    # the engine protocol: what generates and scores, never the frozen data or the prepared model (every stage
+    # CLI reached it through the resident package's error until randopt/runtime/errors.py held that error)
+    ("randopt/engines/base.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
+    ("randopt/runtime/errors.py", set(), set()),
     ("kernels/noise_ref.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
     ("kernels/noise_kinds.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),  # record, export: code params
     ("randopt/stages/evaluate_shard.py", {"eval"}, {"eval", "population", "race"}),

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from randopt.io import InputError
 from randopt.runtime.log import configure, log
-from randopt.runtime.resident import ResidentEngineError
+from randopt.runtime.errors import ResidentEngineError   # not the resident package: see errors.py
 
 
 def json_arg(text: str):

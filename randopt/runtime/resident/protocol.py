@@ -7,6 +7,7 @@ import inspect
 
 from randopt.engines.base import Engine
 from randopt.io import InputError
+from randopt.runtime.errors import ResidentEngineError  # noqa: F401  (the package's error, defined apart)
 
 DEFAULT_DIR = ".snakemake/engines"
 # The Engine protocol's methods a client may call (close ends the connection, not the engine).
@@ -19,5 +20,3 @@ MAX_SOCKET_PATH = 100
 OFF_HINT = "engine.keep_loaded_s: 0 loads an engine in each job instead"
 
 
-class ResidentEngineError(RuntimeError):
-    """The server failed (its log says why); the job fails, the next job starts a fresh server."""
