@@ -211,3 +211,19 @@ def test_member_batch_keys_the_answers_only_above_one():
     four = run_keys(validate({"engine": {"member_batch": 4}}))
     assert {k for k in keys if keys[k] != four[k]} == {"eval"}   # bpb's engine decodes nothing
     assert run_keys(validate({"engine": {"member_batch": 2}}))["eval"] not in (keys["eval"], four["eval"])
+
+
+def test_a_members_answers_do_not_depend_on_the_group_it_is_decoded_in(tiny_model_dir):
+    """A shard that resumes after a kill regroups its seeds (the first unfinished seed starts a group), so a
+    member's answers must be the same in any group of the same prompts: in bf16 too, where a group's bmm
+    runs each member's matrices on their own. Logits compared bit for bit, answers as texts."""
+    engine = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=5, compute_dtype="bfloat16")
+    prompts = _prompts(engine)
+    member = (2, 0.05)
+    groups = [[member], [(1, 0.05), member], [(3, 0.05), (BASE, 0.0), member, (1, 0.05), (4, 0.05)]]
+    answers = [engine.generate_members(g, prompts, max_tokens=12, stop=[])[g.index(member)] for g in groups]
+    assert [c.text for c in answers[0]] == [c.text for c in answers[1]] == [c.text for c in answers[2]]
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
+    with torch.no_grad():
+        logits = [stack_members(engine, g)(input_ids=ids.repeat(len(g), 1)).logits[g.index(member)] for g in groups]
+    assert torch.equal(logits[0], logits[1]) and torch.equal(logits[0], logits[2])
