@@ -15,6 +15,7 @@ otherwise than one matmul, so an answer can differ at a near-tie, as between bat
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 
 import torch
@@ -24,9 +25,12 @@ import torch.nn.functional as F
 from randopt.engines.switch import switch_weights
 
 
-def _reference_rmsnorm_forward() -> str:
+@functools.lru_cache(maxsize=None)
+def _is_llama_rmsnorm(cls: type) -> bool:
+    """Whether a module class normalizes exactly as Llama's RMSNorm (Qwen2's and Qwen3's are the same
+    code): its forward's source, read once a class rather than once a module at every stacking."""
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
-    return inspect.getsource(LlamaRMSNorm.forward)
+    return cls.__name__.endswith("RMSNorm") and inspect.getsource(cls.forward) == inspect.getsource(LlamaRMSNorm.forward)
 
 
 def _param(stack: torch.Tensor) -> nn.Parameter:
@@ -87,8 +91,7 @@ def _batched(module: nn.Module, stacks: dict[int, torch.Tensor]) -> nn.Module:
         return MemberLinear(stacks[id(own["weight"])], stacks[id(own["bias"])] if "bias" in own else None)
     if isinstance(module, nn.Embedding):
         return MemberEmbedding(stacks[id(own["weight"])])
-    if type(module).__name__.endswith("RMSNorm") and set(own) == {"weight"} \
-            and inspect.getsource(type(module).forward) == _reference_rmsnorm_forward():
+    if set(own) == {"weight"} and _is_llama_rmsnorm(type(module)):
         return MemberRMSNorm(stacks[id(own["weight"])], module.variance_epsilon)
     raise NotImplementedError(
         f"member batching has no batched form of {type(module).__name__} (parameters {sorted(own)}): it batches "
