@@ -37,6 +37,12 @@ METADATA = {
     # bench/peers/executor_modes.py at 5678942 (the script was new in that device copy)
     **{f"peers_executor_modes_h200_{m}.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
                                                "commit": "5678942", "date": "2026-12-02"} for m in ("smollm2", "qwen7b")},   # the device copy's git metadata named 3de79fa (ran_at)
+    # the second lease of 2026-12-02, at 51f9323 (files without their own commit field)
+    **{f"peers_executor_modes_h200_{m}_rerun.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
+                                                     "commit": "51f9323", "date": "2026-12-02"} for m in ("smollm2", "qwen7b")},
+    "speculation_h200_qwen7b.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
+                                     "commit": "51f9323", "date": "2026-12-02"},
+    "standard_h200_shape7b.json": {"commit": "51f9323", "date": "2026-12-02"},
     "vllm_h200_bench.json": {"date": "2026-11-29"},
     "vllm_h200_bench_separate_core.json": {"date": "2026-11-29"},
     "vllm_h200_verify.json": {"date": "2026-11-29"},
@@ -99,6 +105,10 @@ def _shares(pairs: dict, what: str, digits: int = 3) -> str:
 
 def _record(d):
     acc, gain = d["accuracy"], (d.get("statistics") or {}).get("ensemble_gain") or {}
+    if "not_a_result" in acc:   # a shape model's record (random weights): its times only, never its accuracy
+        t = d["throughput"]
+        return [acc["not_a_result"], f"{t['seeds_per_s']:.3g} seeds/s ({t['seeds_per_s_loop']:.3g} in the loop)",
+                f"{t['gen_tokens_per_s'] / 1000:.1f}k tok/s", f"switch {t['switch_ms_per_seed']:.1f} ms"]
     return [f"base test {acc['base_test']:.3f}", _shares(acc["ensemble_test"], "vote test at top"),
             *(f"gain at {f}: {g['gain']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}], p {g['p_value']:.2g}"
               for f, g in gain.items()),
@@ -204,6 +214,13 @@ FIGURES = [
         + ", ".join(f"M={r['members']} {r['members_per_s']:.3g} members/s ({r['members_per_s_over_one_at_a_time']:.2f}×)"
                     for r in d["runs"] if "members_per_s" in r),
         f"one at a time (the baseline): {d['one_at_a_time']['members_per_s']:.3g} members/s"]),
+    (("extrapolated", "search", "engine_start_s"), lambda d: [   # bench/standard/shape_summary.py
+        f"extrapolated to {d['extrapolated']['to']['members']} members: **{d['extrapolated']['total_h']:.2f} h**",
+        f"a member {d['search']['member_s']:.2f} s ({d['search']['gen_tokens_per_s'] / 1000:.1f}k tok/s)",
+        f"engine start {d['engine_start_s']:.0f} s", f"switch {d['search']['switch_ms_per_seed']:.1f} ms"]),
+    (("arms",), lambda d: [   # bench/speculation/speculation.py compare
+        f"{a['tag']}: {a['members_per_s']:.3g} members/s ({a['speedup']:.2f}×), identical {a['identical_share']:.3f}"
+        for a in d["arms"]] if isinstance(d["arms"], list) else None),
     (("added_s", "added_s_by_stage", "jobs_finished"), lambda d: [
         f"distill.enabled adds **{d['added_s'] / 60:.1f} min** ({d['jobs_finished']} jobs)",
         *([f"wall {d['wall_without_distill_s']:.0f} → {d['wall_s']:.0f} s (+{d['wall_added_s'] / 60:.1f} min)"]
