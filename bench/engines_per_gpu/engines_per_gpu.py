@@ -101,6 +101,19 @@ def scorer():
         return lambda completion, reference: answer(completion) is not None and answer(completion) == answer(reference)
 
 
+def engine_choices(args) -> dict:
+    """The engine's options this sweep varies (engine.speculation, engine.draft_tokens, engine.worker_process
+    of config/schema.yaml), passed to make_engine only when chosen, so a plain sweep builds the same engine."""
+    return ({"speculation": args.speculation, "draft_tokens": args.draft_tokens} if args.speculation != "none" else {}) \
+        | ({"worker_process": True} if args.worker_process else {})
+
+
+def choice_flags(args) -> list[str]:
+    """engine_choices as the worker's command-line flags."""
+    return ["--speculation", args.speculation, "--draft-tokens", str(args.draft_tokens)] \
+        + (["--worker-process"] if args.worker_process else [])
+
+
 def worker(args) -> None:
     reply = os.fdopen(args.reply_fd, "w", buffering=1)
 
@@ -118,7 +131,7 @@ def worker(args) -> None:
         else:
             from randopt.engines.factory import make_engine
             engine = make_engine("vllm", args.model_dir, batch_size=args.batch_size, max_context=1024,
-                                 gpu_memory_utilization=args.gpu_mem_util)
+                                 gpu_memory_utilization=args.gpu_mem_util, **engine_choices(args))
         engine_s = time.perf_counter() - t0
         prompts = [engine.chat_prompt(p["question"], SYSTEM, EXAMPLES) for p in problems]
         is_correct = scorer()
@@ -298,7 +311,8 @@ class Engine:
         cmd = [sys.executable, str(HERE), "--worker", "--index", str(index), "--reply-fd", str(w),
                "--model-dir", str(model_dir), "--train", args.train, "--prompts", str(args.prompts),
                "--max-tokens", str(args.max_tokens), "--sigma", str(args.sigma),
-               "--batch-size", str(args.batch_size), "--gpu-mem-util", str(util)] + (["--fake"] if args.fake else [])
+               "--batch-size", str(args.batch_size), "--gpu-mem-util", str(util)] + choice_flags(args) \
+            + (["--fake"] if args.fake else [])
         env = {**os.environ, **VLLM_ENV, "OMP_NUM_THREADS": str(args.omp_threads)}
         self.log = open(self.log_path, "w")
         self.t_launch = time.perf_counter()
@@ -410,6 +424,7 @@ def controller(args) -> int:
               "protocol": {"model": args.model or args.model_dir, "prompts": args.prompts, "max_tokens": args.max_tokens,
                            "sigma": args.sigma, "greedy": True, "stop": STOP, "system": SYSTEM,
                            "examples": EXAMPLES, "batch_size (max_num_seqs)": args.batch_size,
+                           "engine_options": engine_choices(args),
                            "member": "one set_weights + one generate call on all prompts",
                            "window_s": args.window, "ns": ns, "omp_threads_per_engine": args.omp_threads,
                            "starts": "sequential: engine i+1 launched after engine i answered ready (built + one warm-up member)",
@@ -534,6 +549,11 @@ def main() -> int:
     p.add_argument("--work", default="/tmp/engines_per_gpu")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--tag", default=None, help="the JSON's name: engines_per_gpu_<tag>.json")
+    p.add_argument("--speculation", choices=["none", "population"], default="none",
+                   help="engine.speculation for every engine (drafts from the answers that engine gave before)")
+    p.add_argument("--draft-tokens", type=int, default=8, help="engine.draft_tokens, with --speculation population")
+    p.add_argument("--worker-process", action="store_true",
+                   help="engine.worker_process: each engine's vLLM worker in a process of its own")
     p.add_argument("--fake", action="store_true", help="a stand-in engine (no GPU, no vLLM): tests the controller")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
