@@ -75,6 +75,7 @@ def test_static_decode_answers_as_eager(arch, tiny_model_dir, tiny_llama_dir, mo
     assert len({tuple(m) for m in members}) == 4, "the members must answer differently for this test to see a mix-up"
 
 
+@pytest.mark.slow
 def test_static_decode_answers_smollm2_as_eager(request, monkeypatch):
     """SmolLM2-135M-Instruct in fp32 on a few GSM8K-like questions: answers that end at EOS early, at a stop
     string and at max_tokens, alone and as members, the same under both decodes."""
@@ -83,12 +84,12 @@ def test_static_decode_answers_smollm2_as_eager(request, monkeypatch):
     updates = StaticUpdates(monkeypatch)
     questions = ["What is 2+2? Answer with just the number.", "Say hi.", "Natalia sold clips to 48 of her friends in "
                  "April, and then she sold half as many clips in May. How many clips did she sell in all?",
-                 "Name a colour.", "A pen costs $3. How much do 4 pens cost?"]
+                 "A pen costs $3. How much do 4 pens cost?"]
     got = {}
     for decode, engine in engines.items():
         prompts = [engine.chat_prompt(q) for q in questions]
         plain = engine.generate(prompts, max_tokens=24, stop=["clips"])
-        members = engine.generate_members([(BASE, 0.0), (5, 0.01), (6, 0.01)], prompts, max_tokens=24, stop=[])
+        members = engine.generate_members([(BASE, 0.0), (5, 0.01)], prompts, max_tokens=24, stop=[])
         got[decode] = (_answers(plain), [_answers(m) for m in members])
     assert updates.calls > 0
     assert got["static"] == got["eager"]
@@ -184,3 +185,11 @@ def test_a_runs_ensemble_engine_decodes_as_the_run_did():
     assert engine_options(record)["decode"] == "static"
     del record["engine"]["torch_decode"]   # a record from before the knob
     assert "decode" not in engine_options(record)
+
+
+def test_a_resident_engine_is_told_apart_by_its_decode(tiny_model_dir):
+    """randopt/runtime/resident/: a job asking for static decode never reuses an eager engine, nor the reverse."""
+    from randopt.runtime.resident.identity import engine_key, uses_resident
+    eager = {"device": "cpu", "batch_size": 8}
+    assert engine_key("torch", str(tiny_model_dir), eager | {"decode": "static"}) != engine_key("torch", str(tiny_model_dir), eager)
+    assert uses_resident(eager | {"decode": "static"}) == (True, "")
