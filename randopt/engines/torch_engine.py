@@ -265,7 +265,7 @@ class TorchEngine:
                 fill_members(self, shell, members)   # the same tensors: no new compile, no new graph
                 model = shell
             else:
-                self._stacked = None  # the old stack goes before the new one is built
+                self._stacked = shell = None  # the old stack goes before the new one is built
                 model = stack_members(self, members)   # switches, which forgets _stacked
             self._stacked = (key, model)
         model = self._stacked[1]
