@@ -82,20 +82,20 @@ def test_static_decode_answers_smollm2_as_eager(request, monkeypatch):
     from tests.test_lm_eval import smollm2_dir
     engines = _both(smollm2_dir(request), batch_size=4)
     updates = StaticUpdates(monkeypatch)
-    questions = ["What is 2+2? Answer with just the number.", "Say hi.", "Natalia sold clips to 48 of her friends in "
-                 "April, and then she sold half as many clips in May. How many clips did she sell in all?",
+    questions = ["What is 2+2? Answer with just the number.", "Natalia sold clips to 48 of her friends in April, "
+                 "and then she sold half as many clips in May. How many clips did she sell in all?",
                  "A pen costs $3. How much do 4 pens cost?"]
     got = {}
     for decode, engine in engines.items():
         prompts = [engine.chat_prompt(q) for q in questions]
-        plain = engine.generate(prompts, max_tokens=24, stop=["clips"])
-        members = engine.generate_members([(BASE, 0.0), (5, 0.01)], prompts, max_tokens=24, stop=[])
+        plain = engine.generate(prompts, max_tokens=16, stop=["clips"])
+        members = engine.generate_members([(BASE, 0.0), (5, 0.01)], prompts, max_tokens=16, stop=[])
         got[decode] = (_answers(plain), [_answers(m) for m in members])
     assert updates.calls > 0
     assert got["static"] == got["eager"]
     plain, members = got["eager"]
-    assert {f for _, _, f in plain} == {"stop", "length"} and any(n < 24 for _, n, _ in plain)
-    assert any(n < 24 and f == "stop" for m in members for _, n, f in m), "some answer must end at EOS"
+    assert {f for _, _, f in plain} == {"stop", "length"}
+    assert any(n < 16 and f == "stop" for m in members for _, n, f in m), "some answer must end at EOS"
 
 
 def _compile_on_cpu(model):
