@@ -167,14 +167,8 @@ def test_torch_decode_keys_the_answers_only_when_static():
 def test_static_decode_reaches_every_torch_engine_stage(tmp_path, tiny_model_dir):
     """engine.torch_decode static goes into the engine stages' --engine-options (score_bpb's too, so one resident
     engine serves the run), and nowhere under the default."""
-    from tests.test_stage_clis import dry_run, engine_commands
-    tiny = {"model": {"source": "local", "path": str(tiny_model_dir)}, "population": {"shard_size": 32}}
-    proc = dry_run(tmp_path / "static", {**tiny, "engine": {"torch_decode": "static"}})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(engine_commands(proc)) == 4 and all('"decode": "static"' in c for c in engine_commands(proc))
-    proc = dry_run(tmp_path / "default", tiny)
-    assert proc.returncode == 0 and len(engine_commands(proc)) == 4
-    assert not any('"decode"' in c for c in engine_commands(proc))
+    from tests.test_stage_clis import check_reaches_engine_stages
+    check_reaches_engine_stages(tmp_path, tiny_model_dir, {"engine": {"torch_decode": "static"}}, "decode", "static")
 
 
 def test_a_runs_ensemble_engine_decodes_as_the_run_did():
