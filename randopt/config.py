@@ -88,6 +88,10 @@ def validate(config: dict) -> dict:
     if config["engine"]["worker_process"] and config["engine"]["kind"] != "vllm":
         raise ConfigError("config key 'engine.worker_process': a worker process of its own is vLLM's layout "
                           "(engine.kind vllm); the torch engine runs in its job's process: set it to false")
+    if config["engine"]["torch_decode"] != "eager" and config["engine"]["kind"] != "torch":
+        raise ConfigError(f"config key 'engine.torch_decode': {config['engine']['torch_decode']} is the torch engine's "
+                          "decode (a transformers StaticCache, compiled on CUDA); vLLM captures its own CUDA graphs: "
+                          "use torch_decode: eager with engine.kind vllm, or engine.kind torch")
     if config["perturbation"]["switch"] == "delta" and config["engine"]["kind"] != "torch":
         raise ConfigError("config key 'perturbation.switch': delta is wired for engine.kind torch only (the vLLM "
                           "worker keeps a resident base copy); use switch: reconstruct with vLLM")

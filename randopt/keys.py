@@ -102,10 +102,14 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False):
     # near-tie, so it keys the answers (only above 1: the default's keys stay), not bpb, which decodes nothing.
     # (A record written before the knob has none: 1.)
     member_batch = {"member_batch": e["member_batch"]} if e.get("member_batch", 1) > 1 else {}
+    # The torch engine's static decode (engine.torch_decode): a compiled step's kernels may round a near-tie
+    # otherwise than eager's, so it keys the answers (only when static: the default's keys stay), not bpb.
+    # (A record written before the knob has none: eager.)
+    torch_decode = {"torch_decode": e["torch_decode"]} if e.get("torch_decode", "eager") != "eager" else {}
 
     def evaluation_of(model: str) -> str:
         return short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config),
-                          "engine": numerics | speculation | member_batch, "code": key_code("eval", root)} | task_code)
+                          "engine": numerics | speculation | member_batch | torch_decode, "code": key_code("eval", root)} | task_code)
 
     def bpb_of(model: str) -> str:
         return short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,

@@ -200,6 +200,8 @@ def get_engine_options():
         options["compute_dtype"] = COMPUTE_DTYPE
         if config["perturbation"]["switch"] != "reconstruct":  # only when chosen: default params stay
             options["switch"] = config["perturbation"]["switch"]
+        if e["torch_decode"] != "eager":  # only when chosen, as the switch
+            options["decode"] = e["torch_decode"]
     else:
         options |= {"tensor_parallel_size": e["tensor_parallel_size"],
                     "gpu_memory_utilization": e["gpu_memory_utilization"],

@@ -148,19 +148,25 @@ def engine_commands(proc) -> list[str]:
     return [line for line in proc.stdout.splitlines() if any(s in line for s in stages)]
 
 
+def check_reaches_engine_stages(tmp_path, model_dir, overlay: dict, option: str, value: str) -> None:
+    """`overlay` puts "option": "value" into every engine stage's --engine-options (4 of them on the tiny
+    model), and the default config puts no "option" there."""
+    tiny = {"model": {"source": "local", "path": str(model_dir)}, "population": {"shard_size": 32}}
+    proc = dry_run(tmp_path / "chosen", {**tiny, **overlay})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(engine_commands(proc)) == 4 and all(f'"{option}": "{value}"' in c for c in engine_commands(proc))
+    proc = dry_run(tmp_path / "default", tiny)
+    assert proc.returncode == 0 and len(engine_commands(proc)) == 4
+    assert not any(f'"{option}"' in c for c in engine_commands(proc))
+
+
 def test_delta_switch_reaches_the_engine_stages_and_its_drift_is_recorded(tmp_path, tiny_model_dir):
     """perturbation.switch: delta goes into the engine stages' --engine-options (and nowhere under the
     default), the stage walks its seeds in place and its timings carry the drift it measured; the
     record's summary takes the worst stage."""
     from randopt.report.record import switch_summary
     from scripts import evaluate_shard
-    tiny = {"model": {"source": "local", "path": str(tiny_model_dir)}, "population": {"shard_size": 32}}
-    proc = dry_run(tmp_path / "delta", {**tiny, "perturbation": {"switch": "delta"}})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(engine_commands(proc)) == 4 and all('"switch": "delta"' in c for c in engine_commands(proc))
-    proc = dry_run(tmp_path / "default", tiny)
-    assert proc.returncode == 0 and len(engine_commands(proc)) == 4
-    assert not any('"switch"' in c for c in engine_commands(proc))
+    check_reaches_engine_stages(tmp_path, tiny_model_dir, {"perturbation": {"switch": "delta"}}, "switch", "delta")
 
     out = tmp_path / "o"
     rc = evaluate_shard.main(["--model-dir", str(tiny_model_dir), "--engine", "torch",

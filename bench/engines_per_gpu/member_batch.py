@@ -11,8 +11,15 @@ baseline. Per M it records the call's seconds (the stacking switch included), me
 the baseline, generated tokens/s, peak GPU memory, the share of seed 1's answers identical to its answers
 one at a time (near-ties can resolve otherwise in a bmm), and the correct count. An M that runs out of memory is recorded as such and ends the sweep.
 
+--decode static (engine.torch_decode): the engine decodes with a StaticCache that transformers compiles on
+CUDA (CUDA graphs). Then the first call of each shape compiles, so the baseline and every M are called twice on
+the same prompts: the first call's seconds are recorded as first_call_s, the second's as seconds (the rates
+come from it), and compile_s = first_call_s - seconds (compile and graph capture; the first call decodes too).
+--vllm-baseline PATH: bench/peers/executor_modes.py's JSON of its inproc mode on the same prompts (the
+project's chat prompt: --prompt project), so that each M's members/s is set against one vLLM engine's.
+
     python bench/engines_per_gpu/member_batch.py --model-dir M --train .gpu-snap/gsm8k/train128.jsonl \\
-        --members 1 4 8 16 32 --out $OUT/engines_per_gpu_member_batch_h200_smollm2.json
+        --members 1 4 8 16 32 --decode static --out $OUT/engines_per_gpu_member_batch_h200_smollm2_static.json
 
 On a CPU it runs too (tests/test_bench_member_batch.py runs it on a tiny model), but there a step is
 bound by arithmetic, not by the host, and batching members saves little.
@@ -44,13 +51,27 @@ def sweep(args) -> dict:
     spec = DecodeSpec.from_config({"max_tokens": args.max_tokens} | ({} if args.stop else {"stop": []}))
     t0 = time.perf_counter()
     engine = make_engine("torch", args.model_dir, device=args.device, batch_size=len(problems),
-                         compute_dtype=args.compute_dtype)
+                         compute_dtype=args.compute_dtype, decode=args.decode)
     start_s = time.perf_counter() - t0
     prompts = build_prompts(engine, problems, spec)
     cuda = engine.device.type == "cuda"
-    engine.generate_members([(1, args.sigma)], prompts[:8], 8, list(spec.stop))   # warm-up: kernels, allocator
+    static = args.decode == "static"
+    if not static:   # static: the first call of each shape is its warm-up (another shape would compile once more)
+        engine.generate_members([(1, args.sigma)], prompts[:8], 8, list(spec.stop))   # warm-up: kernels, allocator
+
+    def timed(call):
+        """(seconds, result) of call(), the GPU's work included."""
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        result = call()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t, result
+
     report = {"what": "bench/engines_per_gpu/member_batch.py", "model_dir": args.model_dir, "train": args.train,
               "prompts": len(problems), "max_tokens": args.max_tokens, "stop": list(spec.stop), "sigma": args.sigma,
+              "decode": args.decode,
               "device": str(engine.device), "compute_dtype": str(engine.compute_dtype), "engine_start_s": start_s,
               "machine": {**rec.hardware(), "cpu": cdt.read_cpu().as_dict(), "cpu_count": os.cpu_count(),
                           "torch_threads": torch.get_num_threads()},
@@ -58,34 +79,41 @@ def sweep(args) -> dict:
               "versions": {p: _version(p) for p in ("torch", "transformers")}, "runs": []}
     # One member at a time, the path full evaluation takes with member_batch 1 (a switch, then generate on
     # the engine's own model): the baseline every M is compared with, and seed 1's reference answers.
-    plain_s, plain_tokens, reference = [], 0, None
-    for seed in range(1, args.plain_members + 1):
-        t = time.perf_counter()
-        switch_weights(engine, seed, args.sigma)
-        done = engine.generate(prompts, args.max_tokens, list(spec.stop))
-        if cuda:
-            torch.cuda.synchronize()
-        plain_s.append(time.perf_counter() - t)
-        plain_tokens += sum(c.n_tokens for c in done)
+    # Static: the first member's call compiles; it is recorded apart and the rates come from the others.
+    plain_s, plain_tokens, reference, first_call = [], 0, None, None
+    for seed in range(1, args.plain_members + 1 + static):
+        seconds, done = timed(lambda: (switch_weights(engine, seed, args.sigma),
+                                       engine.generate(prompts, args.max_tokens, list(spec.stop)))[1])
         reference = reference or [c.text for c in done]
+        if static and first_call is None:
+            first_call = seconds
+            continue
+        plain_s.append(seconds)
+        plain_tokens += sum(c.n_tokens for c in done)
     one = {"members": len(plain_s), "seconds": plain_s, "members_per_s": len(plain_s) / sum(plain_s),
            "gen_tokens_per_s": plain_tokens / sum(plain_s)}
+    if static:
+        one |= {"first_call_s": first_call, "compile_s": first_call - plain_s[0] if cuda else None}
     report["one_at_a_time"] = one
+    report["vllm"] = vllm_baseline(args.vllm_baseline) if args.vllm_baseline else None
+    vllm = report["vllm"] if report["vllm"] and "error" not in report["vllm"] else None   # the ratios' base
+    if vllm and (vllm["protocol"]["prompts"], vllm["protocol"]["max_tokens"]) != (len(problems), args.max_tokens):
+        raise SystemExit(f"--vllm-baseline {args.vllm_baseline}: its protocol {vllm['protocol']} is not this run's "
+                         f"({len(problems)} prompts, max_tokens {args.max_tokens}); run both on the same prompts")
     print(f"one at a time: {1 / one['members_per_s']:.2f} s a member, {one['members_per_s']:.3f} members/s", flush=True)
     for m in args.members:
         members = [(seed, args.sigma) for seed in range(1, m + 1)]
         if cuda:
-            torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        t = time.perf_counter()
+        calls = []   # static: (first call: stack, compile, decode), (second: decode); eager: one call
         try:
-            answers = engine.generate_members(members, prompts, args.max_tokens, list(spec.stop))
+            for _ in range(1 + static):
+                calls.append(timed(lambda: engine.generate_members(members, prompts, args.max_tokens, list(spec.stop))))
         except torch.OutOfMemoryError as err:
-            report["runs"].append({"members": m, "error": f"out of memory: {str(err)[:300]}"})
+            report["runs"].append({"members": m, "error": f"out of memory: {str(err)[:300]}",
+                                   "first_call_s": calls[0][0] if calls else None})
             break
-        if cuda:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t
+        seconds, answers = calls[-1]
         tokens = sum(c.n_tokens for member in answers for c in member)
         first = [c.text for c in answers[0]]
         scored = [score_completions(problems, member) for member in answers]
@@ -96,10 +124,17 @@ def sweep(args) -> dict:
                "members_per_s_over_one_at_a_time": m / seconds / one["members_per_s"],
                "correct": sum(row["correct"] for rows in scored for row in rows),
                "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+        if static:   # the second call reuses the first's stack (same members): decode only
+            run |= {"first_call_s": calls[0][0], "compile_s": calls[0][0] - seconds if cuda else None,   # CPU: none
+                    "first_call_identical": [[c.text for c in a] for a in calls[0][1]] == [[c.text for c in a] for a in answers]}
+        if vllm:
+            run["members_per_s_over_vllm"] = run["members_per_s"] / vllm["members_per_s"]
         report["runs"].append(run)
         print(f"M={m}: {seconds:.2f} s, {run['members_per_s']:.3f} members/s, {run['gen_tokens_per_s']:.0f} tok/s, "
               f"{run['members_per_s_over_one_at_a_time']:.2f}x one at a time, seed 1 identical "
-              f"{run['seed1_identical_to_one_at_a_time']:.3f}", flush=True)
+              f"{run['seed1_identical_to_one_at_a_time']:.3f}"
+              + (f", compile {run['compile_s']:.1f} s" if static and cuda else "")
+              + (f", {run['members_per_s_over_vllm']:.2f}x one vLLM engine" if vllm else ""), flush=True)
         write_json_atomic(Path(args.out), report)   # each M as it ends: a cut call keeps the ones before
     base = next((r for r in report["runs"] if r["members"] == 1 and "seconds" in r), None)
     for r in report["runs"]:
@@ -107,6 +142,19 @@ def sweep(args) -> dict:
             r["members_per_s_over_m1"] = r["members_per_s"] / base["members_per_s"]
     write_json_atomic(Path(args.out), report)
     return report
+
+
+def vllm_baseline(path: str) -> dict:
+    """One vLLM engine's members/s from bench/peers/executor_modes.py's JSON (its inproc mode): a member is a
+    switch plus a generate call over the same prompts."""
+    import json
+    report = json.loads(Path(path).read_text())
+    mode = report["modes"].get("inproc") or {"error": "no inproc mode in the file"}
+    if "error" in mode:
+        return {"file": path, "error": mode["error"]}
+    return {"file": path, "protocol": report["protocol"], "engine_start_s": mode["engine_start_s"],
+            "s_per_member": mode["s_per_member"], "members_per_s": 1 / mode["s_per_member"],
+            "gen_tokens_per_s": mode["gen_tokens_per_s"], "members": len(mode["members"])}
 
 
 def _version(package: str) -> str | None:
@@ -130,6 +178,10 @@ def main() -> None:
                         help="members timed one at a time (switch, then generate: member_batch 1's path), the baseline")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compute-dtype", default="auto")
+    parser.add_argument("--decode", choices=["eager", "static"], default="eager",
+                        help="the torch engine's decode (engine.torch_decode); static: each shape called twice, "
+                             "compile timed apart")
+    parser.add_argument("--vllm-baseline", help="bench/peers/executor_modes.py's JSON (inproc) on the same prompts")
     parser.add_argument("--out", required=True)
     sweep(parser.parse_args())
 

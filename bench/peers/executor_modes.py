@@ -24,6 +24,9 @@ generated tokens/s and seconds per member:
 Each mode: engine start, one warm-up member, then --members members (seeds 0.., sigma 1e-3) with
 FlashOpt's protocol (bench/peers/protocol.py: the first 128 problems, max_tokens 512, no stop strings).
 A mode that fails (e.g. vLLM refuses async scheduling with that executor) is recorded with its error.
+--prompt project builds the prompts as the project's scorer does (the schema's decode system line and worked
+examples, randopt.scoring.scorer.build_prompts) instead of the bare question in the chat template: how
+bench/engines_per_gpu/member_batch_h200.sh's VLLM_BASELINE=1 measures one vLLM engine on member_batch.py's prompts.
 """
 from __future__ import annotations
 
@@ -47,7 +50,8 @@ MODES = {
 }
 
 
-def one_mode(model_dir: str, train: str, n_prompts: int, max_tokens: int, members: int, extra: dict) -> dict:
+def one_mode(model_dir: str, train: str, n_prompts: int, max_tokens: int, members: int, extra: dict,
+             prompt: str = "plain") -> dict:
     """In this (fresh) process: randopt's vLLM engine with `extra` added to vllm.LLM's arguments."""
     from randopt.engines import vllm_engine
     from randopt.io import read_jsonl
@@ -59,7 +63,12 @@ def one_mode(model_dir: str, train: str, n_prompts: int, max_tokens: int, member
     start_s = time.perf_counter() - t0
     config = engine.llm.llm_engine.vllm_config
     problems = read_jsonl(train)[:n_prompts]
-    prompts = [engine.chat_prompt(p["question"]) for p in problems]
+    if prompt == "project":
+        from randopt.scoring.scorer import DecodeSpec, build_prompts
+        prompts = build_prompts(engine, problems, DecodeSpec.from_config({"max_tokens": max_tokens, "stop": []}))
+    else:
+        prompts = [engine.chat_prompt(p["question"]) for p in problems]
+    prompt_tokens = sum(len(engine.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
     engine.set_weights(10_000, 1e-3)
     engine.generate(prompts, max_tokens, [])            # warm-up member
     rows = []
@@ -77,7 +86,8 @@ def one_mode(model_dir: str, train: str, n_prompts: int, max_tokens: int, member
             "s_per_member": sum(r["switch_s"] + r["generate_s"] for r in rows) / len(rows),
             "async_scheduling": getattr(config.scheduler_config, "async_scheduling", None),
             "executor": str(getattr(config.parallel_config, "distributed_executor_backend", None)),
-            "this_process_cpu_s": cpu.user + cpu.system, "extra_llm_args": extra}
+            "this_process_cpu_s": cpu.user + cpu.system, "extra_llm_args": extra, "prompt": prompt,
+            "prompt_tokens": prompt_tokens}
 
 
 def main() -> int:
@@ -89,11 +99,15 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--timeout", type=float, default=150, help="seconds a mode may take")
+    parser.add_argument("--prompt", choices=["plain", "project"], default="plain",
+                        help="plain: the question alone in the chat template (FlashOpt's protocol); project: the "
+                             "scorer's prompt (decode's system line and worked examples)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:   # one mode, in this fresh process; its JSON on the last line of stdout
-        result = one_mode(args.model_dir, args.train, args.prompts, args.max_tokens, args.members, MODES[args.worker][1])
+        result = one_mode(args.model_dir, args.train, args.prompts, args.max_tokens, args.members, MODES[args.worker][1],
+                          args.prompt)
         print("RESULT " + json.dumps(result))
         return 0
     results = {}
@@ -124,7 +138,8 @@ def write_up(args, results: dict) -> dict:
     import torch
     return {"what": "randopt's vLLM engine under vLLM's process layouts (bench/peers/executor_modes.py)",
             "model_dir": args.model_dir, "protocol": {"prompts": args.prompts, "max_tokens": args.max_tokens,
-                                                      "stop": [], "members": args.members, "sigma": 1e-3},
+                                                      "stop": [], "members": args.members, "sigma": 1e-3,
+                                                      "prompt": args.prompt, "train": args.train},
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "cpu": platform.processor(), "cpu_count": os.cpu_count(), "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "modes": results}

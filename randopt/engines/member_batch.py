@@ -104,23 +104,25 @@ def stack_members(engine, members: list[tuple[int, float]]) -> nn.Module:
     """A copy of the torch engine's model computing every member of ``members`` at once.
 
     Each member's weights come from the engine's own switch (switch_weights: BASE is the base), copied
-    into row m of a stack per tensor, in the dtype the model computes in. Tied tensors stay tied (one
-    stack). The engine's live weights are left at the last member, as after any switch. Memory: one
-    model per member; the copy's modules share the engine's parameters until the swap drops them."""
+    into row m of a stack per tensor, in the dtype the model computes in (fill_members). Tied tensors stay
+    tied (one stack). The engine's live weights are left at the last member, as after any switch. Memory:
+    one model per member; the copy's modules share the engine's parameters until the swap drops them."""
     if not members:
         raise ValueError("stack_members needs at least one member")
     model = engine.model
     params = dict(model.named_parameters())   # a tied tensor once, under its checkpoint name
     stacks = {id(p): torch.empty((len(members), *p.shape), dtype=p.dtype, device=p.device) for p in params.values()}
-    for m, (seed, sigma) in enumerate(members):
-        switch_weights(engine, seed, sigma)
-        for p in params.values():
-            stacks[id(p)][m].copy_(p.data)
     # The copy's modules map to the original's parameters by position: swap each module that holds
     # parameters of its own for its member form, over the stacks of the original's parameters.
     # (the deepcopy's memo hands back the original parameters: the copy shares them, so no second copy
-    # of the weights is made before the swap drops them)
-    batched = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
+    # of the weights is made before the swap drops them; a compiled forward that transformers keeps on the
+    # model for decode static is not copied: the copy compiles its own)
+    memo = {id(p): p for p in model.parameters()}
+    if "_compiled_call" in vars(model):
+        memo[id(vars(model)["_compiled_call"])] = None
+    batched = copy.deepcopy(model, memo=memo)
+    for attr in ("_compiled_call", "_last_compile_config"):
+        vars(batched).pop(attr, None)
     originals = dict(model.named_modules())
     for name, module in list(batched.named_modules()):
         if not any(True for _ in module.parameters(recurse=False)):
@@ -128,4 +130,26 @@ def stack_members(engine, members: list[tuple[int, float]]) -> nn.Module:
         member_form = _batched(originals[name], stacks)
         parent_name, _, child = name.rpartition(".")
         setattr(batched.get_submodule(parent_name) if parent_name else batched, child, member_form)
+    fill_members(engine, batched, members)
     return batched.eval()
+
+
+def member_count(batched: nn.Module) -> int:
+    """How many members a model from stack_members computes (every stack's leading axis)."""
+    return next(batched.parameters()).shape[0]
+
+
+@torch.no_grad()
+def fill_members(engine, batched: nn.Module, members: list[tuple[int, float]]) -> None:
+    """Copy each member's weights (the engine's own switch) into row m of ``batched``'s stacks, in place:
+    a stack from stack_members refilled for another group of as many members keeps its tensors, so a
+    compiled decode step (and its CUDA graphs) reads the new members at the same addresses. The engine's live
+    weights are left at the last member."""
+    if len(members) != member_count(batched):
+        raise ValueError(f"a stack of {member_count(batched)} members cannot hold {len(members)}")
+    params = dict(engine.model.named_parameters())
+    stacks = dict(batched.named_parameters())   # the same names; a tied stack once, as its tensor
+    for m, (seed, sigma) in enumerate(members):
+        switch_weights(engine, seed, sigma)
+        for name, p in params.items():
+            stacks[name][m].copy_(p.data)

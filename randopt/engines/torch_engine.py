@@ -10,6 +10,10 @@ The option perturbation.switch: delta keeps no base copy (1x memory) and moves f
 place, W += sigma_to*N_to - sigma_from*N_from; bf16/fp16 rounding then drifts, and drift() measures
 how far against the checkpoint on disk (kernels/README.md has the drift table). The noise N is
 Rademacher, or Gaussian with noise="gaussian" (perturbation.noise); every switch uses the one kind.
+The option decode (engine.torch_decode): eager decodes with a DynamicCache grown a step at a time, the
+prompts' common prefix computed once; static decodes with a transformers StaticCache of fixed shape, for
+which transformers compiles the decode step (torch.compile, CUDA graphs) on CUDA: one graph replay a
+step instead of a Python loop over kernels. On a CPU static compiles nothing.
 """
 from __future__ import annotations
 
@@ -31,6 +35,15 @@ from randopt.engines.base import (Completion, TextLogprobs, chat_prompt, join_wi
 
 
 SWITCHES = ("reconstruct", "delta")
+DECODES = ("eager", "static")
+# decode static: the StaticCache's length is the batch's prompt width + max_tokens rounded up to this many
+# tokens, so batches of nearby widths share one cache shape (one compiled step, one CUDA graph) at the cost
+# of at most this many masked slots read a step.
+STATIC_CACHE_STEP = 128
+# decode static on CUDA: torch.compile's recompile limit per code object, raised from its default (8) because
+# each stacked model (one per member count) and each cache shape may add an entry; past the limit dynamo falls
+# back to eager for that code without saying so in the results.
+STATIC_RECOMPILE_LIMIT = 64
 
 
 def _pick_device(device: str) -> torch.device:
@@ -54,7 +67,8 @@ def finish_completion(tokenizer, ids: list[int], end_ids: set, stop: list[str]) 
 class TorchEngine:
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 32,
                  threads: int | None = None, trust_remote_code: bool = False, max_context: int = 1024,
-                 compute_dtype: str = "auto", switch: str = "reconstruct", noise: str = RADEMACHER):
+                 compute_dtype: str = "auto", switch: str = "reconstruct", noise: str = RADEMACHER,
+                 decode: str = "eager"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model_path = Path(model_dir)
@@ -62,6 +76,9 @@ class TorchEngine:
             raise FileNotFoundError(f"{model_dir}: no model here (config.json missing); run prepare_model "
                                     "or point model.path at a Hugging Face model directory")
         self.noise = check_kind(noise)  # before the model loads: a bad kind fails at once
+        if decode not in DECODES:
+            raise ValueError(f"decode must be one of {DECODES}, got {decode!r} (engine.torch_decode)")
+        self.decode = decode
         if threads:
             torch.set_num_threads(int(threads))
         self.device = _pick_device(device)
@@ -114,8 +131,14 @@ class TorchEngine:
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self._start_id = start_token_id(self.tokenizer, self.model.config.bos_token_id)
         # generate_members' last stack (members, model), kept for its next call with the same members (an
-        # answer block each) until a switch: one model per member in memory while kept.
-        self._stacked: tuple[tuple, object] | None = None
+        # answer block each) until a switch: one model per member in memory while kept. Under decode static
+        # a switch only forgets whose weights the stack holds (members None): the next group of as many
+        # members is copied into the same tensors, which the compiled step and its CUDA graphs read in place.
+        self._stacked: tuple[tuple | None, object] | None = None
+        if decode == "static" and self.device.type == "cuda":
+            import torch._dynamo.config as dynamo_config
+            name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), STATIC_RECOMPILE_LIMIT))
 
     # -- weights ---------------------------------------------------------------------------------
     def close(self) -> None:
@@ -124,8 +147,14 @@ class TorchEngine:
     def perturbable_names(self) -> list[str]:
         return list(self._live)
 
+    def _forget_stack(self) -> None:
+        """A switch: the stack no longer holds the members it was built for (eager: it goes; static: its
+        tensors stay, to be refilled)."""
+        keep = self.decode == "static" and self._stacked is not None
+        self._stacked = (None, self._stacked[1]) if keep else None
+
     def set_weights(self, seed: int, sigma: float) -> None:
-        self._stacked = None
+        self._forget_stack()
         if self.switch == "reconstruct":
             self._perturber.to_member_(seed, sigma)
         else:
@@ -135,7 +164,7 @@ class TorchEngine:
         self._widen(self._live)
 
     def restore_base(self) -> None:
-        self._stacked = None
+        self._forget_stack()
         if self.switch == "reconstruct":
             self._perturber.to_base_()
             self._widen(self._base)
@@ -228,11 +257,16 @@ class TorchEngine:
         live weights are left at the last member. The stack is kept for the next call with the same
         members until a switch (set_weights, restore_base), so answer blocks of one group stack once;
         empty prompts only stack."""
-        from randopt.engines.member_batch import stack_members
+        from randopt.engines.member_batch import fill_members, member_count, stack_members
         key = tuple((int(seed), float(sigma)) for seed, sigma in members)
         if self._stacked is None or self._stacked[0] != key:
-            self._stacked = None  # the old stack goes before the new one is built
-            model = stack_members(self, members)   # switches, which clears _stacked
+            shell = self._stacked[1] if self._stacked is not None else None
+            if self.decode == "static" and shell is not None and member_count(shell) == len(members):
+                fill_members(self, shell, members)   # the same tensors: no new compile, no new graph
+                model = shell
+            else:
+                self._stacked = shell = None  # the old stack goes before the new one is built
+                model = stack_members(self, members)   # switches, which forgets _stacked
             self._stacked = (key, model)
         model = self._stacked[1]
         out: list[list[Completion]] = [[] for _ in members]
@@ -249,7 +283,10 @@ class TorchEngine:
         another (member-major, as its rows)."""
         tok, model = self.tokenizer, model if model is not None else self.model
         ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        inputs = self._shared_prefix_inputs(ids, model, members)
+        if self.decode == "static":
+            inputs = self._static_inputs(ids, model, members, max_tokens)
+        else:
+            inputs = self._shared_prefix_inputs(ids, model, members)
         generated = model.generate(
             **inputs, max_new_tokens=max_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
             stop_strings=stop or None, tokenizer=tok if stop else None, pad_token_id=tok.pad_token_id,
@@ -275,8 +312,32 @@ class TorchEngine:
         are the prompts once per member (member-major), and the prefix goes through at batch ``members``.
         """
         from transformers import DynamicCache
-        pad = self.tokenizer.pad_token_id
         prefix = min(len(os.path.commonprefix(ids)), min(map(len, ids)) - 1)  # each row feeds >= 1 token
+        inputs = self._padded_inputs(ids, prefix, members)
+        model = model if model is not None else self.model
+        if prefix > 0:
+            cache = DynamicCache(config=model.config)
+            model(input_ids=inputs["input_ids"][::len(ids), :prefix], **{self._cache_kwarg: cache}, use_cache=True)
+            cache.batch_repeat_interleave(len(ids))
+            inputs[self._cache_kwarg] = cache
+        return inputs
+
+    def _static_inputs(self, ids: list[list[int]], model, members: int, max_tokens: int) -> dict:
+        """generate() inputs for decode static: the prompts left-padded (each row's whole prompt goes through
+        the prefill: the shared prefix's DynamicCache cannot seed a StaticCache), and a StaticCache of
+        rows x (width + max_tokens, rounded up to STATIC_CACHE_STEP), whose fixed shape lets transformers
+        compile the decode step on CUDA."""
+        from transformers import StaticCache
+        inputs = self._padded_inputs(ids, 0, members)
+        width = inputs["input_ids"].shape[1]
+        length = -(-(width + max_tokens) // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
+        inputs[self._cache_kwarg] = StaticCache(config=model.config, max_cache_len=length)
+        return inputs
+
+    def _padded_inputs(self, ids: list[list[int]], prefix: int, members: int) -> dict:
+        """input_ids and attention_mask, once per member (member-major): the first ``prefix`` tokens common to
+        all rows, then each row's own suffix left-padded (prefix 0: plain left padding)."""
+        pad = self.tokenizer.pad_token_id
         width = max(map(len, ids)) - prefix
         input_ids = torch.full((len(ids), prefix + width), pad, dtype=torch.long)
         mask = torch.zeros_like(input_ids)
@@ -285,14 +346,7 @@ class TorchEngine:
             input_ids[r, prefix + width - (len(row) - prefix):] = torch.tensor(row[prefix:], dtype=torch.long)
             mask[r, :prefix] = 1
             mask[r, prefix + width - (len(row) - prefix):] = 1
-        model = model if model is not None else self.model
-        inputs = {"input_ids": input_ids.repeat(members, 1).to(self.device), "attention_mask": mask.repeat(members, 1).to(self.device)}
-        if prefix > 0:
-            cache = DynamicCache(config=model.config)
-            model(input_ids=inputs["input_ids"][::len(ids), :prefix], **{self._cache_kwarg: cache}, use_cache=True)
-            cache.batch_repeat_interleave(len(ids))
-            inputs[self._cache_kwarg] = cache
-        return inputs
+        return {"input_ids": input_ids.repeat(members, 1).to(self.device), "attention_mask": mask.repeat(members, 1).to(self.device)}
 
     # -- teacher forcing -------------------------------------------------------------------------
     # A batch's logits are rows x width x vocab floats (SmolLM2: 0.2 MB a token in fp32), so a batch is

@@ -45,6 +45,8 @@ def engine_options(record: dict) -> dict:
     if e["kind"] == "torch":
         resolved = (e.get("compute_dtype_resolved") or {}).get("dtype")
         options["compute_dtype"] = resolved or e.get("compute_dtype", "auto")
+        if e.get("torch_decode", "eager") != "eager":  # as the workflow passes it: only when chosen
+            options["decode"] = e["torch_decode"]
     else:
         options |= {"tensor_parallel_size": e["tensor_parallel_size"], "gpu_memory_utilization": e["gpu_memory_utilization"]}
     noise = (record.get("noise") or {}).get("kind", "rademacher")
