@@ -8,6 +8,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The suite keeps both cores of the 2-core CI machine busy (background runs beside the foreground:
+# tests/support/background.py), so a torch process with 2 threads rarely has its second core. Its
+# OpenMP threads (libgomp) then spin at every barrier while their peer waits for a core, and steal
+# that core from the other work: a bf16 Linear of SmolLM2's size took 5.3 ms instead of 0.15 ms.
+# PASSIVE makes a waiting thread sleep. It changes how threads wait, never how work is split, so
+# every number computed is the same. Set before anything loads torch (inherited by every process the
+# tests start: Snakemake, its jobs, resident engines, the SLURM jobs).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Real GSM8K (MIT) is read where the workplace keeps it, never copied into the repo:
 # $RANDOPT_GSM8K_DIR, else ../shared/data/gsm8k beside the checkout. Tests that need it skip without it.
