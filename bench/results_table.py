@@ -40,6 +40,12 @@ METADATA = {
     # the second lease of 2026-12-02, at 51f9323 (files without their own commit field)
     **{f"peers_executor_modes_h200_{m}_rerun.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
                                                      "commit": "51f9323", "date": "2026-12-02"} for m in ("smollm2", "qwen7b")},
+    # the lease of 2026-12-02 15:05 at 617cc87 (bench/engines_per_gpu/options_h200.sh; the files name no commit)
+    **{f"engines_per_gpu_h200_smollm2_{tag}.json": {"commit": "617cc87", "date": "2026-12-02"}
+       for tag in ("none512", "spec512", "spec512_draft2", "worker512")},
+    "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
+        "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
+        "date": "2026-12-02"},
     "speculation_h200_qwen7b.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
                                      "commit": "51f9323", "date": "2026-12-02"},
     "standard_h200_shape7b.json": {"commit": "51f9323", "date": "2026-12-02"},
@@ -74,7 +80,7 @@ def _machine(data: dict) -> str | None:
     host = data.get("machine") if isinstance(data.get("machine"), dict) else data.get("hardware")
     cpu = data.get("cpu") if isinstance(data.get("cpu"), dict) else {}
     gpus = list((host or {}).get("gpus") or data.get("gpus") or [])
-    gpu = data.get("gpu") or (data.get("env") or {}).get("device")
+    gpu = data.get("gpu") or (host or {}).get("gpu") or (data.get("env") or {}).get("device")
     if not gpus and gpu:
         gpus = [gpu]
     if not host:
@@ -83,8 +89,9 @@ def _machine(data: dict) -> str | None:
         model, flags = host["cpu"].get("model"), host.get("cpu_flags") or host["cpu"].get("flags")
     else:
         model, flags = host.get("cpu") if host.get("cpu") != "x86_64" else None, host.get("cpu_flags")
-    model, flags = model or cpu.get("model"), flags or cpu.get("flags") or []
-    cores = [f"{host['cpu_count']} cores"] if host.get("cpu_count") else []
+    model, flags = model or host.get("cpu_model") or cpu.get("model"), flags or cpu.get("flags") or []
+    count = host.get("cpu_count") or host.get("cpu_cores")
+    cores = [f"{count} cores"] if count else []
     shown = [f for f in BF16_FLAGS if f in flags] or (["avx2 only"] if "avx2" in flags else [])
     if cpu.get("aten_capability") == "AVX2" and "avx512f" in flags:
         shown.append("capped to AVX2")
@@ -113,6 +120,18 @@ def _record(d):
             *(f"gain at {f}: {g['gain']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}], p {g['p_value']:.2g}"
               for f, g in gain.items()),
             f"{d['throughput']['seeds_per_s']:.3g} seeds/s", f"bpb base {d['bpb']['base']:.4f}"]
+
+
+def _engines(d):
+    """A bench/engines_per_gpu/engines_per_gpu.py sweep: members/s by engines on the GPU, with its engine options."""
+    rounds = [r for r in d["rounds"] if "members_per_s" in r]
+    one = next((r["members_per_s"] for r in rounds if r["n_engines"] == 1), None)
+    options = ", ".join(f"{k} {v}" for k, v in d["protocol"]["engine_options"].items()) or "no engine option"
+    return [f"{d['protocol']['model']}, max_tokens {d['protocol']['max_tokens']}, {options}"
+            + (", under CUDA MPS" if d["protocol"].get("cuda_mps") else ""),
+            *(f"N={r['n_engines']} {r['members_per_s']:.3g} members/s"
+              + (f" ({r['members_per_s'] / one:.2f}×)" if one else "") + f", GPU {r['gpu_util_mean_pct']:.0f} %"
+              for r in rounds)]
 
 
 def _racing(d):
@@ -203,6 +222,7 @@ def _perturb_cpu(d):
 FIGURES = [
     (("ratios", "arms", "protocol", "target"), _peers),
     (("modes", "protocol", "model_dir"), _modes),
+    (("rounds", "starts", "memory_plan", "protocol"), _engines),
     (("ratios_racing_over_full", "arms", "recall"), _racing),
     (("ratios_racing_over_full", "arms", "cut"), lambda d: [   # a racing bench cut before its report
         f"search call: racing **{d['ratios_racing_over_full']['seeds_per_s_call']:.2f}×** full",
@@ -210,9 +230,10 @@ FIGURES = [
         f"{d['ratios_racing_over_full']['slots_full_over_racing']:.2f}× fewer train slots (no report: cut)"]),
     (("accuracy", "throughput", "bpb"), _record),
     (("runs", "prompts", "max_tokens", "sigma", "one_at_a_time"), lambda d: [   # bench/engines_per_gpu/member_batch.py
-        f"{d['prompts']} prompts x {d['max_tokens']} tokens, {d['compute_dtype']}: "
-        + ", ".join(f"M={r['members']} {r['members_per_s']:.3g} members/s ({r['members_per_s_over_one_at_a_time']:.2f}×)"
-                    for r in d["runs"] if "members_per_s" in r),
+        f"{d['prompts']} prompts x {d['max_tokens']} tokens, {d['compute_dtype']}, {d.get('decode', 'eager')} decode: "
+        + ", ".join(f"M={r['members']} {r['members_per_s']:.3g} members/s ({r['members_per_s_over_one_at_a_time']:.2f}×"
+                    + (f", **{r['members_per_s_over_vllm']:.2f}× one vLLM engine**" if "members_per_s_over_vllm" in r
+                       else "") + ")" for r in d["runs"] if "members_per_s" in r),
         f"one at a time (the baseline): {d['one_at_a_time']['members_per_s']:.3g} members/s"]),
     (("extrapolated", "search", "engine_start_s"), lambda d: [   # bench/standard/shape_summary.py
         f"extrapolated to {d['extrapolated']['to']['members']} members: **{d['extrapolated']['total_h']:.2f} h**",
