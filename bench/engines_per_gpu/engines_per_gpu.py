@@ -427,6 +427,8 @@ def controller(args) -> int:
                            "engine_options": engine_choices(args),
                            "member": "one set_weights + one generate call on all prompts",
                            "window_s": args.window, "ns": ns, "omp_threads_per_engine": args.omp_threads,
+                           # options_h200.sh's MPS=1 exports the daemon's pipe folder to every engine it starts
+                           "cuda_mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
                            "starts": "sequential: engine i+1 launched after engine i answered ready (built + one warm-up member)",
                            "sweep": "incremental: engines 1..N of the largest N, each measured at the counts in ns"},
               "rounds": [], "starts": [], "failures": []}
