@@ -9,6 +9,8 @@ and every member pays one call at least. This measures c(m) for one model:
     python bench/vllm/vllm_call_cost.py --model smollm2 --prompts 8 16 32 64 128 256 --tokens 64 --out $OUT
     python bench/vllm/vllm_call_cost.py --model qwen7b --prompts 8 16 32 64 128 256 --tokens 256 --out $OUT
     python bench/vllm/vllm_call_cost.py --model-dir data/models/<key>/model --tokens 1024 --out $OUT
+    python bench/vllm/vllm_call_cost.py --model-dir /tmp/s72/model --tensor-parallel-size 8 \
+        --prompts 8 16 32 64 128 200 --tokens 1024 --out $OUT      # the standard's 72B shape on 8 GPUs
 
 Per problem count m and member (seed, sigma): switch the weights (as evaluate_weights does), then one
 generate call on the first m problems of a fixed set (synthetic GSM8K-style problems, the protocol's
@@ -88,6 +90,8 @@ def bench(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="members per problem count (medians over them)")
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.002, 0.016],
                         help="natural mode's scales (smollm2): narrow members stop early, broken ones ramble")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="the engine's GPUs (a 72B needs 4 or 8; a shape model from prepare_model --source shape)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args(argv)
     if (args.model is None) == (args.model_dir is None):
@@ -114,13 +118,17 @@ def bench(argv: list[str] | None = None) -> None:
         model_dir = build_random_7b(Path("/tmp/randopt-bench/qwen2.5-7b-random"), None)
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    engine = make_engine("vllm", str(model_dir), batch_size=max(args.prompts), max_context=2048)
+    engine = make_engine("vllm", str(model_dir), batch_size=max(args.prompts), max_context=2048,
+                         tensor_parallel_size=args.tensor_parallel_size)
     start_s = time.perf_counter() - t0
     spec = DecodeSpec.from_config({})
     prompts = build_prompts(engine, generate_problems(max(args.prompts), 5, "easy"), spec)
     curves, rows = {}, {}
+    # a random model (the 7B one, or a shape model's dummy weights) never stops: its natural curve is its fixed one
+    from randopt.model import shape
+    random_weights = args.model == "qwen7b" or bool(shape.read_marker(model_dir))
     runs = [("fixed", 1e-3, None)] + ([("natural", s, list(spec.stop)) for s in args.sigmas]
-                                      if args.model != "qwen7b" else [])
+                                      if not random_weights else [])
     for mode, sigma, stop in runs:
         label = f"{mode}" if mode == "fixed" else f"{mode} sigma {sigma:g}"
         got = measure(engine, prompts, args.prompts, args.seeds, sigma, args.tokens, stop)
@@ -131,6 +139,7 @@ def bench(argv: list[str] | None = None) -> None:
     result = {"what": "bench/vllm/vllm_call_cost.py: a member's call seconds against its problem count (issue 17)",
               "gpu": torch.cuda.get_device_name(0), "model": args.model or "local", "model_dir": str(model_dir),
               "engine": json.loads(json.dumps(engine.setup, default=str)), "build_model_s": build_s, "engine_start_s": start_s,
+              "tensor_parallel_size": args.tensor_parallel_size,
               "protocol": {"prompts": args.prompts, "tokens": args.tokens, "seeds": args.seeds,
                            "system": spec.system, "stop": list(spec.stop)},
               "curves": curves, "rows": rows}
