@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from randopt.population import sigma_label
 from randopt.io import InputError
@@ -59,6 +58,9 @@ def ensemble_gain(base_correct: Sequence[bool], ensemble_correct: Sequence[bool]
     if base.shape != ensemble.shape:
         raise ValueError(f"base_correct has {base.size} problems but ensemble_correct has {ensemble.size}: "
                          f"both must be the same test problems in the same order")
+    # scipy.stats is imported where it is used: it takes ~0.9 s, and the vote stage imports this module for
+    # per_problem_results alone (every vote job paid it for nothing).
+    from scipy import stats
     diff = ensemble.astype(np.float64) - base.astype(np.float64)
     gain = float(diff.mean())
     if np.all(diff == diff[0]):
@@ -106,6 +108,7 @@ def selection(train_rewards: Sequence[float], test_accuracies: Sequence[float]) 
         raise ValueError(f"train rewards {train.shape} and test accuracies {test.shape} must pair up one per member")
     rho = None
     if train.size >= 2 and np.ptp(train) > 0 and np.ptp(test) > 0:
+        from scipy import stats   # imported where used: see ensemble_gain
         rho = float(stats.spearmanr(train, test).statistic)
     return {"spearman_train_test": rho, "n_members": int(train.size)}
 
