@@ -49,6 +49,11 @@ def sweep(args) -> dict:
 
     problems = [{"id": f"train-{i}", **row} for i, row in enumerate(read_jsonl(args.train)[:args.prompts])]
     spec = DecodeSpec.from_config({"max_tokens": args.max_tokens} | ({} if args.stop else {"stop": []}))
+    baseline = vllm_baseline(args.vllm_baseline) if args.vllm_baseline else None
+    vllm = baseline if baseline and "error" not in baseline else None   # the ratios' base
+    if vllm and (vllm["protocol"]["prompts"], vllm["protocol"]["max_tokens"]) != (len(problems), args.max_tokens):
+        raise SystemExit(f"--vllm-baseline {args.vllm_baseline}: its protocol {vllm['protocol']} is not this run's "
+                         f"({len(problems)} prompts, max_tokens {args.max_tokens}); run both on the same prompts")
     t0 = time.perf_counter()
     engine = make_engine("torch", args.model_dir, device=args.device, batch_size=len(problems),
                          compute_dtype=args.compute_dtype, decode=args.decode)
@@ -95,11 +100,7 @@ def sweep(args) -> dict:
            "gen_tokens_per_s": plain_tokens / sum(plain_s), "first_call_s": first_call,
            "compile_s": first_call - plain_s[0] if static and cuda else None}
     report["one_at_a_time"] = one
-    report["vllm"] = vllm_baseline(args.vllm_baseline) if args.vllm_baseline else None
-    vllm = report["vllm"] if report["vllm"] and "error" not in report["vllm"] else None   # the ratios' base
-    if vllm and (vllm["protocol"]["prompts"], vllm["protocol"]["max_tokens"]) != (len(problems), args.max_tokens):
-        raise SystemExit(f"--vllm-baseline {args.vllm_baseline}: its protocol {vllm['protocol']} is not this run's "
-                         f"({len(problems)} prompts, max_tokens {args.max_tokens}); run both on the same prompts")
+    report["vllm"] = baseline
     print(f"one at a time: {1 / one['members_per_s']:.2f} s a member, {one['members_per_s']:.3f} members/s", flush=True)
     for m in args.members:
         members = [(seed, args.sigma) for seed in range(1, m + 1)]
