@@ -27,10 +27,12 @@ SHAPE=${SHAPE:-7b}
 LIMIT_S=${LIMIT_S:-480}                     # the workflow's share of the call (~25 s more follow: vLLM's loader source, the summary)
 
 if [ "${TINY:-0}" = 1 ]; then
-  overlay=$REPO/bench/standard/shape_tiny.yaml; GPUS=0; TP=${TP:-1}; tag=${TAG:-shape_tiny_cpu}; run=(--cores 2)
+  overlay=$REPO/bench/standard/shape_tiny.yaml; configs=("$overlay"); GPUS=0; TP=${TP:-1}; tag=${TAG:-shape_tiny_cpu}
+  run=(--cores 2)
 else
   overlay=$REPO/bench/standard/shape_$SHAPE.yaml
-  [ -f "$overlay" ] || { echo "no overlay $overlay: SHAPE is one of $(cd "$REPO/bench/standard" && ls shape_*.yaml | sed 's/shape_\(.*\)\.yaml/\1/' | grep -v tiny | tr '\n' ' ')" >&2; exit 2; }
+  configs=("$REPO/bench/standard/shape_protocol.yaml" "$overlay")
+  [ -f "$overlay" ] || { echo "no overlay $overlay: SHAPE is one of $(cd "$REPO/bench/standard" && ls shape_*.yaml | sed 's/shape_\(.*\)\.yaml/\1/' | grep -v -e tiny -e protocol | tr '\n' ' ')" >&2; exit 2; }
   GPUS=${GPUS:-$(nvidia-smi --list-gpus 2>/dev/null | wc -l)}
   TP=${TP:-$(sed -n 's/.*tensor_parallel_size: *\([0-9]*\).*/\1/p' "$overlay" | head -1)}
   [ "$GPUS" -ge 1 ] || { echo "no GPU listed by nvidia-smi (TINY=1 rehearses on the CPU)" >&2; exit 2; }
@@ -42,8 +44,6 @@ WORK=${WORK:-/tmp/randopt-$tag}          # the run's folder (data/, results/, lo
 t0=$(date +%s)
 say() { echo "[$tag $(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/steps.txt"; }
 
-configs=("$overlay")
-[ "${TINY:-0}" = 1 ] || configs=("$REPO/bench/standard/shape_protocol.yaml" "$overlay")
 printf 'engine: {tensor_parallel_size: %s}\n' "$TP" > "$OUT/layout_overlay.yaml"; configs+=("$OUT/layout_overlay.yaml")
 if [ -n "${GSM8K_DIR:-}" ] && [ -f "$GSM8K_DIR/train.jsonl" ] && [ -f "$GSM8K_DIR/test.jsonl" ]; then
   printf 'gsm8k: {source: jsonl, jsonl: {path: %s}}\n' "$(cd "$GSM8K_DIR" && pwd)" > "$OUT/gsm8k_overlay.yaml"
