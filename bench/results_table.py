@@ -43,6 +43,9 @@ METADATA = {
     # the lease of 2026-12-02 15:05 at 617cc87 (bench/engines_per_gpu/options_h200.sh; the files name no commit)
     **{f"engines_per_gpu_h200_smollm2_{tag}.json": {"commit": "617cc87", "date": "2026-12-02"}
        for tag in ("none512", "spec512", "spec512_draft2", "worker512")},
+    # the lease of 2026-12-02 19:25-20:45 at 1f6dd11 (options_h200.sh, MPS=1 for the mps files; no commit field)
+    **{f"engines_per_gpu_h200_smollm2_{tag}.json": {"commit": "1f6dd11", "date": "2026-12-02"}
+       for tag in ("none512_mpslease", "mps512", "mps512_n4")},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
