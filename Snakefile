@@ -80,11 +80,16 @@ include: "rules/report.smk"
 include: "rules/lm_eval.smk"
 
 
-# Resident engines (engine.keep_loaded_s; randopt/runtime/resident/) serve the engine jobs of this run only:
-# stop them when it ends, however it ends (a killed run's exit after keep_loaded_s idle seconds).
+# Resident engines (engine.keep_loaded_s; randopt/runtime/resident/) and the CUDA MPS daemon they share a GPU under
+# (engine.cuda_mps; randopt/runtime/mps_daemon.py) serve this run only: the daemon starts with it, and both stop
+# when it ends, however it ends (a killed run's engines after keep_loaded_s idle seconds, then its daemon).
+onstart:
+    start_run_engines()
+
+
 onsuccess:
-    stop_resident_engines()
+    stop_run_engines()
 
 
 onerror:
-    stop_resident_engines()
+    stop_run_engines()

@@ -22,6 +22,7 @@ from randopt.model.shape import resolve_config as resolve_shape_config, weight_b
 from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
                                           resolve as resolve_engines, weight_bytes)
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
+from randopt.runtime import cuda_mps, mps_daemon
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
 # model dir exists; the tensor-parallel size divides its attention heads).
@@ -325,6 +326,19 @@ def model_weight_bytes():
     return found
 
 
+def mps_choice():
+    """Whether this run may put its engines under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py): read
+    before the engine layout, since auto sizes engines_per_gpu from MPS's gains where it may. engine.cuda_mps
+    true where MPS cannot serve is a DAG-build error naming what is missing."""
+    try:
+        return cuda_mps.resolve(config["engine"]["cuda_mps"], gpus_per_engine=job_gpus(), on_cluster=on_cluster())
+    except ValueError as err:
+        raise WorkflowError(f"invalid config: {err}")
+
+
+MPS = mps_choice()
+
+
 def engine_layout():
     """Engines side by side on each device (engine.engines_per_gpu; randopt/runtime/engine_slots.py); under
     vLLM the layout (tensor_parallel_size x engines) is checked against the card where its size is known
@@ -343,7 +357,8 @@ def engine_layout():
             groups = LOCAL_GPUS // gpus if LOCAL_GPUS else 1
             layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
                                      members_per_group=-(-POPULATION.size // groups),
-                                     work=config["gsm8k"]["n_train"] * config["decode"]["max_tokens"])
+                                     work=config["gsm8k"]["n_train"] * config["decode"]["max_tokens"],
+                                     under_mps=MPS.possible)
         if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes()):
             check_engines_fit(layout.per_device, weights / gpus, card, tp=gpus)
     except ValueError as err:
@@ -371,6 +386,11 @@ def local_card_bytes():
 
 
 ENGINES = engine_layout()
+# CUDA MPS for this run: a daemon of its own in MPS_DIR (started by the Snakefile's onstart, stopped with the
+# resident engines; randopt/runtime/mps_daemon.py), unless the caller's daemon serves (MPS.external).
+MPS_ON = MPS.enabled(ENGINES.per_device)
+MPS_DIR = mps_daemon.DEFAULT_DIR
+OWN_MPS = MPS_ON and not MPS.external
 # Engine slots of this host: GPU groups x engines each (the CPU: engines); jobs are scheduled over them.
 ENGINE_SLOTS = (LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1) * ENGINES.per_device
 if ENGINES.per_device > 1:
@@ -378,7 +398,24 @@ if ENGINES.per_device > 1:
 LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "") \
     + (f" --engines-per-device {ENGINES.per_device}" if ENGINES.per_device > 1 else "") \
     + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or ENGINES.per_device > 1 else "") \
-    + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "")
+    + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "") \
+    + (f" --cuda-mps-dir {MPS_DIR}" if OWN_MPS else "")
+
+
+def start_run_engines():
+    """The run's start (the Snakefile's onstart, never under -n): its CUDA MPS daemon, when it has one."""
+    if OWN_MPS:
+        try:
+            mps_daemon.start(MPS_DIR, run_pid=os.getpid(), resident_dir=RESIDENT_DIR)
+        except mps_daemon.MpsDaemonError as err:
+            raise WorkflowError(str(err))
+
+
+def stop_run_engines():
+    """The run's end, however it ends: the resident engines, then the MPS daemon they were clients of."""
+    stop_resident_engines(RESIDENT_DIR)
+    if OWN_MPS:
+        mps_daemon.stop(MPS_DIR)
 
 
 # The torch engine answers train problems in fixed blocks of a seeded order (randopt/scoring/answer_blocks.py),

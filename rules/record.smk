@@ -26,7 +26,7 @@ rule record:
         records_md=q(config["records_md"]),
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
-        engines=q(ENGINES.as_record()),
+        engines=q(ENGINES.as_record() | MPS.as_record(ENGINES.per_device)),
         distill=lambda wildcards, input: " ".join(
             "--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(ROUND_KEYS) + 1)
         ) if DISTILL_ENABLED else "",

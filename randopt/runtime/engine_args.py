@@ -1,9 +1,11 @@
 """The engine flags that every engine stage's CLI shares (evaluate_shard, evaluate_members, score_bpb),
-and the engine they make. Here, under randopt/engines/, so that they are part of the engine's code
-key (randopt/keys.py): a change to how an engine is built reruns every stage that uses one."""
+and the engine they make. Under randopt/runtime/, which no code key hashes (randopt/code_keys.py): these
+flags say where and how an engine runs (GPU slots, resident engines, CUDA MPS), never what it computes;
+the engine it builds (randopt/engines/) is keyed."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from randopt.runtime.cli import json_arg
 from randopt.runtime.log import log
@@ -12,6 +14,7 @@ from randopt.runtime import resident
 from randopt.engines.base import Engine
 from randopt.engines.factory import make_engine, track
 from randopt.runtime.gpu_slots import DEFAULT_LOCK_DIR, assign_gpus
+from randopt.runtime import mps_daemon
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -34,6 +37,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "it loaded S idle seconds for the next job; 0: load an engine for this job only. The workflow "
                         "passes engine.keep_loaded_s on a local run")
     p.add_argument("--resident-dir", default=resident.DEFAULT_DIR, help="sockets and logs of --keep-loaded-s")
+    p.add_argument("--cuda-mps-dir", default=None, metavar="DIR",
+                   help="make the engine a client of the run's CUDA MPS daemon in DIR (randopt/runtime/mps_daemon.py), "
+                        "which must be up; the workflow passes it on a local GPU run under engine.cuda_mps")
     p.add_argument("--release-resident", action="store_true",
                    help="before loading this job's own engine, stop the resident engines on its GPUs (in --resident-dir), "
                         "whose memory it needs; the workflow passes it to distillation's GPU jobs")
@@ -50,6 +56,9 @@ def engine_from_args(args) -> Engine:
         raise ValueError(f"--engines-per-device must be >= 1, got {args.engines_per_device}")
     assign_gpus(args.engine, options, args.gpu_slots, args.gpu_lock_dir, timeout=args.gpu_wait,
                 engines_per_device=args.engines_per_device)
+    if args.cuda_mps_dir:  # inherited by a resident server this job starts (and part of its key: CUDA_*)
+        os.environ.update(mps_daemon.client_env(args.cuda_mps_dir))
+        log.info("CUDA MPS: the engine is a client of the run's daemon (%s)", os.environ["CUDA_MPS_PIPE_DIRECTORY"])
     if args.engine == "vllm" and args.engines_per_device > 1:
         options["engines_per_gpu"] = args.engines_per_device  # gpu_memory_utilization auto splits the card
     if args.release_resident:

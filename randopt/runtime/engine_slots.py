@@ -16,7 +16,9 @@ version added each start to the wall time, and so kept 1 engine for FlashOpt's 6
 3 engines finished the whole workflow 1.27x sooner: bench/peers/README.md), with a member's time scaled
 from the measured one by its train problems x max_tokens (an underestimate: at 512 tokens without stop
 strings a member took 1.46x the scaled time, so auto errs towards fewer engines); elsewhere 1, which is
-never slower than one engine. Sizes between the measured points get 1.
+never slower than one engine. Sizes between the measured points get 1. Under CUDA MPS (engine.cuda_mps;
+randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, the gains are MPS's (GAIN_MPS: 2.26x at
+3 engines, 2.36x at 4) and the starts shorter (29-31 s each), so auto weighs 1 to 4 engines with those.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
@@ -35,6 +37,10 @@ GAIN = {1: 1.0, 2: 1.57, 3: 1.76}   # members/s against one engine's
 MEMBER_S = 1 / 1.548                # one member's seconds on one engine
 START_S = 40.0                      # a further engine's start (47.5 s and 31.9 s measured)
 MEASURED_WORK = 128 * 256           # train problems x max_tokens of those numbers
+# Under CUDA MPS, on the same H200 (bench/engines_per_gpu/README.md "Engines under CUDA MPS"; 128 prompts x 512
+# tokens, against a warm engine's 0.916 members/s; the 4th engine on a second machine of the same kind):
+GAIN_MPS = {1: 1.0, 2: 1.75, 3: 2.26, 4: 2.36}
+START_S_MPS = 30.0                  # 29-31 s each, warm compile cache
 HEADROOM = 0.90              # the share of a card the engines may take together (vLLM's own default)
 MIN_KV_SHARE = 0.02          # the least KV cache an engine needs, as a share of the card (a member's batch)
 # What each engine's process holds besides weights and KV cache (CUDA context, graphs, activations):
@@ -53,10 +59,11 @@ class EngineLayout:
 
 
 def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None,
-            members_per_group: int = 0, work: int = MEASURED_WORK) -> EngineLayout:
+            members_per_group: int = 0, work: int = MEASURED_WORK, under_mps: bool = False) -> EngineLayout:
     """engine.engines_per_gpu (auto or N >= 1) for one run. gpus_per_engine: 0 for the CPU;
     weight_bytes: the model's weight bytes (None when unknown when the DAG is built);
-    members_per_group: the members one GPU group evaluates; work: train problems x max_tokens."""
+    members_per_group: the members one GPU group evaluates; work: train problems x max_tokens;
+    under_mps: whether engines side by side would share the GPU under CUDA MPS (its gains, its starts)."""
     if on_cluster:
         if requested not in ("auto", 1):
             raise ValueError(f"engine.engines_per_gpu is {requested}, but on a cluster each job is one engine "
@@ -75,17 +82,19 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
         return EngineLayout(1, f"auto: {per_gpu / 2**30:.1f} GiB of weights a GPU keep it busy; a second engine gave "
                                f"0.97x for a 7B shape (bench/engines_per_gpu/README.md)")
     member_s = MEMBER_S * work / MEASURED_WORK
-    seconds = {n: search_seconds(n, members_per_group * member_s) for n in GAIN}
-    best = min(seconds, key=seconds.get)   # ties: the fewest engines (dicts keep GAIN's order)
+    gain, start_s = (GAIN_MPS, START_S_MPS) if under_mps else (GAIN, START_S)
+    seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s) for n in gain}
+    best = min(seconds, key=seconds.get)   # ties: the fewest engines (dicts keep the gains' order)
     return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU leave it idle between steps; for "
                               f"{members_per_group} members a GPU group, about {member_s:.2f} s each, {best} "
-                              f"engine(s) take the least time, each further one starting ~{START_S:.0f} s after "
-                              f"the one before while those up keep answering (estimates after the first start: "
+                              f"engine(s) take the least time{' under CUDA MPS' if under_mps else ''}, each further "
+                              f"one starting ~{start_s:.0f} s after the one before while those up keep answering "
+                              f"(estimates after the first start: "
                               f"{', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
                               f"bench/engines_per_gpu/README.md)")
 
 
-def search_seconds(n: int, work_s: float) -> float:
+def search_seconds(n: int, work_s: float, gain: dict = GAIN, start_s: float = START_S) -> float:
     """Seconds from the first engine's readiness until n engines on one GPU have answered work_s seconds
     of one engine's members. The engines start one after another under the start lock, START_S apart, and
     those already up keep answering meanwhile at GAIN's combined rate: the starts overlap the work rather
@@ -94,11 +103,11 @@ def search_seconds(n: int, work_s: float) -> float:
     92 s after its first engine was up.)"""
     done = elapsed = 0.0
     for up in range(1, n):               # while engine up + 1 starts, `up` engines answer
-        step = START_S * GAIN[up]
+        step = start_s * gain[up]
         if done + step >= work_s:
-            return elapsed + (work_s - done) / GAIN[up]
-        done, elapsed = done + step, elapsed + START_S
-    return elapsed + (work_s - done) / GAIN[n]
+            return elapsed + (work_s - done) / gain[up]
+        done, elapsed = done + step, elapsed + start_s
+    return elapsed + (work_s - done) / gain[n]
 
 
 # A card's memory by the GPU names of a cluster's GRES (resources.gpu_model): the card a layout is checked

@@ -1,0 +1,191 @@
+"""CUDA MPS for engines side by side (engine.cuda_mps): when a run uses it (randopt/runtime/cuda_mps.py), how
+auto sizes engines under it (randopt/runtime/engine_slots.py), and the run's daemon (randopt/runtime/mps_daemon.py):
+started, adopted, stopped at the run's end, and gone after a killed run once its resident engines are.
+
+No GPU or NVIDIA driver is here, so the daemon is tests/support/mps_control_standin.py, which keeps the real
+program's interface (-f, the control client, get_server_list, quit); the real daemon ran on the H200
+(bench/peers/README.md, bench/engines_per_gpu/README.md)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from randopt.runtime import cuda_mps, mps_daemon
+from randopt.runtime.engine_slots import resolve as resolve_engines
+from tests.conftest import REPO
+from tests.support.mps_control_standin import install
+from tests.support.workflow import tiny_config, workflow_command
+
+GB = 10**9
+
+
+def _resolve(requested, gpus=1, cluster=False, binary="/usr/bin/nvidia-cuda-mps-control", modes=("Default",), env=None):
+    return cuda_mps.resolve(requested, gpus_per_engine=gpus, on_cluster=cluster, binary=binary, modes=list(modes),
+                            env=env or {})
+
+
+def test_auto_uses_mps_only_where_engines_share_a_gpu_and_it_can():
+    auto = _resolve("auto")
+    assert auto.possible and not auto.enabled(1) and auto.enabled(3)
+    assert auto.as_record(3) == {"cuda_mps": True, "cuda_mps_why": auto.why}
+    assert auto.as_record(1)["cuda_mps"] is False and "1 engine a GPU" in auto.as_record(1)["cuda_mps_why"]
+    assert _resolve(True).enabled(1)                      # true insists, one engine or more
+    off = _resolve(False)
+    assert not off.possible and not off.enabled(4) and off.as_record(4) == {"cuda_mps": False,
+                                                                            "cuda_mps_why": "engine.cuda_mps: false"}
+    # each missing piece: auto goes without, saying why
+    for kwargs, why in (({"gpus": 0}, "on the CPU"), ({"cluster": True}, "on a cluster"), ({"binary": ""}, "not on PATH"),
+                        ({"modes": ("Default", "Prohibited")}, "Prohibited")):
+        choice = _resolve("auto", **kwargs)
+        assert not choice.possible and not choice.enabled(4) and why in choice.why
+    # a daemon the caller started is used as it is, and the run starts none
+    theirs = _resolve("auto", binary="", env={"CUDA_MPS_PIPE_DIRECTORY": "/tmp/theirs"})
+    assert theirs.enabled(2) and theirs.external == "/tmp/theirs"
+
+
+def test_true_where_mps_cannot_serve_names_what_is_missing():
+    for kwargs, message in (({"gpus": 0}, "the engine runs on the CPU.*engine.kind vllm"),
+                            ({"cluster": True}, "on a cluster each job is one engine"),
+                            ({"binary": ""}, "nvidia-cuda-mps-control is not on PATH.*compute utilities"),
+                            ({"modes": ("Prohibited",)}, "a GPU.s compute mode is Prohibited.*nvidia-smi -c")):
+        with pytest.raises(ValueError, match=f"engine.cuda_mps is true, but {message}.*or set engine.cuda_mps to auto or false"):
+            _resolve(True, **kwargs)
+    with pytest.raises(ValueError, match="engine.cuda_mps is 'on'; use auto, true or false"):
+        _resolve("on")
+
+
+def test_auto_sizes_engines_from_mps_gains_under_mps():
+    small = int(0.27 * GB)
+    args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=small, work=128 * 512)
+    # a long search: MPS's fourth engine still pays for its start; time-sliced, three is the most
+    assert resolve_engines("auto", members_per_group=1536, under_mps=True, **args).per_device == 4
+    assert resolve_engines("auto", members_per_group=1536, **args).per_device == 3
+    # FlashOpt's 66 members: under MPS the shorter starts and larger gains take 3, time-sliced 2
+    mps = resolve_engines("auto", members_per_group=66, under_mps=True, **args)
+    assert mps.per_device == 3 and "under CUDA MPS" in mps.why and "~30 s" in mps.why
+    assert resolve_engines("auto", members_per_group=66, **args).per_device == 2
+    # a GPU-bound model stays at one engine either way
+    assert resolve_engines("auto", members_per_group=1536, under_mps=True, **{**args, "weight_bytes": 15 * GB}).per_device == 1
+
+
+@pytest.fixture
+def standin(tmp_path):
+    """The stand-in control program on a bin dir of its own; the daemon folder and a resident folder."""
+    return install(tmp_path / "bin"), tmp_path / "r" / "mps", tmp_path / "r" / "engines"
+
+
+def _sleeper(*argv: str) -> subprocess.Popen:
+    """A process that lives until killed; argv after the code shows in its cmdline."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *argv])
+
+
+def _wait_gone(pid: int, seconds: float = 60.0) -> bool:
+    from randopt.runtime.resident.processes import group_alive
+    deadline = time.monotonic() + seconds
+    while group_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not group_alive(pid)
+
+
+def test_the_run_starts_its_daemon_a_rerun_adopts_it_and_the_end_stops_it(standin):
+    binary, d, resident = standin
+    run = _sleeper()
+    try:
+        pid = mps_daemon.start(d, run_pid=run.pid, resident_dir=resident, binary=str(binary))
+        env = mps_daemon.client_env(d, str(binary))
+        pipe = mps_daemon.pipe_dir(d)
+        assert env == {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(d.resolve() / "log")}
+        assert len(str(pipe)) < 60 and (pipe / "nvidia-cuda-mps-control.pid").exists()
+        assert {oct(p.stat().st_mode & 0o777) for p in (d, pipe)} == {"0o700"}
+        # the next run in the folder finds it up and adopts it: one daemon, not two
+        assert mps_daemon.start(d, run_pid=os.getpid(), resident_dir=resident, binary=str(binary)) == pid
+        assert (d / "log" / "control.log").read_text().count("started pid") == 1
+        assert mps_daemon.stop(d) and _wait_gone(pid, 5.0)
+        log = (d / "log" / "control.log").read_text()
+        assert log.splitlines()[-2:] == ["command quit", "quit"], log   # asked to quit, not killed
+        assert not mps_daemon.stop(d)
+        with pytest.raises(mps_daemon.MpsDaemonError, match="CUDA MPS daemon.*is not up.*engine.cuda_mps: false"):
+            mps_daemon.client_env(d, str(binary))
+    finally:
+        run.kill()
+
+
+def test_a_killed_runs_daemon_waits_for_its_resident_engines_then_quits(standin):
+    binary, d, resident = standin
+    run, server = _sleeper(), _sleeper("randopt.runtime.resident.server")
+    resident.mkdir(parents=True)
+    (resident / "gpu0.pid").write_text(str(server.pid))
+    try:
+        pid = mps_daemon.start(d, run_pid=run.pid, resident_dir=resident, binary=str(binary))
+        run.kill()
+        run.wait()
+        time.sleep(2.5)   # two of the watcher's looks: the resident engine is a client still
+        assert mps_daemon.answers(d, str(binary))
+        server.kill()
+        server.wait()
+        assert _wait_gone(pid), "the watcher outlived its run and its resident engines"
+        assert "none of its resident engines is left" in (d / "watch.log").read_text()
+        assert (d / "log" / "control.log").read_text().splitlines()[-1] == "quit"
+    finally:
+        run.kill()
+        server.kill()
+
+
+def test_a_daemon_that_does_not_come_up_is_an_error_with_its_log(tmp_path):
+    broken = tmp_path / "nvidia-cuda-mps-control"
+    broken.write_text("#!/bin/sh\necho 'mps: cannot open the GPU' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    with pytest.raises(mps_daemon.MpsDaemonError, match="(?s)did not come up.*engine.cuda_mps: false.*cannot open the GPU"):
+        mps_daemon.start(tmp_path / "mps", run_pid=os.getpid(), resident_dir=tmp_path / "engines", binary=str(broken),
+                         timeout=20)
+    assert mps_daemon.watcher_pid(tmp_path / "mps") is None
+
+
+def _path_with(bin_dir: Path | None) -> dict:
+    """The environment with bin_dir first on PATH, and no other nvidia-cuda-mps-control."""
+    dirs = [p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / cuda_mps.CONTROL).exists()]
+    env = {k: v for k, v in os.environ.items() if k != cuda_mps.PIPE_ENV}
+    return env | {"PATH": os.pathsep.join(([str(bin_dir)] if bin_dir else []) + dirs)}
+
+
+def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path, standin):
+    """vLLM on a GPU, SmolLM2's size: with the control program on PATH, auto takes MPS's count and every engine
+    job gets the daemon's folder, and the record says so; without it, the time-sliced count and no daemon."""
+    binary = standin[0]
+    overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256}, "gsm8k": {"n_train": 128},
+               "decode": {"max_tokens": 512}, "population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": 64}}
+    for bin_dir, engines, mps in ((binary.parent, 4, True), (None, 3, False)):
+        cmd = workflow_command(tmp_path / str(mps), overlay, "-n", "-p", "--resources", "gpu=1")
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=_path_with(bin_dir))
+        text = proc.stdout + proc.stderr
+        assert proc.returncode == 0, text[-2000:]
+        jobs = [line for line in text.splitlines() if "scripts.evaluate_shard " in line]
+        assert jobs and all(f"--engines-per-device {engines}" in j for j in jobs)
+        assert all(("--cuda-mps-dir .snakemake/mps" in j) == mps for j in jobs)
+        record = next(line for line in text.splitlines() if "scripts.record " in line)
+        assert f'"cuda_mps": {str(mps).lower()}' in record
+        assert not (tmp_path / str(mps) / ".snakemake" / "mps").exists()   # a dry run starts no daemon
+    proc = subprocess.run(workflow_command(tmp_path / "cpu", {"engine": {"cuda_mps": True}}, "-n"),
+                          capture_output=True, text=True, cwd=REPO, env=_path_with(binary.parent))
+    assert proc.returncode != 0 and "engine.cuda_mps is true, but the engine runs on the CPU" in proc.stdout + proc.stderr
+
+
+def test_a_run_starts_the_daemon_its_engine_jobs_use_and_stops_it_when_they_fail(tmp_path, tiny_model_dir, standin):
+    """The wiring end to end on the CPU: engine.cuda_mps true with the torch engine on cuda. The run's start
+    brings the daemon up, the search's job finds it and becomes its client (then fails: no CUDA here), and the
+    run's end asks the daemon to quit."""
+    binary = standin[0]
+    config = tiny_config(tiny_model_dir, engine={"kind": "torch", "device": "cuda", "cuda_mps": True})
+    proc = subprocess.run(workflow_command(tmp_path, config, "--until", "evaluate_shard"), capture_output=True,
+                          text=True, cwd=REPO, env=_path_with(binary.parent))
+    assert proc.returncode != 0
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "logs").rglob("*.log"))
+    assert "CUDA MPS: the engine is a client of the run's daemon" in logs, (proc.stderr[-3000:], logs[-3000:])
+    control = (tmp_path / ".snakemake" / "mps" / "log" / "control.log").read_text()
+    assert control.startswith("started pid") and control.splitlines()[-1] == "quit", control
+    assert mps_daemon.watcher_pid(tmp_path / ".snakemake" / "mps") is None
