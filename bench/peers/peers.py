@@ -98,6 +98,9 @@ def randopt_summary(run_dir: Path, call: dict) -> dict:
         "engine_starts_s": starts,
         "engines_per_gpu": (record["engine"].get("engines_resolved") or {}).get("engines_per_gpu", 1),
         "engines_why": (record["engine"].get("engines_resolved") or {}).get("why"),
+        # engine.cuda_mps as the run resolved it (absent from records made before it existed)
+        "cuda_mps": (record["engine"].get("engines_resolved") or {}).get("cuda_mps"),
+        "cuda_mps_why": (record["engine"].get("engines_resolved") or {}).get("cuda_mps_why"),
         "base_test_accuracy": record["accuracy"]["base_test"],
         "base_train_accuracy": record["accuracy"]["base_train"],
         "ensemble_test_accuracy": topk_accuracy({k_of[f]: a for f, a in record["accuracy"]["ensemble_test"].items()}),
@@ -110,12 +113,13 @@ def randopt_summary(run_dir: Path, call: dict) -> dict:
     }
 
 
-def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None, worker_process: bool = False) -> dict:
+def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None, worker_process: bool = False,
+                cuda_mps: str = "auto") -> dict:
     base = overlay_path(workdir)
     if not (workdir / "setup" / "data").is_dir():
         raise SystemExit(f"{workdir}/setup has no data/: run `peers.py setup` first with this --workdir")
     n = None if engines == "auto" else int(engines)
-    tag = arm_tag(engines, worker_process)
+    tag = arm_tag(engines, worker_process, cuda_mps)
     run_dir = workdir / tag
     if run_dir.exists():
         shutil.rmtree(run_dir)   # never reuse an earlier arm's answer cache: that would time nothing
@@ -123,7 +127,8 @@ def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None, 
     link_inputs(run_dir, workdir / "setup")
     arm = write_overlay(workdir / f"{tag}.yaml", {
         "run_name": f"peers-{tag}",
-        "engine": {"engines_per_gpu": engines if n is None else n} | ({"worker_process": True} if worker_process else {}),
+        "engine": {"engines_per_gpu": engines if n is None else n, "cuda_mps": MPS_VALUES[cuda_mps]}
+                  | ({"worker_process": True} if worker_process else {}),
         "population": {"shard_size": protocol.SHARD_SIZE.get(n or 1, protocol.SHARD_SIZE_SIDE_BY_SIDE)}})
     flow = Workflow(base, cores, ["gpu=1"])
     cmd = flow.command(run_dir, arm, "--scheduler", "greedy", "results/record.json")  # the target after the options that take values
@@ -139,9 +144,15 @@ def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None, 
     return randopt_summary(run_dir, call)
 
 
-def arm_tag(engines: str, worker_process: bool) -> str:
-    """randopt_<engines>, with _wp for engine.worker_process (the vLLM worker in a process of its own)."""
-    return f"randopt_{engines}" + ("_wp" if worker_process else "")
+# --cuda-mps: engine.cuda_mps's value, and the arm's tag suffix (auto, the default, has none)
+MPS_VALUES = {"auto": "auto", "true": True, "false": False}
+MPS_TAGS = {"auto": "", "true": "_mps", "false": "_nomps"}
+
+
+def arm_tag(engines: str, worker_process: bool, cuda_mps: str = "auto") -> str:
+    """randopt_<engines>, with _wp for engine.worker_process (the vLLM worker in a process of its own), and _mps
+    or _nomps where engine.cuda_mps is set true or false."""
+    return f"randopt_{engines}" + ("_wp" if worker_process else "") + MPS_TAGS[cuda_mps]
 
 
 def stop_resident(run_dir: Path) -> None:
@@ -315,6 +326,8 @@ def main(argv=None) -> int:
     r.add_argument("--cores", default="all")
     r.add_argument("--worker-process", action="store_true",
                    help="engine.worker_process: the vLLM worker in a process of its own (the arm is randopt_<engines>_wp)")
+    r.add_argument("--cuda-mps", default="auto", choices=sorted(MPS_VALUES),
+                   help="engine.cuda_mps (the arm is randopt_<engines>_mps for true, _nomps for false)")
     r.add_argument("--timeout", type=float, default=None)
     r.add_argument("--out", required=True, type=Path)
     f = sub.add_parser("flashopt")
@@ -335,8 +348,8 @@ def main(argv=None) -> int:
     elif a.step == "randopt":
         if a.engines != "auto" and not (a.engines.isdigit() and int(a.engines) >= 1):
             raise SystemExit(f"--engines {a.engines!r}: auto or an integer >= 1")
-        write_arm(a.out, arm_tag(a.engines, a.worker_process),
-                  run_randopt(a.workdir, a.engines, a.cores, a.timeout, a.worker_process), a.model)
+        write_arm(a.out, arm_tag(a.engines, a.worker_process, a.cuda_mps),
+                  run_randopt(a.workdir, a.engines, a.cores, a.timeout, a.worker_process, a.cuda_mps), a.model)
     elif a.step == "flashopt":
         write_arm(a.out, "flashopt", run_flashopt(a.workdir, a.flashopt, a.data, a.model, a.model_dir, a.timeout), a.model)
     else:

@@ -9,6 +9,8 @@
 #     smollm2-engines  install; randopt with $PEERS_N engines on SmolLM2; the report over every SmolLM2 arm
 #                      run on this machine
 #     smollm2-worker   install; randopt on SmolLM2 with engine.worker_process (auto, then $PEERS_N engines); the report
+#     smollm2-nomps    install; randopt on SmolLM2 with $PEERS_N engines time-sliced (engine.cuda_mps false: the
+#                      reference for the smollm2 part's auto arm, which runs under MPS where the device has it); the report
 #     qwen7b-flashopt  install; the 7B shape (built if missing); FlashOpt's arm
 #     qwen7b-randopt   install; the 7B shape (built if missing); randopt's arm (engines auto); the report
 #     executor-modes   $EXEC_MODEL (smollm2: converted by scripts.prepare_model; qwen7b: the 7B shape); randopt's engine under vLLM's process layouts
@@ -105,7 +107,8 @@ from bench.vllm.vllm_bench import build_random_7b; build_random_7b(Path('$QWEN_D
 
 finish() {  # $1 part, $2 model: the model's logs back as one archive ($OUT keeps at most 8 files)
   tar -czf "$OUT/logs_$1.tgz" -C "$W/$2" $(cd "$W/$2" 2>/dev/null && ls -d setup/logs randopt_*/logs \
-    randopt_*/bench_randopt.log randopt_*/results/record.json randopt_*/.snakemake/engines/*.log flashopt.log 2>/dev/null) 2>/dev/null
+    randopt_*/bench_randopt.log randopt_*/results/record.json randopt_*/.snakemake/engines/*.log \
+    randopt_*/.snakemake/mps/watch.log randopt_*/.snakemake/mps/log flashopt.log 2>/dev/null) 2>/dev/null
   log "done; \$OUT: $(ls "$OUT" | tr '\n' ' ')"
 }
 
@@ -145,6 +148,13 @@ for part in "$@"; do
       randopt_arm smollm2 "$N" "" 200 --worker-process
       report smollm2
       finish smollm2-worker smollm2 ;;
+    smollm2-nomps)
+      install
+      model=$(setup smollm2)
+      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2-nomps smollm2; exit 1; }
+      randopt_arm smollm2 "$N" "" 60 "--cuda-mps false"
+      report smollm2
+      finish smollm2-nomps smollm2 ;;
     qwen7b-flashopt)
       install
       qwen_model
