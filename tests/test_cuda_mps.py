@@ -180,7 +180,8 @@ def test_a_run_starts_the_daemon_its_engine_jobs_use_and_stops_it_when_they_fail
     brings the daemon up, the search's job finds it and becomes its client (then fails: no CUDA here), and the
     run's end asks the daemon to quit."""
     binary = standin[0]
-    config = tiny_config(tiny_model_dir, engine={"kind": "torch", "device": "cuda", "cuda_mps": True})
+    config = tiny_config(tiny_model_dir, engine={"kind": "torch", "device": "cuda", "cuda_mps": True},
+                         population={"n_seeds": 4, "sigmas": [0.01], "shard_size": 4})   # one engine job
     proc = subprocess.run(workflow_command(tmp_path, config, "--until", "evaluate_shard"), capture_output=True,
                           text=True, cwd=REPO, env=_path_with(binary.parent))
     assert proc.returncode != 0
