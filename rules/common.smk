@@ -20,7 +20,7 @@ from randopt.engines.base import DEFAULT_MAX_MODEL_LEN
 from randopt.model.prepare import find_gguf
 from randopt.model.shape import resolve_config as resolve_shape_config, weight_bytes as shape_weight_bytes
 from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
-                                          resolve as resolve_engines, weight_bytes)
+                                          idle_engines_note, resolve as resolve_engines, weight_bytes)
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 from randopt.runtime import cuda_mps, mps_daemon
 
@@ -358,12 +358,21 @@ def engine_layout():
             layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
                                      members_per_group=-(-POPULATION.size // groups),
                                      work=config["gsm8k"]["n_train"] * config["decode"]["max_tokens"],
-                                     under_mps=MPS.possible)
+                                     under_mps=MPS.possible, shard_members=group_shard_members(groups))
         if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes()):
             check_engines_fit(layout.per_device, weights / gpus, card, tp=gpus)
     except ValueError as err:
         raise WorkflowError(f"invalid config: {err}")
     return layout
+
+
+def group_shard_members(groups):
+    """Full evaluation: the members of each search shard one GPU group answers, in the order Snakemake hands them
+    out (the shards dealt round the groups); racing: None (its slices are cut to fit the engine slots)."""
+    if config["selection"]["mode"] == "racing":
+        return None
+    sizes = [b - a + 1 for _ in POPULATION.sigmas for a, b in POPULATION.shard_ranges()]
+    return sizes[::groups]
 
 
 def card_bytes():
@@ -386,6 +395,9 @@ def local_card_bytes():
 
 
 ENGINES = engine_layout()
+if (_shards := group_shard_members(LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)) is not None \
+        and (_note := idle_engines_note(ENGINES.per_device, len(_shards))):
+    print(f"randopt: {_note}", file=sys.stderr)   # not an error: the run is right, only slower than it could be
 # CUDA MPS for this run: a daemon of its own in MPS_DIR (started by the Snakefile's onstart, stopped with the
 # resident engines; randopt/runtime/mps_daemon.py), unless the caller's daemon serves (MPS.external).
 MPS_ON = MPS.enabled(ENGINES.per_device)

@@ -73,6 +73,30 @@ def test_auto_sizes_engines_from_mps_gains_under_mps():
     assert resolve_engines("auto", members_per_group=1536, under_mps=True, **{**args, "weight_bytes": 15 * GB}).per_device == 1
 
 
+def test_auto_counts_whole_shards_as_the_workflow_hands_them_out():
+    """The H200 run behind scheduled_seconds: 3 shards of 22 members for 3 engines, each engine done with its
+    shard before the next was up. Handed out whole, 3 shards never pay a third engine."""
+    from randopt.runtime.engine_slots import GAIN, START_S, idle_engines_note, scheduled_seconds
+    args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB), work=128 * 512, members_per_group=66)
+    three = resolve_engines("auto", under_mps=True, shard_members=[22, 22, 22], **args)
+    assert three.per_device == 2 and "3: 88 s" in three.why, three.why
+    nine = resolve_engines("auto", under_mps=True, shard_members=[8, 8, 6] * 3, **args)
+    assert nine.per_device == 2 and "2: 62 s, 3: 68 s" in nine.why, nine.why
+    # a longer search pays all four MPS engines even though the fourth's first shard waits for it
+    assert resolve_engines("auto", under_mps=True, shard_members=[8] * 64, **{**args, "members_per_group": 512}).per_device == 4
+    # one engine answers its shards one after another; a shard handed to an engine not yet up waits for it
+    assert scheduled_seconds(1, [10.0, 20.0]) == pytest.approx(30.0)
+    assert scheduled_seconds(2, [10.0, 20.0]) == pytest.approx(START_S + 20.0)
+    # two shards of 100 s: the first alone until the second engine is up, both at GAIN[2] / 2 each until the first
+    # is done, then the second alone again (whole shards: nobody helps with the rest)
+    both = (100.0 - START_S) / (GAIN[2] / 2)
+    assert scheduled_seconds(2, [100.0, 100.0]) == pytest.approx(START_S + both + (100.0 - (100.0 - START_S)))
+    # the time-sliced run of those 9 shards on 3 engines answered them 89 s after its first engine was up
+    assert scheduled_seconds(3, [m * 1.29 for m in [8, 8, 6] * 3]) == pytest.approx(88, abs=1)
+    assert idle_engines_note(3, 3) and "none left" in idle_engines_note(3, 2) and idle_engines_note(3, 6) is None
+    assert idle_engines_note(1, 1) is None
+
+
 @pytest.fixture
 def standin(tmp_path):
     """The stand-in control program on a bin dir of its own; the daemon folder and a resident folder."""
@@ -157,9 +181,10 @@ def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path,
     """vLLM on a GPU, SmolLM2's size: with the control program on PATH, auto takes MPS's count and every engine
     job gets the daemon's folder, and the record says so; without it, the time-sliced count and no daemon."""
     binary = standin[0]
-    overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256}, "gsm8k": {"n_train": 128},
-               "decode": {"max_tokens": 512}, "population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": 64}}
-    for bin_dir, engines, mps in ((binary.parent, 4, True), (None, 3, False)):
+    # 4 shards of 128 under MPS (4 engines, and a note that 4 shards keep 4 engines poorly busy), 8 of 64 without
+    for bin_dir, engines, mps, shard in ((binary.parent, 4, True, 128), (None, 3, False, 64)):
+        overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256}, "gsm8k": {"n_train": 128},
+                   "decode": {"max_tokens": 512}, "population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": shard}}
         cmd = workflow_command(tmp_path / str(mps), overlay, "-n", "-p", "--resources", "gpu=1")
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=_path_with(bin_dir))
         text = proc.stdout + proc.stderr
@@ -169,6 +194,7 @@ def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path,
         assert all(("--cuda-mps-dir .snakemake/mps" in j) == mps for j in jobs)
         record = next(line for line in text.splitlines() if "scripts.record " in line)
         assert f'"cuda_mps": {str(mps).lower()}' in record
+        assert ("engine.engines_per_gpu 4 with 4 search shard(s) a GPU group" in text) == mps
         assert not (tmp_path / str(mps) / ".snakemake" / "mps").exists()   # a dry run starts no daemon
     proc = subprocess.run(workflow_command(tmp_path / "cpu", {"engine": {"cuda_mps": True}}, "-n"),
                           capture_output=True, text=True, cwd=REPO, env=_path_with(binary.parent))

@@ -129,7 +129,7 @@ def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None, 
         "run_name": f"peers-{tag}",
         "engine": {"engines_per_gpu": engines if n is None else n, "cuda_mps": MPS_VALUES[cuda_mps]}
                   | ({"worker_process": True} if worker_process else {}),
-        "population": {"shard_size": protocol.SHARD_SIZE.get(n or 1, protocol.SHARD_SIZE_SIDE_BY_SIDE)}})
+        "population": {"shard_size": protocol.SHARD_SIZE.get(n, protocol.SHARD_SIZE_SIDE_BY_SIDE)}})
     flow = Workflow(base, cores, ["gpu=1"])
     cmd = flow.command(run_dir, arm, "--scheduler", "greedy", "results/record.json")  # the target after the options that take values
     print(f"[peers] {tag}: {' '.join(cmd)}", flush=True)

@@ -28,8 +28,10 @@ N_SEEDS = 22                      # x 3 sigmas = 66 members (the issue asks for 
 TOPK = [0.02, 0.05]               # k 1 and 3 of 66 in both (FlashOpt: int(r x 66); randopt: round(f x 66))
 MAX_NUM_SEQS, MAX_MODEL_LEN, GPU_MEMORY_UTILIZATION = 512, 2048, 0.65
 GLOBAL_SEED = 42
-# randopt's shards: the auto arm's engine jobs one after another on one resident engine (one job per sigma);
-# with N engines side by side, shards small enough that every engine gets several and none waits long
+# randopt's shards: one engine's jobs one after another on one resident engine (one job per sigma); with
+# engines side by side, and for auto (which may take several), shards small enough that every engine gets
+# several and none waits long. (Until 2026-12-03 auto got one shard a sigma: on the H200 its 3 engines then
+# each answered one shard alone, each done before the next was up: bench/peers/README.md.)
 SHARD_SIZE = {1: N_SEEDS}
 SHARD_SIZE_SIDE_BY_SIDE = 8
 
@@ -87,7 +89,7 @@ def randopt_overlay(name: str, model: str, data_dir: str, engines, model_dir: st
         "decode": {"max_tokens": MAX_TOKENS, "stop": [], "system": None, "examples": []},
         "heldout": {"synthetic": {"n_docs": 4}},
         "population": {"n_seeds": N_SEEDS, "sigmas": SIGMAS,
-                       "shard_size": SHARD_SIZE.get(n or 1, SHARD_SIZE_SIDE_BY_SIDE)},
+                       "shard_size": SHARD_SIZE.get(n, SHARD_SIZE_SIDE_BY_SIDE)},
         "topk": {"fractions": TOPK},
     }
     if model == "qwen7b":

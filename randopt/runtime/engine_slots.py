@@ -59,11 +59,14 @@ class EngineLayout:
 
 
 def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None,
-            members_per_group: int = 0, work: int = MEASURED_WORK, under_mps: bool = False) -> EngineLayout:
+            members_per_group: int = 0, work: int = MEASURED_WORK, under_mps: bool = False,
+            shard_members: list[int] | None = None) -> EngineLayout:
     """engine.engines_per_gpu (auto or N >= 1) for one run. gpus_per_engine: 0 for the CPU;
     weight_bytes: the model's weight bytes (None when unknown when the DAG is built);
     members_per_group: the members one GPU group evaluates; work: train problems x max_tokens;
-    under_mps: whether engines side by side would share the GPU under CUDA MPS (its gains, its starts)."""
+    under_mps: whether engines side by side would share the GPU under CUDA MPS (its gains, its starts);
+    shard_members: the members of each engine job of one GPU group, in the order they run (full
+    evaluation's shards), or None where jobs are cut to fit the engines (racing's slices)."""
     if on_cluster:
         if requested not in ("auto", 1):
             raise ValueError(f"engine.engines_per_gpu is {requested}, but on a cluster each job is one engine "
@@ -83,7 +86,8 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
                                f"0.97x for a 7B shape (bench/engines_per_gpu/README.md)")
     member_s = MEMBER_S * work / MEASURED_WORK
     gain, start_s = (GAIN_MPS, START_S_MPS) if under_mps else (GAIN, START_S)
-    seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s) for n in gain}
+    shards = [m * member_s for m in shard_members] if shard_members else None
+    seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards) for n in gain}
     best = min(seconds, key=seconds.get)   # ties: the fewest engines (dicts keep the gains' order)
     return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU leave it idle between steps; for "
                               f"{members_per_group} members a GPU group, about {member_s:.2f} s each, {best} "
@@ -94,13 +98,18 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
                               f"bench/engines_per_gpu/README.md)")
 
 
-def search_seconds(n: int, work_s: float, gain: dict = GAIN, start_s: float = START_S) -> float:
+def search_seconds(n: int, work_s: float, gain: dict = GAIN, start_s: float = START_S,
+                   shards: list[float] | None = None) -> float:
     """Seconds from the first engine's readiness until n engines on one GPU have answered work_s seconds
     of one engine's members. The engines start one after another under the start lock, START_S apart, and
     those already up keep answering meanwhile at GAIN's combined rate: the starts overlap the work rather
     than add to it. (Checked on the H200 against bench/results/peers_h200_smollm2.json: 66 members of 128
     problems x 512 tokens, 124 s on one engine; this gives 92 s for three, and the workflow's search took
-    92 s after its first engine was up.)"""
+    92 s after its first engine was up.) With shards (each engine job's work, in one engine's seconds)
+    the jobs are scheduled as the workflow runs them (scheduled_seconds): whole shards, so engines that
+    come up after the work is handed out answer nothing."""
+    if shards is not None:
+        return scheduled_seconds(n, shards, gain, start_s)
     done = elapsed = 0.0
     for up in range(1, n):               # while engine up + 1 starts, `up` engines answer
         step = start_s * gain[up]
@@ -108,6 +117,45 @@ def search_seconds(n: int, work_s: float, gain: dict = GAIN, start_s: float = ST
             return elapsed + (work_s - done) / gain[up]
         done, elapsed = done + step, elapsed + start_s
     return elapsed + (work_s - done) / gain[n]
+
+
+def scheduled_seconds(n: int, shards: list[float], gain: dict = GAIN, start_s: float = START_S) -> float:
+    """Seconds from the first engine's readiness until n engine slots of one GPU have answered the shards
+    (each one engine's seconds of work), scheduled as Snakemake and the start lock run them: the first n
+    shards take a slot each at once, slot k's engine answering from k x start_s (the starts take turns),
+    and each later shard takes the first slot freed; while m engines answer together, each goes at
+    gain[m] / m of a lone engine's rate. Why whole shards matter: on the H200 (bench/peers/README.md) auto
+    took 3 engines for 3 shards of 22 members; each engine finished its shard before the next was up, so
+    the three never answered together and the run took longer than one engine would have."""
+    queue = list(shards)
+    ready = [k * start_s for k in range(n)]
+    running = {k: queue.pop(0) for k in range(min(n, len(queue)))}   # slot -> work left
+    t = 0.0
+    while running:
+        answering = [k for k in running if ready[k] <= t]
+        rate = gain[len(answering)] / len(answering) if answering else 0.0
+        steps = [ready[k] - t for k in running if ready[k] > t]
+        if answering:
+            steps.append(min(running[k] for k in answering) / rate)
+        step = min(steps)
+        t += step
+        for k in answering:
+            running[k] -= step * rate
+            if running[k] <= 1e-9:
+                del running[k]
+                if queue:
+                    running[k] = queue.pop(0)
+    return t
+
+
+def idle_engines_note(per_device: int, shards_per_group: int) -> str | None:
+    """A warning for engines side by side with too few engine jobs to keep them busy, or None."""
+    if per_device <= 1 or shards_per_group >= 2 * per_device:
+        return None
+    return (f"engine.engines_per_gpu {per_device} with {shards_per_group} search shard(s) a GPU group: whole shards "
+            f"are handed out as engines come up, so later engines find "
+            + ("none left" if shards_per_group < per_device else "few left")
+            + f"; a population.shard_size giving at least {2 * per_device} shards a group keeps all {per_device} busy")
 
 
 # A card's memory by the GPU names of a cluster's GRES (resources.gpu_model): the card a layout is checked
