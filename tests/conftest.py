@@ -137,6 +137,15 @@ def task_runs_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def killed_runs_started(background, tmp_path_factory, tiny_model_dir):
+    """The kill-and-resume sequence of tests/test_resume_reuse.py (its kill_and_resume) on the shared
+    run's config in a work dir of its own, queued in the background."""
+    from tests.support.workflow import shared_run_config
+    from tests.test_resume_reuse import kill_and_resume
+    return background.submit(kill_and_resume, tmp_path_factory.mktemp("killed"), shared_run_config(tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
 def gaussian_run_started(background, tmp_path_factory, tiny_model_dir):
     """A Gaussian-noise run with its export (tests/support/task_runs.py), queued in the background, for
     tests/test_workflow_gaussian.py."""
@@ -197,14 +206,15 @@ def early_runs(request):
     and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
     SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
     the shared tiny run, the shape model's run, the half-finished runs of test_status, the task runs,
-    the Gaussian run, the member-batched runs and the 2-round
-    distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
+    the kill-and-resume sequence of test_resume_reuse, the Gaussian run, the member-batched runs and
+    the 2-round distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
     queued blocks the foreground, which cost 490 s when the 2-round run was read first and queued last).
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
     session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
     for name in ("slurm_runs", "engine_slots_run_started", "smollm2_started", "racing_bench_started",
                  "racing_workflow_started", "tiny_run_started", "shape_run_started", "status_runs_started",
-                 "task_runs_started", "gaussian_run_started", "member_batch_runs_started", "distill_rounds_started"):
+                 "task_runs_started", "killed_runs_started", "gaussian_run_started", "member_batch_runs_started",
+                 "distill_rounds_started"):
         if name in needed:
             request.getfixturevalue(name)

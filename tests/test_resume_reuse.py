@@ -8,9 +8,10 @@ the outputs' sha256 and mtimes. The runs are shared, in two work dirs:
   top-k fraction; a new max_tokens (dry run); back to the first config; wrong pins; a hand-edited
   frozen split (last, it breaks the dir). Edits of library code run on a copy of the repo and of
   this dir, so the real repo is never edited.
-- killed (a second work dir, the first config; made in a thread beside the reuse sequence): SIGKILL of the whole run between two seeds of a shard
-  (the resume generates only the unfinished seed), then while evaluate_members / score_bpb run, each time resumed with the plain command;
-  then rank forced in the workflow and run by hand from its CLI.
+- killed (a second work dir, the first config; queued in the session's background queue, fixture
+  killed_runs_started in tests/conftest.py): SIGKILL of the whole run between two seeds of a shard
+  (the resume generates only the unfinished seed), then while evaluate_members / score_bpb run, each
+  time resumed with the plain command; then rank forced in the workflow and run by hand from its CLI.
 
 A resumed run's record must equal the uninterrupted run's record except for what is honestly time-
 or run-dependent (TIME_DEPENDENT below).
@@ -32,7 +33,6 @@ import yaml
 
 from randopt.report.figures import FIGURES, OPTIONAL
 from tests.conftest import REPO
-from tests.support.background import Background
 from tests.support.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
                                     run_workflow, shared_run_config)
 
@@ -396,22 +396,13 @@ def stage_logs(workdir: Path) -> dict[str, str]:
             for stage in STAGE_CACHE}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def killed_started(request, tmp_path_factory, base_config):
-    """The kill-and-resume sequence, in its own work dir, in a thread from the module's start on: it
-    and the reuse sequence each keep about one core busy, so they go side by side
-    (tests/support/background.py). Started only when a selected test needs it (fixture killed)."""
-    if not any("killed" in item.fixturenames for item in request.session.items):
-        yield None
-        return
-    job = Background(kill_and_resume, tmp_path_factory.mktemp("killed"), base_config, name="kill-and-resume")
-    yield job
-    job.wait()
-
-
 @pytest.fixture(scope="module")
-def killed(killed_started):
-    return killed_started.result()
+def killed(killed_runs_started):
+    """The kill-and-resume sequence (kill_and_resume below), in its own work dir: queued in the session's
+    background queue (tests/conftest.py, killed_runs_started) after the task runs, so it is done by the
+    time the reuse sequence reaches these tests, and never a third stream beside the foreground and the
+    queue on the 2-core machine."""
+    return killed_runs_started.result()
 
 
 def kill_and_resume(workdir: Path, base_config: dict) -> dict:
