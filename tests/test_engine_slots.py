@@ -209,7 +209,9 @@ def test_two_torch_engines_side_by_side_on_the_cpu_answer_as_one_engine(engine_s
     (tests/support/slot_runs.py; tests/conftest.py)."""
     workdir = engine_slots_run_started.result()
     record = read_record(workdir)
-    assert record["engine"]["engines_resolved"] == {"engines_per_gpu": 2, "why": "engine.engines_per_gpu: 2"}
+    assert record["engine"]["engines_resolved"] == {"engines_per_gpu": 2, "why": "engine.engines_per_gpu: 2",
+                                                    "cuda_mps": False,
+                                                    "cuda_mps_why": "auto: the engine runs on the CPU (MPS shares a GPU)"}
     engines = workdir / ".snakemake" / "engines"
     logs = {name: (engines / f"{name}.log").read_text() for name in ("cpu.e0of2", "cpu.e1of2")}
     starts = sorted(s for text in logs.values() for s in _starts(text))
