@@ -36,6 +36,8 @@ METADATA = {
     "peers_h200_smollm2.json": {"commit": "d30eaf1"},
     # the lease of 2026-12-03 11:03-11:15, the device copy at 94f4c8f (its git metadata named 2055b58, dirty)
     "peers_h200_smollm2_mps.json": {"commit": "94f4c8f", "date": "2026-12-03"},
+    # the same lease's first arm (15:13-15:36 UTC at c404c72): the arm file names the commit only inside its record
+    "peers_h200_smollm2_samelease_cold_nomps_arm.json": {"commit": "c404c72"},
     # bench/peers/executor_modes.py at 5678942 (the script was new in that device copy)
     **{f"peers_executor_modes_h200_{m}.json": {"machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
                                                "commit": "5678942", "date": "2026-12-02"} for m in ("smollm2", "qwen7b")},   # the device copy's git metadata named 3de79fa (ran_at)
