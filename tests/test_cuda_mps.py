@@ -65,9 +65,10 @@ def test_auto_sizes_engines_from_mps_gains_under_mps():
     # a long search: MPS's fourth engine still pays for its start; time-sliced, three is the most
     assert resolve_engines("auto", members_per_group=1536, under_mps=True, **args).per_device == 4
     assert resolve_engines("auto", members_per_group=1536, **args).per_device == 3
-    # FlashOpt's 66 members: under MPS the shorter starts and larger gains take 3, time-sliced 2
+    # FlashOpt's 66 members: a third and fourth engine's starts (~35 s apart) are not paid back, under MPS
+    # either (bench/peers/README.md, one H200: 2 engines under MPS took 142 s end to end, 4 took 196 s)
     mps = resolve_engines("auto", members_per_group=66, under_mps=True, **args)
-    assert mps.per_device == 3 and "under CUDA MPS" in mps.why and "~30 s" in mps.why
+    assert mps.per_device == 2 and "under CUDA MPS" in mps.why and "~35 s" in mps.why
     assert resolve_engines("auto", members_per_group=66, **args).per_device == 2
     # a GPU-bound model stays at one engine either way
     assert resolve_engines("auto", members_per_group=1536, under_mps=True, **{**args, "weight_bytes": 15 * GB}).per_device == 1
@@ -79,9 +80,9 @@ def test_auto_counts_whole_shards_as_the_workflow_hands_them_out():
     from randopt.runtime.engine_slots import GAIN, START_S, idle_engines_note, scheduled_seconds
     args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB), work=128 * 512, members_per_group=66)
     three = resolve_engines("auto", under_mps=True, shard_members=[22, 22, 22], **args)
-    assert three.per_device == 2 and "3: 88 s" in three.why, three.why
+    assert three.per_device == 2 and "3: 98 s" in three.why, three.why
     nine = resolve_engines("auto", under_mps=True, shard_members=[8, 8, 6] * 3, **args)
-    assert nine.per_device == 2 and "2: 62 s, 3: 68 s" in nine.why, nine.why
+    assert nine.per_device == 2 and "2: 67 s, 3: 78 s" in nine.why, nine.why
     # a longer search pays all four MPS engines even though the fourth's first shard waits for it
     assert resolve_engines("auto", under_mps=True, shard_members=[8] * 64, **{**args, "members_per_group": 512}).per_device == 4
     # one engine answers its shards one after another; a shard handed to an engine not yet up waits for it

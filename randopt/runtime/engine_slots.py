@@ -18,7 +18,7 @@ from the measured one by its train problems x max_tokens (an underestimate: at 5
 strings a member took 1.46x the scaled time, so auto errs towards fewer engines); elsewhere 1, which is
 never slower than one engine. Sizes between the measured points get 1. Under CUDA MPS (engine.cuda_mps;
 randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, the gains are MPS's (GAIN_MPS: 2.26x at
-3 engines, 2.36x at 4) and the starts shorter (29-31 s each), so auto weighs 1 to 4 engines with those.
+3 engines, 2.36x at 4) and the starts shorter (~35 s apart), so auto weighs 1 to 4 engines with those.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
@@ -40,7 +40,11 @@ MEASURED_WORK = 128 * 256           # train problems x max_tokens of those numbe
 # Under CUDA MPS, on the same H200 (bench/engines_per_gpu/README.md "Engines under CUDA MPS"; 128 prompts x 512
 # tokens, against a warm engine's 0.916 members/s; the 4th engine on a second machine of the same kind):
 GAIN_MPS = {1: 1.0, 2: 1.75, 3: 2.26, 4: 2.36}
-START_S_MPS = 30.0                  # 29-31 s each, warm compile cache
+# A further engine's start under MPS, as the workflow's jobs see it: 29-31 s each in the bench's own process
+# (warm compile cache), 33-43 s apart in the workflow's shard jobs (bench/peers/README.md, the same-lease run of
+# 2026-12-03: the job's process start and the start lock's hand-off come on top); 35 s put auto's estimates for
+# 2 and 4 engines at 67 and 115 s against the 81 and 121 s measured there, where 30 s gave 62 and 100 s.
+START_S_MPS = 35.0
 HEADROOM = 0.90              # the share of a card the engines may take together (vLLM's own default)
 MIN_KV_SHARE = 0.02          # the least KV cache an engine needs, as a share of the card (a member's batch)
 # What each engine's process holds besides weights and KV cache (CUDA context, graphs, activations):
