@@ -3,6 +3,7 @@ nothing a job computes may differ from what its own engine would have computed."
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -247,3 +248,47 @@ def test_release_stops_the_servers_on_the_jobs_gpus_and_no_other(tiny_model_dir,
     assert resident.release(engines) == 1
     assert gone(engine.pid, timeout=0.1) and not processes.group_alive(engine.pid)
     assert resident.release(engines) == 0  # nothing left to stop
+
+
+HOLD = ("import sys; from pathlib import Path; from randopt.runtime.resident.start_lock import start_lock\n"
+        "with start_lock(Path(sys.argv[1]), 'cpu'):\n"
+        "    print('held', flush=True); sys.stdin.read()")
+
+
+def test_a_server_imports_before_its_turn_to_build_and_its_job_waits_the_turn_out(tiny_model_dir, engines):
+    """Another engine's start holds the device's start lock: the new server imports its libraries
+    meanwhile, builds only once the lock is free, and its job waits past its own start timeout, since
+    that bounds the server's imports and build, not the other start (start_lock.py)."""
+    engines.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(engines)], cwd=REPO, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        timeout = 8.0   # several times the imports and build here (~1 s and ~2 s on 2 cores)
+        waiting = subprocess.Popen(
+            [sys.executable, "-c",
+             "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr); "
+             "from randopt.runtime import resident; "
+             f"e = resident.connect('torch', {str(tiny_model_dir)!r}, {OPTIONS!r}, {str(engines)!r}, keep_loaded_s=60, "
+             f"start_timeout_s={timeout}); print(e.pid, flush=True)"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        log_path = engines / "cpu.log"
+        deadline = time.monotonic() + 120
+        while "waiting for another engine's start" not in (log_path.read_text() if log_path.exists() else ""):
+            assert time.monotonic() < deadline and waiting.poll() is None, "the server never waited for the lock"
+            time.sleep(0.1)
+        text = log_path.read_text()
+        assert "imported the torch engine's libraries" in text and "serving" not in text
+        assert (engines / "cpu.starting").read_text() == "waiting"
+        time.sleep(timeout + 1)   # past the job's start timeout, all of it spent waiting for the turn
+        assert waiting.poll() is None and "serving" not in log_path.read_text()
+        holder.stdin.close()
+        holder.wait(10)
+        out, err = waiting.communicate(timeout=120)
+        assert waiting.returncode == 0, err[-2000:]
+        assert "waiting for another engine's start on cpu" in err
+        assert not (engines / "cpu.starting").exists()
+        locked = re.search(r"start lock taken after ([\d.]+) s of waiting", log_path.read_text())
+        assert locked and float(locked.group(1)) >= timeout
+    finally:
+        holder.kill()

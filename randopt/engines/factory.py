@@ -9,20 +9,24 @@ from randopt.engines.base import Engine
 _OPEN: list[Engine] = []
 
 
-def make_engine(kind: str, model_dir: str, **options) -> Engine:
+def engine_class(kind: str) -> type:
+    """The engine class of a kind, its libraries imported (a resident server imports them before it
+    waits its turn to build the engine: randopt/runtime/resident/start_lock.py)."""
     if kind == "torch":
         from randopt.engines.torch_engine import TorchEngine
-        engine = TorchEngine(model_dir, **options)
-    elif kind == "vllm":
+        return TorchEngine
+    if kind == "vllm":
         try:
             from randopt.engines.vllm_engine import VllmEngine
         except ImportError as err:
             raise RuntimeError(f"engine 'vllm' needs vllm installed on a CUDA machine ({err}); "
                                "use engine: torch on a CPU") from err
-        engine = VllmEngine(model_dir, **options)
-    else:
-        raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
-    return track(engine)
+        return VllmEngine
+    raise ValueError(f"unknown engine {kind!r}; choose 'torch' or 'vllm'")
+
+
+def make_engine(kind: str, model_dir: str, **options) -> Engine:
+    return track(engine_class(kind)(model_dir, **options))
 
 
 def track(engine: Engine) -> Engine:

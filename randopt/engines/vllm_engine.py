@@ -94,6 +94,17 @@ def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utiliza
 
 
 class VllmEngine:
+    @staticmethod
+    def preload(tensor_parallel_size: int = 1, **_options) -> None:
+        """Import vLLM, its environment set first (as __init__ sets it), without touching the GPU: a
+        resident server does this before it waits its turn to build (randopt/runtime/resident/start_lock.py)."""
+        set_vllm_environment(tensor_parallel_size)
+        try:
+            from vllm import LLM  # noqa: F401
+        except ImportError as err:
+            raise RuntimeError(f"engine 'vllm' needs vllm installed on a CUDA machine ({err}); "
+                               "use engine: torch on a CPU") from err
+
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 256,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float | str = "auto",
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,

@@ -44,6 +44,9 @@ GAIN_MPS = {1: 1.0, 2: 1.75, 3: 2.26, 4: 2.36}
 # (warm compile cache), 33-43 s apart in the workflow's shard jobs (bench/peers/README.md, the same-lease run of
 # 2026-12-03: the job's process start and the start lock's hand-off come on top); 35 s put auto's estimates for
 # 2 and 4 engines at 67 and 115 s against the 81 and 121 s measured there, where 30 s gave 62 and 100 s.
+# Since then a server imports its libraries before it waits for the lock (resident/start_lock.py), which
+# should bring the spacing towards the build alone (~15 s there); not yet measured on a GPU, so the
+# measured 35 s stays (auto errs towards fewer engines).
 START_S_MPS = 35.0
 HEADROOM = 0.90              # the share of a card the engines may take together (vLLM's own default)
 MIN_KV_SHARE = 0.02          # the least KV cache an engine needs, as a share of the card (a member's batch)

@@ -20,10 +20,11 @@ from pathlib import Path
 
 from randopt.engines.base import Engine
 from randopt.io import InputError, write_text_atomic
-from randopt.runtime.resident.identity import device_name, engine_key, overlaps, physical_devices
+from randopt.runtime.resident.identity import device_name, engine_key, overlaps
 from randopt.runtime.resident.processes import group_alive, server_pid, log_tail, terminate
 from randopt.runtime.resident.protocol import (DEFAULT_DIR, INPUT_ERRORS, MAX_SOCKET_PATH, METHODS, OFF_HINT,
                                                ResidentEngineError)
+from randopt.runtime.resident.start_lock import WAITING, clear_phase, read_phase
 
 log = logging.getLogger("randopt")
 
@@ -176,38 +177,14 @@ def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DE
         return _start(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s)
 
 
-@contextlib.contextmanager
-def _start_lock(directory: Path, device: str):
-    """Engine starts on one physical device, one after another (engines side by side: vLLM's memory
-    profiling of a starting engine must not see another's start). Held from launch until ready."""
-    fds = []
-    try:
-        for physical in physical_devices(device):  # sorted: two jobs never wait on each other
-            fd = os.open(directory / f"start-{physical}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            fds.append(fd)
-            if not _try_flock(fd):
-                log.info("resident engine: waiting for another engine's start on %s", physical)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _try_flock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
 def _start(kind, model_dir, options, key, address, authkey, log_path: Path, keep_loaded_s, start_timeout_s):
-    with _start_lock(Path(address).parent, device_name()):
-        return _launch(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s)
+    # No start lock here: the server takes it after its imports (start_lock.py)
+    return _launch(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s)
 
 
 def _launch(kind, model_dir, options, key, address, authkey, log_path: Path, keep_loaded_s, start_timeout_s):
+    directory, device = Path(address).parent, device_name()
+    clear_phase(directory, device)  # a phase a killed server left
     start = time.perf_counter()
     with open(log_path, "ab") as log_file:
         log_file.write(f"\n--- {datetime.datetime.now().isoformat(sep=' ', timespec='milliseconds')} starting a {kind} engine for {model_dir}\n".encode())
@@ -223,8 +200,16 @@ def _launch(kind, model_dir, options, key, address, authkey, log_path: Path, kee
                                                                          os.environ.get("PYTHONPATH")]))})
     # Written here, under the device lock: a job that comes while it loads waits for it.
     write_text_atomic(Path(address).with_suffix(".pid"), str(proc.pid))
-    log.info("resident engine: started pid %d on %s (log %s)", proc.pid, device_name(), log_path)
+    log.info("resident engine: started pid %d on %s (log %s)", proc.pid, device, log_path)
+    # The timeout bounds the server's own imports and build. While it waits for another engine's start on
+    # its GPU (its phase file says so), the clock restarts: that start is bounded by its own job's timeout.
+    clock, said_waiting = start, False
     while True:
+        if read_phase(directory, device) == WAITING:
+            if not said_waiting:
+                said_waiting = True
+                log.info("resident engine: waiting for another engine's start on %s", device)
+            clock = time.perf_counter()
         if proc.poll() is not None:
             if group_alive(proc.pid):
                 terminate(proc.pid, "it failed to start")
@@ -235,9 +220,10 @@ def _launch(kind, model_dir, options, key, address, authkey, log_path: Path, kee
             conn, info = found
             if info["key"] != key:  # cannot happen under the device lock; say so if it does
                 raise ResidentEngineError(f"another resident engine answered at {address}")
-            log.info("resident engine: ready in %.1f s", time.perf_counter() - start)
+            log.info("resident engine: ready in %.1f s (%.1f s of it waiting for another engine's start)",
+                     time.perf_counter() - start, info.get("start_wait_s", 0.0))
             return ResidentEngine(conn, info, False, log_path)
-        if time.perf_counter() - start > start_timeout_s:
+        if time.perf_counter() - clock > start_timeout_s:
             terminate(proc.pid, f"not ready within {start_timeout_s:.0f} s")
             raise ResidentEngineError(f"the resident engine was not ready within {start_timeout_s:.0f} s ({OFF_HINT}); "
                                       f"the end of its log {log_path}:\n{log_tail(log_path)}")

@@ -18,26 +18,43 @@ from pathlib import Path
 
 from randopt.runtime.resident.client import stop_all
 from randopt.runtime.resident.protocol import DEFAULT_DIR, INPUT_ERRORS, METHODS
+from randopt.runtime.resident.start_lock import clear_phase, start_lock
 
 log = logging.getLogger("randopt")
 
 
 def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, keep_loaded_s: float) -> None:
     """Load the engine, then answer jobs one at a time until asked to stop or idle for keep_loaded_s."""
-    from randopt.engines.factory import make_engine
+    from randopt.engines.factory import engine_class, track
+    from randopt.runtime.resident.identity import device_name
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s resident %(levelname)s %(message)s",
                         stream=sys.stderr)
+    directory, device = Path(address).parent, device_name()
     start = time.perf_counter()
-    engine = make_engine(kind, model_dir, **options)
+    # The libraries first, outside the start lock: they touch no device memory, so this engine imports
+    # them while another one on the same GPU builds (start_lock.py).
+    cls = engine_class(kind)
+    if preload := getattr(cls, "preload", None):
+        preload(**options)
+    import_s = time.perf_counter() - start
+    log.info("imported the %s engine's libraries in %.1f s", kind, import_s)
+    with start_lock(directory, device):
+        locked = time.perf_counter()
+        log.info("start lock taken after %.1f s of waiting", locked - start - import_s)
+        engine = track(cls(model_dir, **options))
+        build_s = time.perf_counter() - locked
     dtype = getattr(engine, "compute_dtype", None)
-    info = {"pid": os.getpid(), "key": key, "load_s": time.perf_counter() - start,
+    info = {"pid": os.getpid(), "key": key, "load_s": import_s + build_s, "import_s": import_s, "build_s": build_s,
+            "start_wait_s": locked - start - import_s,
             "compute_dtype": str(dtype) if dtype is not None else None,
             "compute_dtype_reason": getattr(engine, "compute_dtype_reason", None)}
     authkey = Path(address).with_name("authkey").read_bytes()
     listener = Listener(address, family="AF_UNIX", authkey=authkey)  # bound only now: ready = connectable
     socket_inode = os.stat(address).st_ino
-    log.info("pid %d serving a %s engine at %s (loaded in %.1f s)", os.getpid(), kind, address, info["load_s"])
+    clear_phase(directory, device)
+    log.info("pid %d serving a %s engine at %s (loaded in %.1f s: imports %.1f s, build %.1f s)", os.getpid(), kind,
+             address, info["load_s"], import_s, build_s)
     busy, last = threading.Lock(), [time.monotonic()]
 
     def finish(why: str) -> None:
