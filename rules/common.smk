@@ -395,7 +395,7 @@ def local_card_bytes():
 
 
 ENGINES = engine_layout()
-if (_shards := group_shard_members(LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)) is not None \
+if not on_cluster() and (_shards := group_shard_members(LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)) is not None \
         and (_note := idle_engines_note(ENGINES.per_device, len(_shards))):
     print(f"randopt: {_note}", file=sys.stderr)   # not an error: the run is right, only slower than it could be
 # CUDA MPS for this run: a daemon of its own in MPS_DIR (started by the Snakefile's onstart, stopped with the
@@ -404,14 +404,20 @@ MPS_ON = MPS.enabled(ENGINES.per_device)
 MPS_DIR = mps_daemon.DEFAULT_DIR
 OWN_MPS = MPS_ON and not MPS.external
 # Engine slots of this host: GPU groups x engines each (the CPU: engines); jobs are scheduled over them.
-ENGINE_SLOTS = (LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1) * ENGINES.per_device
-if ENGINES.per_device > 1:
+# On a cluster a job's engines side by side are its own (JOB_ENGINES): one slot a job, as with one engine.
+SIDE_BY_SIDE = ENGINES.per_device > 1 and not on_cluster()
+ENGINE_SLOTS = (LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1) * (ENGINES.per_device if SIDE_BY_SIDE else 1)
+if SIDE_BY_SIDE:
     workflow.global_resources["engine_slot"] = ENGINE_SLOTS
 LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "") \
-    + (f" --engines-per-device {ENGINES.per_device}" if ENGINES.per_device > 1 else "") \
-    + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or ENGINES.per_device > 1 else "") \
+    + (f" --engines-per-device {ENGINES.per_device}" if SIDE_BY_SIDE else "") \
+    + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or SIDE_BY_SIDE else "") \
     + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "") \
     + (f" --cuda-mps-dir {MPS_DIR}" if OWN_MPS else "")
+# The train-scoring stages' engines side by side inside each cluster job (randopt/runtime/job_engines.py): the
+# job starts engine.engines_per_gpu engines of its own on its GPU group and stops them when it ends. In the
+# shell command like LOCAL_ENGINE: it changes no answer.
+JOB_ENGINES = f" --engines-in-job {ENGINES.per_device}" if ENGINES.per_device > 1 and on_cluster() else ""
 
 
 def start_run_engines():
@@ -484,7 +490,7 @@ def job_resources(stage, gpu_stage=True):
     r = config["resources"]
     res = {"mem_mb": r["mem_mb"][stage], "runtime": r["runtime"][stage]}
     gpus = job_gpus() if gpu_stage else 0
-    if gpu_stage and ENGINES.per_device > 1:
+    if gpu_stage and SIDE_BY_SIDE:
         # a local run with engines side by side: jobs take engine slots (ENGINE_SLOTS of them), not GPUs
         return res | {"engine_slot": 1, "gpu": 0}
     if gpus:

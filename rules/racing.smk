@@ -37,9 +37,10 @@ rule race_slice:
     benchmark:
         f"{BENCH}/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.race_slice {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} scripts.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
         " --plan {params.plan} --round {params.round} --chunk {params.chunk} {params.survivors}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 

@@ -30,10 +30,11 @@ rule evaluate_shard:
     benchmark:
         f"{BENCH}/evaluate_shard/{{ekey}}/{SHARD_STEM}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
     # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
     shell:
-        "{PY} scripts.evaluate_shard {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} scripts.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
         " {params.block} --order-seed {params.order_seed} {params.member_batch}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"

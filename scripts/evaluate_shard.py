@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from functools import partial
 
 from randopt.runtime.cli import add_decode_args, run_stage
-from randopt.runtime.engine_args import add_engine_args, engine_from_args
+from randopt.runtime.engine_args import add_engine_args, engine_makers_from_args
 from randopt.stages import evaluate_shard
 
 
@@ -33,8 +32,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    return run_stage("evaluate_shard", partial(
-        evaluate_shard.run, make_engine=partial(engine_from_args, args), decode=args.decode, train=args.train,
+    # the engine makers inside the stage: a bad --engines-in-job is the stage's clear error
+    return run_stage("evaluate_shard", lambda: evaluate_shard.run(
+        make_engine=engine_makers_from_args(args), decode=args.decode, train=args.train,
         sigma=args.sigma, first_seed=args.first_seed, last_seed=args.last_seed, block_size=args.block_size,
         order_seed=args.order_seed, member_batch=args.member_batch, cache_dir=args.cache_dir, out=args.out, timings=args.timings))
 

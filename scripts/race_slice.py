@@ -3,10 +3,9 @@ The stage: randopt/stages/race_slice.py."""
 from __future__ import annotations
 
 import argparse
-from functools import partial
 
 from randopt.runtime.cli import add_decode_args, run_stage
-from randopt.runtime.engine_args import add_engine_args, engine_from_args
+from randopt.runtime.engine_args import add_engine_args, engine_makers_from_args
 from randopt.selection.plan import RacePlan
 from randopt.stages import race_slice
 
@@ -29,8 +28,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    return run_stage("race_slice", partial(
-        race_slice.run, make_engine=partial(engine_from_args, args), decode=args.decode, train=args.train,
+    # the engine makers inside the stage: a bad --engines-in-job is the stage's clear error
+    return run_stage("race_slice", lambda: race_slice.run(
+        make_engine=engine_makers_from_args(args), decode=args.decode, train=args.train,
         plan=args.plan, round_index=args.round, chunk=args.chunk, survivors=args.survivors, cache_dir=args.cache_dir,
         out=args.out, timings=args.timings))
 

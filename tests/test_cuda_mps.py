@@ -50,7 +50,7 @@ def test_auto_uses_mps_only_where_engines_share_a_gpu_and_it_can():
 
 def test_true_where_mps_cannot_serve_names_what_is_missing():
     for kwargs, message in (({"gpus": 0}, "the engine runs on the CPU.*engine.kind vllm"),
-                            ({"cluster": True}, "on a cluster each job is one engine"),
+                            ({"cluster": True}, "on a cluster the run starts no MPS daemon"),
                             ({"binary": ""}, "nvidia-cuda-mps-control is not on PATH.*compute utilities"),
                             ({"modes": ("Prohibited",)}, "a GPU.s compute mode is Prohibited.*nvidia-smi -c")):
         with pytest.raises(ValueError, match=f"engine.cuda_mps is true, but {message}.*or set engine.cuda_mps to auto or false"):

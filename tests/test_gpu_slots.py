@@ -151,7 +151,7 @@ def fake_engine(kind, model_dir, **options):
     seen.update(kind=kind, options=options, cvd=os.environ.get("CUDA_VISIBLE_DEVICES"),
                 order=os.environ.get("CUDA_DEVICE_ORDER"))
 engine_args.make_engine = fake_engine
-stage.engine_from_args(stage.parse_args(sys.argv[1:]))
+engine_args.engine_makers_from_args(stage.parse_args(sys.argv[1:]))[0]()
 print(json.dumps(seen))
 """
 

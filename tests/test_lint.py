@@ -1,6 +1,7 @@
 """`snakemake --lint` on the workflow: no lint but the three justified where they stand (Snakefile:
 no conda: environment, whose channels cannot be reached here; rules/common.smk: PY in every stage's
-command and LOCAL_ENGINE in the GPU stages' commands, both kept out of params on purpose). Any other lint, or one of these on a rule without
+command, LOCAL_ENGINE in the GPU stages' commands and JOB_ENGINES in the train-scoring ones, all kept out of params
+on purpose). Any other lint, or one of these on a rule without
 its justifying comment, fails."""
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from tests.conftest import REPO
 CONDA = "Specify a conda environment or container for each rule."
 LOCAL_ENGINE = "Shell command directly uses variable LOCAL_ENGINE from outside of the rule"
 PY = "Shell command directly uses variable PY from outside of the rule"
+JOB_ENGINES = "Shell command directly uses variable JOB_ENGINES from outside of the rule"
 GPU_RULES = {"evaluate_shard", "evaluate_members", "score_bpb"}
+TRAIN_SCORING_RULES = {"evaluate_shard", "race_slice"}
 
 
 def lints() -> dict[str, set[str]]:
@@ -48,7 +51,8 @@ def test_only_the_justified_lints_remain():
     assert found, "snakemake --lint reported nothing: the parser no longer matches its output"
     unjustified = {}
     for where, titles in found.items():
-        allowed = {CONDA, PY} | ({LOCAL_ENGINE} if where in GPU_RULES else set())
+        allowed = {CONDA, PY} | ({LOCAL_ENGINE} if where in GPU_RULES else set()) \
+            | ({JOB_ENGINES} if where in TRAIN_SCORING_RULES else set())
         if titles - allowed:
             unjustified[where] = sorted(titles - allowed)
     assert not unjustified, f"lints with no justification: {unjustified}"
@@ -59,3 +63,6 @@ def test_only_the_justified_lints_remain():
     for rule in GPU_RULES & set(found):
         if LOCAL_ENGINE in found[rule]:
             assert "# lint: LOCAL_ENGINE comes from outside the rule on purpose" in rule_source(rule), rule
+    for rule in TRAIN_SCORING_RULES & set(found):
+        if JOB_ENGINES in found[rule]:
+            assert "# lint: JOB_ENGINES comes from outside the rule on purpose" in rule_source(rule), rule

@@ -10,16 +10,19 @@ cluster, are made in the background from the session's start on (fixture slurm_r
 tests/support/slurm_runs.py); the tests here wait for them and check them."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections import Counter
 
+import pandas as pd
 import pytest
 import yaml
 
 from randopt.keys import run_keys
 from tests.conftest import REPO, skip_unless_ci
 from tests.support.slurm_cluster import GPU_TYPE, SlurmUnavailable
+from tests.support.slurm_runs import first_shard
 from tests.support.workflow import (CLUSTER_RESOURCES, HEAVY_STAGES, SNAKEMAKE, effective_config, read_record,
                                     tiny_config)
 
@@ -65,7 +68,7 @@ def runs(cluster, slurm_runs, tiny_run):
     assert config["resources"] == RESOURCES and slurm_runs.config == config
     slurm_runs.result()
     return {"local": tiny_run.workdir, "slurm": slurm_runs.workdir, "proc": slurm_runs.main, "config": config,
-            "gpu": slurm_runs.gpu, "gpu_config": slurm_runs.gpu_config}
+            "gpu": slurm_runs.gpu, "gpu_config": slurm_runs.gpu_config, "engines": slurm_runs.engines}
 
 
 @pytest.mark.slurm
@@ -117,6 +120,29 @@ def test_gpu_stage_asks_for_tensor_parallel_gpus(runs, cluster):
     assert f"gres:gpu:{GPU_TYPE}:2" in job["TresPerJob"], job
     assert job["JobState"] not in ("PENDING", "CANCELLED"), job  # scheduled and started on the fake GPUs
     assert job["NodeList"] == cluster.node and job["NumCPUs"] == "2", job  # cpus_per_gpu x 2 GPUs
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_cluster_job_runs_engines_side_by_side_inside_it(runs, cluster):
+    """engine.engines_per_gpu 2 on a cluster: the shard's one job starts two engines of its own, each answers
+    one of its two seeds, and the shard is the one the main run's single engine wrote
+    (tests/support/slurm_runs.py, the engines run)."""
+    proc = runs["engines"]
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    ids = submitted(proc)
+    assert len(ids) == 1, proc.stderr[-4000:]
+    job = cluster.show_job(ids[0])
+    assert rule_of(job) == "evaluate_shard" and job["JobState"] == "COMPLETED" and job["NumCPUs"] == "2", job
+    shard = runs["slurm"] / first_shard(runs["config"])
+    volatile = ["switch_s", "generate_s"]
+    pd.testing.assert_frame_equal(pd.read_parquet(shard).drop(columns=volatile),
+                                  pd.read_parquet(runs["slurm"] / "engines_baseline.parquet").drop(columns=volatile))
+    timings = json.loads(shard.with_name(shard.name.replace(".parquet", ".timings.json")).read_text())
+    assert [e["members_evaluated"] for e in timings["engines_in_job"]] == [1, 1], timings
+    log = (runs["slurm"] / first_shard(runs["config"]).replace("results/shards/", "logs/evaluate_shard/", 1)
+           .replace(".parquet", ".log")).read_text()
+    assert "the job's 2 engines: servers of its own" in log and "stopped 2 of the job's 2 engines" in log
 
 
 @pytest.mark.slow

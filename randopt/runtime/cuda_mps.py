@@ -77,8 +77,8 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, binary: str | 
         return MpsChoice(requested, False, f"auto: {why}")
 
     if on_cluster:
-        return refuse("on a cluster each job is one engine on GPUs of its own (there is nothing to share)",
-                      "run locally with --resources gpu=N and engine.engines_per_gpu above 1")
+        return refuse("on a cluster the run starts no MPS daemon (a job's engines side by side take turns on its "
+                      "GPU, time-sliced)", "run locally with --resources gpu=N and engine.engines_per_gpu above 1")
     if not gpus_per_engine:
         return refuse("the engine runs on the CPU (MPS shares a GPU)", "use a GPU engine (engine.kind vllm)")
     env = os.environ if env is None else env

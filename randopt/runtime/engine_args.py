@@ -15,6 +15,7 @@ from randopt.engines.base import Engine
 from randopt.engines.factory import make_engine, track
 from randopt.runtime.gpu_slots import DEFAULT_LOCK_DIR, assign_gpus
 from randopt.runtime import mps_daemon
+from randopt.runtime.job_engines import engine_makers
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -40,17 +41,43 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-mps-dir", default=None, metavar="DIR",
                    help="make the engine a client of the run's CUDA MPS daemon in DIR (randopt/runtime/mps_daemon.py), "
                         "which must be up; the workflow passes it on a local GPU run under engine.cuda_mps")
+    p.add_argument("--engines-in-job", type=int, default=1, metavar="N",
+                   help="N engines side by side inside this job, each a server of the job's own on its device, "
+                        "stopped when it ends (randopt/runtime/job_engines.py); the workflow passes "
+                        "engine.engines_per_gpu on a cluster, where nothing outlives a job")
     p.add_argument("--release-resident", action="store_true",
                    help="before loading this job's own engine, stop the resident engines on its GPUs (in --resident-dir), "
                         "whose memory it needs; the workflow passes it to distillation's GPU jobs")
 
 
-def engine_from_args(args) -> Engine:
+def engine_makers_from_args(args) -> list:
+    """The job's engine makers: one (engine_from_args), or --engines-in-job servers of the job's own on its
+    device, sharing its threads (torch) or its card (vLLM's gpu_memory_utilization auto)."""
+    n = args.engines_in_job
+    if n < 1:
+        raise ValueError(f"--engines-in-job must be >= 1, got {n}")
+    if n == 1:
+        return [lambda: engine_from_args(args)]
+    if args.keep_loaded_s > 0 or args.engines_per_device > 1:
+        raise ValueError("--engines-in-job runs a job's own engines: not with --keep-loaded-s or --engines-per-device, "
+                         "which share the run's resident engines between jobs")
+    options = job_options(args)
+    shareable, why = resident.uses_resident(options)
+    if not shareable:   # each engine's walk would depend on which members it served, so on N
+        log.info("one engine in this job, not %d: %s", n, why)
+        return [lambda: engine_from_args(args)]
+    if args.engine == "torch" and args.threads:
+        options["threads"] = max(1, args.threads // n)
+    if args.engine == "vllm":
+        options["engines_per_gpu"] = n  # gpu_memory_utilization auto splits the card
+    return engine_makers(None, args.engine, args.model_dir, options, n, track)
+
+
+def job_options(args) -> dict:
+    """The engine options, checked, with the job's GPUs claimed and its MPS client set: before any engine."""
     # The schema's definitions.engine_options: an unknown or mistyped option is an error naming it,
     # before any GPU is claimed or model loaded.
     options = check_engine_options(args.engine_options)
-    if args.engine == "torch" and args.threads:
-        options["threads"] = args.threads
     # Before the engine, so that CUDA (in this process and in vLLM's) sees only the claimed GPUs.
     if args.engines_per_device < 1:
         raise ValueError(f"--engines-per-device must be >= 1, got {args.engines_per_device}")
@@ -59,6 +86,13 @@ def engine_from_args(args) -> Engine:
     if args.cuda_mps_dir:  # inherited by a resident server this job starts (and part of its key: CUDA_*)
         os.environ.update(mps_daemon.client_env(args.cuda_mps_dir))
         log.info("CUDA MPS: the engine is a client of the run's daemon (%s)", os.environ["CUDA_MPS_PIPE_DIRECTORY"])
+    return options
+
+
+def engine_from_args(args) -> Engine:
+    options = job_options(args)
+    if args.engine == "torch" and args.threads:
+        options["threads"] = args.threads
     if args.engine == "vllm" and args.engines_per_device > 1:
         options["engines_per_gpu"] = args.engines_per_device  # gpu_memory_utilization auto splits the card
     if args.release_resident:

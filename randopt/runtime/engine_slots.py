@@ -75,11 +75,12 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     shard_members: the members of each engine job of one GPU group, in the order they run (full
     evaluation's shards), or None where jobs are cut to fit the engines (racing's slices)."""
     if on_cluster:
-        if requested not in ("auto", 1):
-            raise ValueError(f"engine.engines_per_gpu is {requested}, but on a cluster each job is one engine "
-                             f"(its own GPU and process); set it to 1 or auto there, or run locally with "
-                             f"--resources gpu=N")
-        return EngineLayout(1, "a cluster job runs one engine")
+        # nothing outlives a cluster job: its engines side by side are its own (randopt/runtime/job_engines.py)
+        if requested in ("auto", 1):
+            return EngineLayout(1, "a cluster job runs one engine (auto; engine.engines_per_gpu N runs N inside each "
+                                   "train-scoring job)")
+        return EngineLayout(int(requested), f"engine.engines_per_gpu: {requested}, inside each train-scoring cluster "
+                                            f"job (its own engines on its GPU group)")
     if requested != "auto":
         return EngineLayout(int(requested), f"engine.engines_per_gpu: {requested}")
     if not gpus_per_engine:

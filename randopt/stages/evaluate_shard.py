@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from randopt.scoring import answer_blocks, answer_cache
+from randopt.scoring import answer_blocks, answer_cache, dispatch
 from randopt.runtime.log import log
 from randopt.runtime.engine_args import engine_compute_dtype
 from randopt.engines.base import Engine
@@ -26,9 +26,11 @@ from randopt.runtime.progress import progress
 from randopt.tasks import registry
 
 
-def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: float, first_seed: int,
-        last_seed: int, block_size: int | None, order_seed: int, cache_dir: str, out: str, timings: str,
-        member_batch: int = 1) -> None:
+def run(*, make_engine: Callable[[], Engine] | list[Callable[[], Engine]], decode: dict, train: str, sigma: float,
+        first_seed: int, last_seed: int, block_size: int | None, order_seed: int, cache_dir: str, out: str,
+        timings: str, member_batch: int = 1) -> None:
+    """make_engine: the job's engine, or a list of makers of engines side by side inside the job
+    (randopt/runtime/job_engines.py), which answer the shard's seeds between them."""
     if last_seed < first_seed or first_seed < 0:
         raise ValueError(f"bad seed range {first_seed}..{last_seed}")
     if member_batch < 1:
@@ -36,27 +38,26 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, sigma: f
     started_at, start = time.time(), time.perf_counter()
     verify_against_manifest(train)
     problems = read_jsonl(train, required=("id", "question", "answer"))
-    scorer = Scorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir,
-                          answer_blocks.blocks(len(problems), order_seed, block_size), registry.of_split(train))
+    blocks = answer_blocks.blocks(len(problems), order_seed, block_size)
+    scorers = [Scorer(maker, problems, DecodeSpec.from_config(decode), cache_dir, blocks, registry.of_split(train))
+               for maker in (make_engine if isinstance(make_engine, list) else [make_engine])]
+    seeds = list(range(first_seed, last_seed + 1))
+    groups = [seeds[i:i + member_batch] for i in range(0, len(seeds), member_batch)]   # of member_batch seeds
+    frames = {}
     everything = range(len(problems))
-    frames = []
-    seeds = range(first_seed, last_seed + 1)
-    answered: dict[int, tuple[pd.DataFrame, float | None]] = {}
-    for seed in progress(seeds, total=len(seeds), desc=f"sigma {sigma:g}", unit="seed"):
-        if seed not in answered:   # the group of member_batch seeds that starts here
-            answered = answer_seeds(scorer, list(seeds[seed - first_seed:seed - first_seed + member_batch]), sigma,
-                                    everything)
-        frame, seconds = answered.pop(seed)
+    answered = dispatch.over_scorers(scorers, groups,
+                                     lambda scorer, group: answer_seeds(scorer, group, sigma, everything).items())
+    for seed, (frame, seconds) in progress(answered, total=len(seeds), desc=f"sigma {sigma:g}", unit="seed"):
         # randopt/runtime/status.py reads these lines: "(T s)" for a seed generated now, "(cached)" for one read back
         if seconds is not None:
             log.info("seed %d sigma %g: reward %.3f (%.1f s)", seed, sigma, frame["correct"].mean(), seconds)
         else:
             log.info("seed %d sigma %g: reward %.3f (cached)", seed, sigma, frame["correct"].mean())
-        frames.append(frame)
-    table = pd.concat(frames, ignore_index=True)
+        frames[seed] = frame
+    table = pd.concat([frames[seed] for seed in seeds], ignore_index=True)   # seed order, whoever answered
     with atomic_path(out) as tmp:
         table.to_parquet(tmp, index=False)
-    write_json_atomic(timings, scoring_timings("evaluate_shard", scorer, table, started_at, start)
+    write_json_atomic(timings, scoring_timings("evaluate_shard", scorers, table, started_at, start)
                       | {"sigma": sigma, "seeds": [first_seed, last_seed]})
 
 
@@ -71,23 +72,33 @@ def answer_seeds(scorer: Scorer, seeds: list[int], sigma: float, problems) -> di
     return {seed: (frame, seconds if seed in generated else None) for seed, frame in zip(seeds, frames)}
 
 
-def scoring_timings(stage: str, scorer: Scorer, table: pd.DataFrame, started_at: float, start: float) -> dict:
+def scoring_timings(stage: str, scorers: Scorer | list[Scorer], table: pd.DataFrame, started_at: float,
+                    start: float) -> dict:
     """A train-scoring job's timings: what the record's throughput and stage times read.
 
     switch_s, generate_s and gen_tokens cover the answers in the table, whenever they were generated (a
     resumed seed keeps the times of the run that generated it); slots_evaluated and members_evaluated
     count what this job generated itself, engine_started whether it needed an engine at all, and
-    engine_reused whether that engine was a resident one already loaded (randopt/runtime/resident/)."""
+    engine_reused whether that engine was a resident one already loaded (randopt/runtime/resident/).
+    With engines side by side inside the job (a list of scorers), load_s is the longest load, the counts
+    are summed, and engines_in_job says how many and what each answered."""
+    scorers = scorers if isinstance(scorers, list) else [scorers]
+    started = [s for s in scorers if s.engine is not None]
+    first = started[0].engine if started else None
     evaluations = answer_cache.per_evaluation(table)
-    return {
-        "stage": stage, "load_s": scorer.load_s, "switch_s": float(evaluations["switch_s"].sum()),
+    timings = {
+        "stage": stage, "load_s": max(s.load_s for s in scorers), "switch_s": float(evaluations["switch_s"].sum()),
         "generate_s": float(evaluations["generate_s"].sum()), "gen_tokens": int(table["n_tokens"].sum()),
-        "slots": len(table), "slots_evaluated": scorer.slots_evaluated,
-        "members_evaluated": [list(m) for m in scorer.members_evaluated], "engine_started": scorer.engine is not None,
-        "engine_reused": bool(getattr(scorer.engine, "reused", False)),
+        "slots": len(table), "slots_evaluated": sum(s.slots_evaluated for s in scorers),
+        "members_evaluated": [list(m) for s in scorers for m in s.members_evaluated],
+        "engine_started": bool(started), "engine_reused": bool(getattr(first, "reused", False)),
         "seconds": time.perf_counter() - start,
-        "compute_dtype": engine_compute_dtype(scorer.engine) if scorer.engine is not None else None,
-        "drift": engine_drift(scorer.engine),
+        "compute_dtype": engine_compute_dtype(first) if first is not None else None,
+        "drift": engine_drift(first),
         # Epoch seconds, so the record can take the stage's wall-clock span over its jobs.
         "started_at": started_at, "ended_at": time.time(),
     }
+    if len(scorers) > 1:
+        timings["engines_in_job"] = [{"load_s": s.load_s, "members_evaluated": len(s.members_evaluated)}
+                                     for s in scorers]
+    return timings

@@ -13,7 +13,7 @@ from randopt.engines.base import Engine
 from randopt.io import InputError, atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.runtime.log import log
 from randopt.runtime.progress import progress
-from randopt.scoring import answer_blocks, answer_cache
+from randopt.scoring import answer_blocks, answer_cache, dispatch
 from randopt.scoring.scorer import DecodeSpec, Scorer
 from randopt.selection.chunks import chunk_members, read_racing
 from randopt.selection.plan import RacePlan
@@ -21,7 +21,7 @@ from randopt.stages.evaluate_shard import scoring_timings
 from randopt.tasks import registry
 
 
-def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, plan: RacePlan, round_index: int, chunk: int,
+def run(*, make_engine: Callable[[], Engine] | list[Callable[[], Engine]], decode: dict, train: str, plan: RacePlan, round_index: int, chunk: int,
         survivors: str | None, cache_dir: str, out: str, timings: str) -> None:
     started_at, start = time.time(), time.perf_counter()
     verify_against_manifest(train)
@@ -41,14 +41,14 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, plan: Ra
     slice_ = slices[round_index]
     log.info("round %d chunk %d: %d of %d racing members on %d problems", round_index, chunk, len(members),
              len(racing), len(slice_))
-    scorer = Scorer(make_engine, problems, DecodeSpec.from_config(decode), cache_dir,
-                    answer_blocks.blocks(len(problems), plan.config.order_seed, plan.answer_block),
-                    registry.of_split(train))
-    frames = []
-    for seed, sigma in progress(members, total=len(members), desc=f"round {round_index}", unit="member"):
-        frames.append(scorer.answers(seed, sigma, slice_))
-    table = pd.concat(frames, ignore_index=True) if frames else answer_cache.empty_table()
+    blocks = answer_blocks.blocks(len(problems), plan.config.order_seed, plan.answer_block)
+    scorers = [Scorer(maker, problems, DecodeSpec.from_config(decode), cache_dir, blocks, registry.of_split(train))
+               for maker in (make_engine if isinstance(make_engine, list) else [make_engine])]
+    answered = dispatch.over_scorers(scorers, members, lambda scorer, m: [(m, scorer.answers(*m, slice_))])
+    frames = dict(progress(answered, total=len(members), desc=f"round {round_index}", unit="member"))
+    table = (pd.concat([frames[m] for m in members], ignore_index=True) if frames   # members' order, whoever answered
+             else answer_cache.empty_table())
     with atomic_path(out) as tmp:
         table.to_parquet(tmp, index=False)
-    write_json_atomic(timings, scoring_timings("race_slice", scorer, table, started_at, start)
+    write_json_atomic(timings, scoring_timings("race_slice", scorers, table, started_at, start)
                       | {"round": round_index, "chunk": chunk, "members": len(members)})

@@ -13,11 +13,15 @@ when it gets there. What runs is what the test ran itself before:
   --profile profiles/slurm, in its own work dir;
 - gpu: then, in the same dir (the model is prepared), one shard of that config on a vLLM engine with
   tensor_parallel_size 2, so that its job asks SLURM for two of the node's fake GPUs (the job itself
-  fails: no vLLM and no GPU here).
+  fails: no vLLM and no GPU here);
+- engines: then the main run's first shard again, its answers taken out of the answer cache, with
+  engine.engines_per_gpu 2: one job that runs two engines of its own inside it (randopt/runtime/job_engines.py),
+  to give the shard the main run wrote (kept beside it as engines_baseline.parquet).
 
 No run has a wall-clock limit, as before: each ends when Snakemake does."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -56,9 +60,18 @@ def gpu_stage_config(config: dict) -> dict:
 
 def gpu_stage_shard(config: dict) -> str:
     """The first shard of the GPU config: the one target of the gpu run."""
+    return first_shard(gpu_stage_config(config))
+
+
+def first_shard(config: dict) -> str:
     from randopt.keys import run_keys
-    key = run_keys(effective_config(gpu_stage_config(config)))["eval"]
+    key = run_keys(effective_config(config))["eval"]
     return f"results/shards/{key}/sigma=0.01/seeds_0000-0001.parquet"
+
+
+def engines_config(config: dict) -> dict:
+    """config with two engines inside each train-scoring cluster job."""
+    return config | {"engine": {**config.get("engine", {}), "engines_per_gpu": 2}}
 
 
 class SlurmRuns:
@@ -73,6 +86,7 @@ class SlurmRuns:
         self.gpu_config = gpu_stage_config(config)
         self.main: subprocess.CompletedProcess | None = None
         self.gpu: subprocess.CompletedProcess | None = None
+        self.engines: subprocess.CompletedProcess | None = None
         self._error: BaseException | None = None
         self._cluster_up = False
         self._up = threading.Event()
@@ -110,6 +124,13 @@ class SlurmRuns:
             self.main = main
             self.gpu = self._snakemake(slurm_command(self.workdir, self.gpu_config, "--retries", "0", "--verbose",
                                                      gpu_stage_shard(self.config), configfile="gpu.yaml"))
+            shard = self.workdir / first_shard(self.config)
+            shutil.copyfile(shard, self.workdir / "engines_baseline.parquet")
+            shutil.rmtree(shard.parent.parent / "cache")   # every answer generated again, by the job's two engines
+            # the target before --forcerun, whose list of rules would take it in
+            self.engines = self._snakemake(slurm_command(self.workdir, engines_config(self.config),
+                                                         str(shard.relative_to(self.workdir)), "--retries", "0",
+                                                         "--forcerun", "evaluate_shard", configfile="engines.yaml"))
         except BaseException as err:  # handed to the test that collects the runs
             self._error = err
 

@@ -13,6 +13,7 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from randopt.engines.base import Engine
 from randopt.io import InputError, write_text_atomic
+from randopt.runtime.gpu_slots import SLOT_ENV
 from randopt.runtime.resident.identity import device_name, engine_key, overlaps
 from randopt.runtime.resident.processes import group_alive, server_pid, log_tail, terminate
 from randopt.runtime.resident.protocol import (DEFAULT_DIR, INPUT_ERRORS, MAX_SOCKET_PATH, METHODS, OFF_HINT,
@@ -89,7 +91,7 @@ def _authkey(directory: Path) -> bytes:
     """The folder's connection key (created once, readable by this user only)."""
     path = directory / "authkey"
     if not path.exists():
-        tmp = directory / f".authkey.{os.getpid()}"
+        tmp = directory / f".authkey.{os.getpid()}.{threading.get_ident()}"   # a job's engines connect from threads
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(secrets.token_bytes(32))
@@ -130,13 +132,14 @@ def _hello(address: str, authkey: bytes):
 
 
 def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DEFAULT_DIR,
-            keep_loaded_s: float = 300.0, start_timeout_s: float = 3600.0) -> ResidentEngine:
+            keep_loaded_s: float = 300.0, start_timeout_s: float = 3600.0, slot: str | None = None) -> ResidentEngine:
     """The resident engine for this job's device and engine, started if there is none (or one with
-    another key, which is stopped first)."""
+    another key, which is stopped first). slot ("<s>of<E>"): one of this process's own engines side by side
+    on its device (job_engines.py), instead of the engine slot the job claimed."""
     if keep_loaded_s <= 0:
         raise InputError(f"keep_loaded_s must be > 0 for a resident engine, got {keep_loaded_s!r}")
     directory = _private_dir(directory)
-    device, key = device_name(), engine_key(kind, model_dir, options)
+    device, key = device_name(slot), engine_key(kind, model_dir, options)
     address, log_path = str(directory / f"{device}.sock"), directory / f"{device}.log"
     if len(os.fsencode(address)) > MAX_SOCKET_PATH:
         raise ResidentEngineError(f"the resident engine's socket path {address} is longer than a Unix socket allows "
@@ -174,16 +177,14 @@ def connect(kind: str, model_dir: str, options: dict, directory: str | Path = DE
             time.sleep(0.2)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(address)  # a dead server's socket
-        return _start(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s)
+        # No start lock here: the server takes it after its imports (start_lock.py)
+        return _launch(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s,
+                       device, slot)
 
 
-def _start(kind, model_dir, options, key, address, authkey, log_path: Path, keep_loaded_s, start_timeout_s):
-    # No start lock here: the server takes it after its imports (start_lock.py)
-    return _launch(kind, model_dir, options, key, address, authkey, log_path, keep_loaded_s, start_timeout_s)
-
-
-def _launch(kind, model_dir, options, key, address, authkey, log_path: Path, keep_loaded_s, start_timeout_s):
-    directory, device = Path(address).parent, device_name()
+def _launch(kind, model_dir, options, key, address, authkey, log_path: Path, keep_loaded_s, start_timeout_s,
+            device: str, slot: str | None):
+    directory = Path(address).parent
     clear_phase(directory, device)  # a phase a killed server left
     start = time.perf_counter()
     with open(log_path, "ab") as log_file:
@@ -197,7 +198,8 @@ def _launch(kind, model_dir, options, key, address, authkey, log_path: Path, kee
              "--keep-loaded-s", str(keep_loaded_s)],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             env=os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[3]),
-                                                                         os.environ.get("PYTHONPATH")]))})
+                                                                         os.environ.get("PYTHONPATH")]))}
+            | ({SLOT_ENV: slot} if slot else {}))   # the server names its device as this job does
     # Written here, under the device lock: a job that comes while it loads waits for it.
     write_text_atomic(Path(address).with_suffix(".pid"), str(proc.pid))
     log.info("resident engine: started pid %d on %s (log %s)", proc.pid, device, log_path)

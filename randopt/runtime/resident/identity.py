@@ -18,11 +18,13 @@ ENV_PREFIXES = ("CUDA_", "ONEDNN_", "DNNL_", "ATEN_", "OMP_", "KMP_", "GOMP_", "
 PACKAGES = ("torch", "transformers", "vllm", "triton", "safetensors")
 
 
-def device_name() -> str:
+def device_name(slot: str | None = None) -> str:
     """The device a job's engine runs on, as a file name: gpu<ids> for the GPUs this job may see
     (randopt/runtime/gpu_slots.py set CUDA_VISIBLE_DEVICES to its claim; ids that are no plain numbers, such as
     UUIDs, as gpu-<hash>), else cpu (CUDA_VISIBLE_DEVICES unset: the CPU, or every GPU); with engines side
-    by side (engine.engines_per_gpu), the slot too: gpu0.e1of3 is the second of three engines on GPU 0."""
+    by side (engine.engines_per_gpu), the slot too: gpu0.e1of3 is the second of three engines on GPU 0.
+    slot ("<s>of<E>") names one for this process's own engines side by side (job_engines.py); by default the
+    one the job claimed (gpu_slots.py)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "").strip(",")
     if not visible:
         name = "cpu"
@@ -30,7 +32,7 @@ def device_name() -> str:
         name = "gpu" + "-".join(visible.split(","))
     else:
         name = "gpu-" + hashlib.sha1(visible.encode()).hexdigest()[:12]
-    slot = os.environ.get(SLOT_ENV)
+    slot = slot or os.environ.get(SLOT_ENV)
     return f"{name}.e{slot}" if slot else name
 
 
