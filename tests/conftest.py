@@ -177,6 +177,16 @@ def distill_rounds_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def e2e_targets_started(background, tmp_path_factory, tiny_run_started):
+    """The dry run, export and report that tests/test_workflow_e2e.py asks for after the shared tiny run,
+    on a copy of it (tests/support/workflow.py, targets_after_a_finished_run), queued last: the tiny run
+    is queued before it, so it is done when this job starts."""
+    from tests.support.workflow import targets_after_a_finished_run
+    dest = tmp_path_factory.mktemp("e2e-targets")
+    return background.submit(lambda: targets_after_a_finished_run(dest, tiny_run_started.result()))
+
+
+@pytest.fixture(scope="session")
 def slurm_runs(tmp_path_factory, tiny_model_dir):
     """The SLURM test's runs of the session's tiny config on a throwaway cluster, going on in a background
     thread from the moment this is first asked for (tests/support/slurm_runs.py says why); the cluster
@@ -208,13 +218,14 @@ def early_runs(request):
     the shared tiny run, the shape model's run, the half-finished runs of test_status, the task runs,
     the kill-and-resume sequence of test_resume_reuse, the Gaussian run, the member-batched runs and
     the 2-round distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
-    queued blocks the foreground, which cost 490 s when the 2-round run was read first and queued last).
+    queued blocks the foreground, which cost 490 s when the 2-round run was read first and queued last),
+    and after it the dry run, export and report of test_workflow_e2e, the module after it.
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
     session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
     for name in ("slurm_runs", "engine_slots_run_started", "smollm2_started", "racing_bench_started",
                  "racing_workflow_started", "tiny_run_started", "shape_run_started", "status_runs_started",
                  "task_runs_started", "killed_runs_started", "gaussian_run_started", "member_batch_runs_started",
-                 "distill_rounds_started"):
+                 "distill_rounds_started", "e2e_targets_started"):
         if name in needed:
             request.getfixturevalue(name)

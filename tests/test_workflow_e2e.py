@@ -11,7 +11,7 @@ import pytest
 
 from randopt.report.record import code_sha256
 from tests.conftest import REPO
-from tests.support.workflow import jobs_run, read_record, run_workflow
+from tests.support.workflow import jobs_run, read_record
 
 REQUIRED_KEYS = ["commit", "config_sha256", "model", "data", "population", "topk", "accuracy", "bpb",
                  "timings_s", "throughput", "versions", "hardware"]
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow
 def finished_run(tmp_path_factory, tiny_run):
     """The session's finished tiny run (tests/conftest.py: the tiny defaults on the generated GSM8K-style
     source of the embedded default, what `make record` reads; the GSM8K copy, when it is there, runs
-    through Snakemake in tests/test_status.py and tests/test_racing_workflow.py), copied: the export target and the report
-    below write into this dir."""
+    through Snakemake in tests/test_status.py and tests/test_racing_workflow.py), copied, for the tests that read it
+    (the export target and the report write into another copy: fixture targets below)."""
     return tiny_run.copy_to(tmp_path_factory.mktemp("e2e")), tiny_run.proc
 
 
@@ -206,15 +206,17 @@ def test_bpb_is_finite_and_ensembles_are_members_mixtures(finished_run):
         assert value <= sum(member_bpbs) / len(member_bpbs) + 1e-9
 
 
-def test_nothing_left_to_do_after_a_finished_run(finished_run):
-    workdir, _ = finished_run
-    proc = run_workflow(workdir, tiny_config_from(workdir), "-n")
+@pytest.fixture(scope="module")
+def targets(e2e_targets_started):
+    """The dry run, the export target and the report on another copy of the session's finished run, made
+    in that order at the end of the background queue (tests/conftest.py, e2e_targets_started): the
+    module's Snakemake calls, off the foreground at the session's end."""
+    return e2e_targets_started.result()
+
+
+def test_nothing_left_to_do_after_a_finished_run(targets):
+    proc = targets["dry_run"]
     assert "Nothing to be done" in proc.stdout + proc.stderr
-
-
-def tiny_config_from(workdir):
-    import yaml
-    return yaml.safe_load((workdir / "tiny.yaml").read_text())
 
 
 def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
@@ -229,10 +231,9 @@ def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
         "benchmarks", "bpb", "figures", "members", "rank", "record.json", "shards", "vote"]
 
 
-def test_the_export_target_writes_the_best_member(finished_run):
+def test_the_export_target_writes_the_best_member(targets):
     """`snakemake export` writes the ranking's best member as a model dir (randopt/model/export.py)."""
-    workdir, _ = finished_run
-    proc = run_workflow(workdir, tiny_config_from(workdir), "export")
+    workdir, proc = targets["workdir"], targets["export"]
     assert jobs_run(proc) == {"export_member": 1, "export": 1}   # export gathers, export_member writes
     best = read_record(workdir)["topk"][0]["members"][0]
     (member_file,) = (workdir / "results" / "export").rglob("rank1/randopt_member.json")
@@ -307,22 +308,15 @@ def test_records_md_row_has_the_gain_and_its_interval(finished_run):
 
 
 @pytest.mark.slow
-def test_report_builds_with_every_figure(finished_run):
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-    workdir, _ = finished_run
+def test_report_builds_with_every_figure(targets):
+    workdir = targets["workdir"]
     figures = sorted((workdir / "results" / "figures").glob("*.png"))
     assert [p.stem for p in figures] == sorted(["train_reward_histogram", "train_reward_by_rank", "k_curve",
                                                 "train_vs_test", "bits_per_byte", "stage_times"])
     for path in figures:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000, path
     # Outside results/, so the report does not change what a finished run leaves there.
-    report = workdir / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-                           "--directory", str(workdir), "--configfile", str(workdir / "tiny.yaml"),
-                           "--report", str(report)], capture_output=True, text=True, timeout=600)
+    report, proc = targets["report"], targets["report_proc"]
     assert proc.returncode == 0, proc.stderr[-4000:]
     html = report.read_text()
     for path in figures:

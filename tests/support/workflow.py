@@ -18,6 +18,9 @@ import yaml
 from tests.conftest import REPO, SHARED_GSM8K
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+# What a test module computes once for the session and another module reads too (tests/test_stage_clis.py
+# says what): here, since a test file imported from another test file is a second module object.
+SESSION_MEMO: dict = {}
 
 
 def tiny_config(model_dir: Path, **overrides) -> dict:
@@ -181,3 +184,21 @@ def jobs_run(proc: subprocess.CompletedProcess) -> dict[str, int]:
 
 def read_record(workdir: Path) -> dict:
     return json.loads((workdir / "results" / "record.json").read_text())
+
+
+def targets_after_a_finished_run(dest: Path, run: FinishedRun) -> dict:
+    """What tests/test_workflow_e2e.py asks Snakemake for after the shared finished run, on a copy of
+    it (dest), in the order its tests ask: a dry run (nothing left to do), the export target, then the
+    report (outside results/). Queued at the end of the session's background queue (fixture
+    e2e_targets_started, tests/conftest.py): the module is the session's last to run Snakemake, when the
+    queue is otherwise done and one core idles; its other tests read their own copy of the run.
+    {"workdir", "dry_run", "export", "report" (its path), "report_proc"}."""
+    workdir = run.copy_to(dest)
+    config = yaml.safe_load((workdir / "tiny.yaml").read_text())
+    done = {"workdir": workdir, "dry_run": run_workflow(workdir, config, "-n")}
+    done["export"] = run_workflow(workdir, config, "export")
+    done["report"] = workdir / "report.html"
+    done["report_proc"] = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+                                          "--configfile", str(workdir / "tiny.yaml"), "--report", str(done["report"])],
+                                         capture_output=True, text=True, timeout=600)
+    return done
