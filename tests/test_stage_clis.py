@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.support.workflow import SESSION_MEMO
 
 STAGES = ["fetch_fineweb", "freeze_gsm8k", "prepare_model", "evaluate_shard", "race_slice", "race_round", "rank",
           "evaluate_members", "vote", "score_bpb", "record", "figures"]
@@ -148,6 +149,14 @@ def engine_commands(proc) -> list[str]:
     return [line for line in proc.stdout.splitlines() if any(s in line for s in stages)]
 
 
+# The default config's dry run of check_reaches_engine_stages, once a session for each model dir: the
+# delta switch (here) and static decode (tests/test_static_decode.py) each read it for their own option,
+# and it is the same command on the same config either time (a dry run writes nothing it reads). Kept in
+# tests/support/workflow.py: tests/test_static_decode.py imports this file as tests.test_stage_clis, a
+# module other than the one pytest runs, with its own globals.
+_DEFAULT_DRY_RUNS = SESSION_MEMO.setdefault("default_engine_stage_dry_runs", {})
+
+
 def check_reaches_engine_stages(tmp_path, model_dir, overlay: dict, option: str, value: str) -> None:
     """`overlay` puts "option": "value" into every engine stage's --engine-options (4 of them on the tiny
     model), and the default config puts no "option" there."""
@@ -155,7 +164,9 @@ def check_reaches_engine_stages(tmp_path, model_dir, overlay: dict, option: str,
     proc = dry_run(tmp_path / "chosen", {**tiny, **overlay})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(engine_commands(proc)) == 4 and all(f'"{option}": "{value}"' in c for c in engine_commands(proc))
-    proc = dry_run(tmp_path / "default", tiny)
+    if str(model_dir) not in _DEFAULT_DRY_RUNS:
+        _DEFAULT_DRY_RUNS[str(model_dir)] = dry_run(tmp_path / "default", tiny)
+    proc = _DEFAULT_DRY_RUNS[str(model_dir)]
     assert proc.returncode == 0 and len(engine_commands(proc)) == 4
     assert not any(f'"{option}"' in c for c in engine_commands(proc))
 
