@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     # the engine makers inside the stage: a bad --engines-in-job is the stage's clear error
     return run_stage("evaluate_shard", lambda: evaluate_shard.run(
-        make_engine=engine_makers_from_args(args), decode=args.decode, train=args.train,
+        make_engines=engine_makers_from_args(args), decode=args.decode, train=args.train,
         sigma=args.sigma, first_seed=args.first_seed, last_seed=args.last_seed, block_size=args.block_size,
         order_seed=args.order_seed, member_batch=args.member_batch, cache_dir=args.cache_dir, out=args.out, timings=args.timings))
 

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     # the engine makers inside the stage: a bad --engines-in-job is the stage's clear error
     return run_stage("race_slice", lambda: race_slice.run(
-        make_engine=engine_makers_from_args(args), decode=args.decode, train=args.train,
+        make_engines=engine_makers_from_args(args), decode=args.decode, train=args.train,
         plan=args.plan, round_index=args.round, chunk=args.chunk, survivors=args.survivors, cache_dir=args.cache_dir,
         out=args.out, timings=args.timings))
 

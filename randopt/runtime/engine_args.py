@@ -61,16 +61,16 @@ def engine_makers_from_args(args) -> list:
     if args.keep_loaded_s > 0 or args.engines_per_device > 1:
         raise ValueError("--engines-in-job runs a job's own engines: not with --keep-loaded-s or --engines-per-device, "
                          "which share the run's resident engines between jobs")
-    options = job_options(args)
-    shareable, why = resident.uses_resident(options)
+    shareable, why = resident.uses_resident(check_engine_options(args.engine_options))
     if not shareable:   # each engine's walk would depend on which members it served, so on N
         log.info("one engine in this job, not %d: %s", n, why)
         return [lambda: engine_from_args(args)]
+    options = job_options(args)
     if args.engine == "torch" and args.threads:
         options["threads"] = max(1, args.threads // n)
     if args.engine == "vllm":
         options["engines_per_gpu"] = n  # gpu_memory_utilization auto splits the card
-    return engine_makers(None, args.engine, args.model_dir, options, n, track)
+    return engine_makers(args.engine, args.model_dir, options, n, track)
 
 
 def job_options(args) -> dict:

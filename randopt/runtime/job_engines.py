@@ -48,11 +48,9 @@ def socket_base() -> str:
     return base if len(os.fsencode(str(longest))) <= MAX_SOCKET_PATH else "/tmp"
 
 
-def engine_makers(make_one, kind: str, model_dir: str, options: dict, n: int, track) -> list:
-    """The makers of the job's engines: [make_one] for one engine, else n makers of servers of the job's own,
-    whose close is tracked (track: randopt/engines/factory.py, closed when the stage CLI exits)."""
-    if n == 1:
-        return [make_one]
+def engine_makers(kind: str, model_dir: str, options: dict, n: int, track) -> list:
+    """The makers of the job's n engines, servers of its own, whose close is tracked (track:
+    randopt/engines/factory.py, closed when the stage CLI exits)."""
     engines = JobEngines(kind, model_dir, options, n)
     track(engines)
     return engines.makers

@@ -26,10 +26,10 @@ from randopt.runtime.progress import progress
 from randopt.tasks import registry
 
 
-def run(*, make_engine: Callable[[], Engine] | list[Callable[[], Engine]], decode: dict, train: str, sigma: float,
-        first_seed: int, last_seed: int, block_size: int | None, order_seed: int, cache_dir: str, out: str,
-        timings: str, member_batch: int = 1) -> None:
-    """make_engine: the job's engine, or a list of makers of engines side by side inside the job
+def run(*, make_engines: list[Callable[[], Engine]], decode: dict, train: str, sigma: float, first_seed: int,
+        last_seed: int, block_size: int | None, order_seed: int, cache_dir: str, out: str, timings: str,
+        member_batch: int = 1) -> None:
+    """make_engines: the makers of the job's engine, or of its engines side by side inside it
     (randopt/runtime/job_engines.py), which answer the shard's seeds between them."""
     if last_seed < first_seed or first_seed < 0:
         raise ValueError(f"bad seed range {first_seed}..{last_seed}")
@@ -40,7 +40,7 @@ def run(*, make_engine: Callable[[], Engine] | list[Callable[[], Engine]], decod
     problems = read_jsonl(train, required=("id", "question", "answer"))
     blocks = answer_blocks.blocks(len(problems), order_seed, block_size)
     scorers = [Scorer(maker, problems, DecodeSpec.from_config(decode), cache_dir, blocks, registry.of_split(train))
-               for maker in (make_engine if isinstance(make_engine, list) else [make_engine])]
+               for maker in make_engines]
     seeds = list(range(first_seed, last_seed + 1))
     groups = [seeds[i:i + member_batch] for i in range(0, len(seeds), member_batch)]   # of member_batch seeds
     frames = {}
@@ -72,17 +72,15 @@ def answer_seeds(scorer: Scorer, seeds: list[int], sigma: float, problems) -> di
     return {seed: (frame, seconds if seed in generated else None) for seed, frame in zip(seeds, frames)}
 
 
-def scoring_timings(stage: str, scorers: Scorer | list[Scorer], table: pd.DataFrame, started_at: float,
-                    start: float) -> dict:
+def scoring_timings(stage: str, scorers: list[Scorer], table: pd.DataFrame, started_at: float, start: float) -> dict:
     """A train-scoring job's timings: what the record's throughput and stage times read.
 
     switch_s, generate_s and gen_tokens cover the answers in the table, whenever they were generated (a
     resumed seed keeps the times of the run that generated it); slots_evaluated and members_evaluated
     count what this job generated itself, engine_started whether it needed an engine at all, and
     engine_reused whether that engine was a resident one already loaded (randopt/runtime/resident/).
-    With engines side by side inside the job (a list of scorers), load_s is the longest load, the counts
+    One scorer an engine: with engines side by side inside the job, load_s is the longest load, the counts
     are summed, and engines_in_job says how many and what each answered."""
-    scorers = scorers if isinstance(scorers, list) else [scorers]
     started = [s for s in scorers if s.engine is not None]
     first = started[0].engine if started else None
     evaluations = answer_cache.per_evaluation(table)

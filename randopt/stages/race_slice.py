@@ -21,7 +21,7 @@ from randopt.stages.evaluate_shard import scoring_timings
 from randopt.tasks import registry
 
 
-def run(*, make_engine: Callable[[], Engine] | list[Callable[[], Engine]], decode: dict, train: str, plan: RacePlan, round_index: int, chunk: int,
+def run(*, make_engines: list[Callable[[], Engine]], decode: dict, train: str, plan: RacePlan, round_index: int, chunk: int,
         survivors: str | None, cache_dir: str, out: str, timings: str) -> None:
     started_at, start = time.time(), time.perf_counter()
     verify_against_manifest(train)
@@ -43,7 +43,7 @@ def run(*, make_engine: Callable[[], Engine] | list[Callable[[], Engine]], decod
              len(racing), len(slice_))
     blocks = answer_blocks.blocks(len(problems), plan.config.order_seed, plan.answer_block)
     scorers = [Scorer(maker, problems, DecodeSpec.from_config(decode), cache_dir, blocks, registry.of_split(train))
-               for maker in (make_engine if isinstance(make_engine, list) else [make_engine])]
+               for maker in make_engines]
     answered = dispatch.over_scorers(scorers, members, lambda scorer, m: [(m, scorer.answers(*m, slice_))])
     frames = dict(progress(answered, total=len(members), desc=f"round {round_index}", unit="member"))
     table = (pd.concat([frames[m] for m in members], ignore_index=True) if frames   # members' order, whoever answered
