@@ -32,7 +32,7 @@
 #   evaluate_distilled distill.smk  randopt/stages/evaluate_distilled.py
 #   lm_eval           lm_eval.smk   randopt/harness/evaluate.py (config lm_eval.tasks; docs/lm_eval.md)
 # The stages' parts lie in rooms named after the method: randopt/engines/ (the engines, and perturb.py
-# over kernels/), scoring/, selection/, ensemble/, report/, model/, data/, harness/ (lm-eval); runtime/ is how jobs run.
+# over randopt/kernels/), scoring/, selection/, ensemble/, report/, model/, data/, harness/ (lm-eval); runtime/ is how jobs run.
 #
 # snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed

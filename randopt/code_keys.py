@@ -4,7 +4,11 @@ A stage's code is its CLI (scripts/<stage>.py) and every project module it impor
 imports at module level and inside functions alike, read from the syntax tree, so adding an import
 keys the new module without anyone remembering to. Nothing here is a list of files.
 
-Two choices, and why:
+Three choices, and why:
+
+* A module enters the hash under its import name (randopt.engines.perturb), not its file path: the
+  name is what the code imports, so a checkout moved elsewhere, or a module that keeps its name, keys
+  the same; and a file moved to another name is another module, keyed anew.
 
 * Comments and blank lines are not part of the hash; everything else is (docstrings too: argparse
   and error messages read them). A comment fix then reruns nothing, while any change Python can see
@@ -33,8 +37,9 @@ from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# The top-level names of this project's modules; any other import is a library's.
-PROJECT = ("randopt", "kernels", "scripts")
+# The top-level names of this project's modules; any other import is a library's. The kernels live
+# inside the package (randopt.kernels): a top-level `kernels` is Hugging Face's, which transformers imports.
+PROJECT = ("randopt", "scripts")
 # Followed, not hashed (see the module docstring).
 NOT_KEYED = ("randopt.runtime", "randopt.code_keys")
 
@@ -117,11 +122,6 @@ def keyed(name: str) -> bool:
     return not any(name == p or name.startswith(p + ".") for p in NOT_KEYED)
 
 
-def keyed_files(roots: Iterable[str], root: Path = REPO) -> list[Path]:
-    """The files whose code goes into the key of what the roots compute, in path order."""
-    return sorted(path for name, path in closure(roots, root).items() if keyed(name))
-
-
 def keyed_source(path: Path) -> bytes:
     """A module's source as its key sees it: comments and blank lines removed, the rest verbatim."""
     return _without_comments(path.read_text(encoding="utf-8"))
@@ -137,11 +137,16 @@ def _without_comments(text: str) -> bytes:
     return "\n".join(line.rstrip() for line in lines if line.strip()).encode()
 
 
+def keyed_modules(roots: Iterable[str], root: Path = REPO) -> dict[str, Path]:
+    """The modules whose code goes into the key of what the roots compute: name -> file, by name."""
+    return {name: path for name, path in sorted(closure(roots, root).items()) if keyed(name)}
+
+
 @lru_cache(maxsize=None)
 def _version(roots: tuple[str, ...], root: Path) -> str:
     h = hashlib.sha256()
-    for path in keyed_files(roots, root):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + keyed_source(path) + b"\0")
+    for name, path in keyed_modules(roots, root).items():
+        h.update(name.encode() + b"\0" + keyed_source(path) + b"\0")
     return h.hexdigest()[:12]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kernels.noise_kinds import KINDS, RADEMACHER
+from randopt.kernels.noise_kinds import KINDS, RADEMACHER
 from randopt.runtime.cli import run_stage
 from randopt.model.export import export_member, export_rank
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from randopt import code_keys
-from randopt.code_keys import PROJECT, closure, keyed, keyed_files
+from randopt.code_keys import PROJECT, closure, keyed, keyed_modules, modules_version
 from randopt.keys import KEY_STAGES, run_keys
 from tests.conftest import REPO
 from tests.support.workflow import effective_config
@@ -107,13 +107,29 @@ def test_every_rule_runs_a_stage_whose_code_reruns_it():
 
 
 def test_runtime_is_followed_but_not_hashed():
-    files = keyed_files(["scripts.evaluate_shard"])
-    names = {p.relative_to(REPO).as_posix() for p in files}
+    names = {p.relative_to(REPO).as_posix() for p in keyed_modules(["scripts.evaluate_shard"]).values()}
     assert "randopt/runtime/engine_args.py" not in names and "randopt/runtime/resident/client.py" not in names
     # reached only through runtime/engine_args.py's make_engine: followed, so keyed
     assert {"randopt/engines/torch_engine.py", "randopt/engines/vllm_engine.py",
-            "randopt/engines/vllm_worker.py", "kernels/perturb_triton.py"} <= names
+            "randopt/engines/vllm_worker.py", "randopt/kernels/perturb_triton.py"} <= names
     assert not keyed("randopt.runtime.cli") and keyed("randopt.scoring.scorer")
+
+
+def test_a_key_hashes_module_names_so_a_checkout_elsewhere_keys_the_same(tmp_path):
+    """The hash takes each module's import name and code, never where the checkout lies."""
+    for folder in PROJECT:
+        shutil.copytree(REPO / folder, tmp_path / "elsewhere" / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    assert modules_version("scripts.rank", root=tmp_path / "elsewhere") == modules_version("scripts.rank")
+    # the same code under another name is another module: its key moves
+    moved = tmp_path / "elsewhere" / "randopt" / "selection"
+    (moved / "ranking.py").write_text((moved / "rank.py").read_text())
+    (moved / "rank.py").unlink()
+    for path in (tmp_path / "elsewhere").rglob("*.py"):
+        text = path.read_text()
+        if "randopt.selection.rank" in text:
+            path.write_text(text.replace("randopt.selection.rank", "randopt.selection.ranking"))
+    code_keys.clear_cache()
+    assert modules_version("scripts.rank", root=tmp_path / "elsewhere") != modules_version("scripts.rank")
 
 
 def test_a_comment_is_not_code_but_a_docstring_is(tmp_path):
@@ -151,8 +167,8 @@ EDITS = [
     # CLI reached it through the resident package's error until randopt/runtime/errors.py held that error)
     ("randopt/engines/base.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
     ("randopt/runtime/errors.py", set(), set()),
-    ("kernels/noise_ref.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
-    ("kernels/noise_kinds.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),  # record, export: code params
+    ("randopt/kernels/noise_ref.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
+    ("randopt/kernels/noise_kinds.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),  # record, export: code params
     ("randopt/stages/evaluate_shard.py", {"eval"}, {"eval", "population", "race"}),
     ("randopt/report/statistics.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/vote.py", {"population"}, {"population", "race"}),

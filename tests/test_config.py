@@ -168,7 +168,7 @@ def test_a_worker_process_is_vllms_and_changes_no_key():
 # --- perturbation.noise -------------------------------------------------------------------------------
 
 def test_the_schema_lists_the_kernels_noise_kinds_with_rademacher_the_default():
-    from kernels.noise_kinds import KINDS, RADEMACHER
+    from randopt.kernels.noise_kinds import KINDS, RADEMACHER
     noise = load_schema()["properties"]["perturbation"]["properties"]["noise"]
     assert tuple(noise["enum"]) == KINDS and noise["default"] == RADEMACHER
     options = load_schema()["definitions"]["engine_options"]["properties"]["noise"]

@@ -1,5 +1,5 @@
 """The docs point to files that exist: every repo path named in the README, docs/, bench/'s READMEs,
-kernels/README.md, the configs and the code's docstrings and comments; and the README stays a first
+randopt/kernels/README.md, the configs and the code's docstrings and comments; and the README stays a first
 screen (the rest lives in docs/)."""
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import re
 
 from tests.conftest import REPO
 
-TOP = ("randopt", "scripts", "rules", "kernels", "config", "docs", "bench", "tests", "profiles", "envs")
+TOP = ("randopt", "scripts", "rules", "config", "docs", "bench", "tests", "profiles", "envs")
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\.(?:md|py|smk|yaml|json|txt|sh))" % "|".join(TOP))
 
 
 def sources():
-    for pattern in ("README.md", "Snakefile", "docs/*.md", "bench/**/*.md", "kernels/README.md", "config/*.yaml",
-                    "rules/*.smk", "randopt/**/*.py", "scripts/*.py", "kernels/*.py", "bench/**/*.py", "bench/**/*.sh",
+    for pattern in ("README.md", "Snakefile", "docs/*.md", "bench/**/*.md", "randopt/kernels/README.md", "config/*.yaml",
+                    "rules/*.smk", "randopt/**/*.py", "scripts/*.py", "bench/**/*.py", "bench/**/*.sh",
                     "bench/**/*.yaml"):
         yield from REPO.glob(pattern)
 

@@ -16,7 +16,7 @@ def engine(request, tiny_model_dir):
 
 
 def test_float32_compute_runs_the_exact_widened_seed_weights(tiny_model_dir):
-    from kernels.noise_ref import reconstruct_reference_
+    from randopt.kernels.noise_ref import reconstruct_reference_
     wide = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=3, compute_dtype="float32")
     narrow = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=3, compute_dtype="bfloat16")
     assert {p.dtype for p in wide.model.parameters()} == {torch.float32}
@@ -161,7 +161,7 @@ def test_unknown_switch_is_refused(tiny_model_dir):
 def test_gaussian_engine_runs_the_gaussian_member_and_restores_exactly(tiny_model_dir, compute_dtype):
     """noise="gaussian": every switch builds rne(W0 + sigma*G) (the reference's bits, widened exactly
     when the engine computes in fp32), not the Rademacher member; restore is exact."""
-    from kernels.noise_ref import reconstruct_reference_
+    from randopt.kernels.noise_ref import reconstruct_reference_
     gauss = TorchEngine(str(tiny_model_dir), device="cpu", batch_size=3, compute_dtype=compute_dtype, noise="gaussian")
     base = gauss.read_weights()
     gauss.set_weights(5, 0.02)
@@ -176,7 +176,7 @@ def test_gaussian_engine_runs_the_gaussian_member_and_restores_exactly(tiny_mode
 
 
 def test_gaussian_delta_switch_is_the_reconstruct_after_one_hop(tiny_model_dir):
-    from kernels.noise_ref import reconstruct_reference_
+    from randopt.kernels.noise_ref import reconstruct_reference_
     delta = TorchEngine(str(tiny_model_dir), device="cpu", switch="delta", noise="gaussian")
     base = delta.read_weights()
     delta.set_weights(3, 0.05)

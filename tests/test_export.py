@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from kernels.noise_ref import reconstruct_reference_
+from randopt.kernels.noise_ref import reconstruct_reference_
 from randopt.engines.factory import make_engine
 from randopt.model.export import MEMBER_FILE, export_member
 from randopt.io import InputError, sha256_file
@@ -112,12 +112,12 @@ def test_the_cli_exports_and_refuses_bad_input(tiny_model_dir, tmp_path, capsys)
 # --- a Gaussian member (perturbation.noise: gaussian) ---------------------------------------------------
 
 def _gaussian_member_by_hand(base: torch.Tensor, seed: int, sigma: float, name: str) -> torch.Tensor:
-    """The Gaussian member of one bf16 tensor from the written definition (kernels/noise_ref.py), with
+    """The Gaussian member of one bf16 tensor from the written definition (randopt/kernels/noise_ref.py), with
     hashlib, numpy uint32 arithmetic and the shipped table only: no randopt code."""
     import hashlib
 
     import numpy as np
-    from kernels.noise_ref import GAUSSIAN_TABLE  # the file's path; its bits are read here with numpy
+    from randopt.kernels.noise_ref import GAUSSIAN_TABLE  # the file's path; its bits are read here with numpy
 
     digest = hashlib.sha256(b"randopt-gauss-v2\0" + seed.to_bytes(8, "little") + name.encode()).digest()
     ka, kb = (np.uint32(int.from_bytes(digest[a:a + 4], "little")) for a in (0, 4))

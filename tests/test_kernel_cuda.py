@@ -2,7 +2,7 @@
 kinds; and the Gaussian kernels compiled without fused multiply-adds. The Triton interpreter
 (test_kernel_triton.py) runs the same kernels with numpy, which never fuses a*b + c, so only a GPU
 can show that the compiled Gaussian kernel rounds sigma*G before the add, as the definition says
-(kernels/noise_ref.py). Skipped, saying why, without a GPU; bench/perturb/bench_perturb_h200.py
+(randopt/kernels/noise_ref.py). Skipped, saying why, without a GPU; bench/perturb/bench_perturb_h200.py
 checks the same at a 7B scale."""
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ if importlib.util.find_spec("triton") is None:
 if os.environ.get("TRITON_INTERPRET") == "1":
     pytest.skip("TRITON_INTERPRET=1: these tests are about the compiled kernels", allow_module_level=True)
 
-from kernels import layout as L  # noqa: E402
-from kernels import perturb_triton as pt  # noqa: E402
-from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_  # noqa: E402
+from randopt.kernels import layout as L  # noqa: E402
+from randopt.kernels import perturb_triton as pt  # noqa: E402
+from randopt.kernels.noise_ref import delta_switch_reference_, reconstruct_reference_  # noqa: E402
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 NOISES = ["rademacher", "gaussian"]

@@ -1,4 +1,4 @@
-"""The Gaussian noise (perturbation.noise: gaussian, "gaussian v2" in kernels/noise_ref.py): its table,
+"""The Gaussian noise (perturbation.noise: gaussian, "gaussian v2" in randopt/kernels/noise_ref.py): its table,
 its golden vectors through every CPU path, its statistics on 10^7 draws, the CPU kernel's bits, and
 the in-place delta switch's drift. The Triton interpreter and the local layouts: test_kernel_triton.py;
 vLLM's layouts: test_vllm_layouts.py; a compiled GPU kernel: test_kernel_cuda.py."""
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import perturb_cpu
-from kernels import noise_ref
-from kernels.noise_kinds import GAUSSIAN, KINDS, RADEMACHER, definition
-from kernels.noise_ref import (GAUSSIAN_TABLE, GAUSSIAN_TABLE_SHA256, delta_switch_reference_, gaussian_index,
+from randopt.kernels import perturb_cpu
+from randopt.kernels import noise_ref
+from randopt.kernels.noise_kinds import GAUSSIAN, KINDS, RADEMACHER, definition
+from randopt.kernels.noise_ref import (GAUSSIAN_TABLE, GAUSSIAN_TABLE_SHA256, delta_switch_reference_, gaussian_index,
                                gaussian_noise_torch, negative_mask_index, reconstruct_reference_, tensor_keys)
 from randopt.engines import perturb
 from tests.support.noise_rule import check_cpu_kernel_paths, check_golden_bf16_case, from_hex_bf16, hash_py, hex_bf16
@@ -151,10 +151,10 @@ def test_golden_values_above_2_31(e):
 
 
 def test_golden_high_values_through_a_local_layout():
-    """The engines' sharded path (kernels/layout.py) at indices across 2^31: a local slice of a 1-D
+    """The engines' sharded path (randopt/kernels/layout.py) at indices across 2^31: a local slice of a 1-D
     logical tensor of 2^32 - 1 elements (never allocated; the largest a tensor may be, so the window
     ending at index 2^32 - 1 is the hash's alone), base 0 in fp32, sigma 1."""
-    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
+    from randopt.kernels.layout import Block, LocalLayout, reconstruct_local_reference_
     for e in ENTRIES:
         for key in (k for k in e if k.startswith("sha256_2^16_from_")):
             start = int(key.rsplit("_", 1)[1])
@@ -238,7 +238,7 @@ def test_two_seeds_two_tensors_and_the_rademacher_signs_are_uncorrelated():
 @pytest.mark.parametrize("use_numba", [True, False], ids=["numba", "numpy"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_cpu_kernel_paths_equal_the_reference(dtype, use_numba):
-    """kernels/perturb_cpu.py under Gaussian noise: both block loops give the reference's bits on a
+    """randopt/kernels/perturb_cpu.py under Gaussian noise: both block loops give the reference's bits on a
     base where rounding matters (ties, tiny and huge magnitudes, +-0, inf), across a block boundary
     (BLOCK) and on a tensor smaller than one chunk."""
     check_cpu_kernel_paths(dtype, use_numba, GAUSSIAN)
@@ -299,7 +299,7 @@ def test_seed_order_restore_and_one_delta_hop(dtype):
 # Delta drift under Gaussian noise: mean |W_delta - W_abs| / sigma for W0 ~ N(0, 1), as in
 # test_kernel_noise.py. Unlike Rademacher's (flat: the +-sigma steps keep every weight on a few values
 # near base, so rounding errors do not pile up), each Gaussian hop adds a fresh rounding error, and the
-# drift grows like sqrt(hops): measured values (kernels/README.md's table) within 15 %.
+# drift grows like sqrt(hops): measured values (randopt/kernels/README.md's table) within 15 %.
 GAUSS_DRIFT = {(torch.bfloat16, 1e-3): (1.544, 3.376, 7.303, 14.886, 21.290),
                (torch.bfloat16, 1e-2): (0.414, 0.835, 1.663, 3.303, 4.701)}
 DRIFT_HOPS = (16, 64, 256, 1024, 2048)

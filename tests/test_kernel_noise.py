@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.noise_ref import (delta_switch_reference_, hash_bits, negative_mask_index, reconstruct_reference_,
+from randopt.kernels.noise_ref import (delta_switch_reference_, hash_bits, negative_mask_index, reconstruct_reference_,
                                tensor_keys)
 from randopt.engines import perturb
 from tests.support.noise_rule import check_cpu_kernel_paths, check_golden_bf16_case, from_hex_bf16, hash_py
@@ -83,9 +83,9 @@ def test_golden_signs_above_2_31(e):
 
 
 def test_golden_high_signs_through_a_local_layout():
-    """The engines' sharded path (kernels/layout.py) at indices across 2^31: a local slice of a 1-D
+    """The engines' sharded path (randopt/kernels/layout.py) at indices across 2^31: a local slice of a 1-D
     logical tensor of 2^32 - 1 elements (never allocated), base 0 in fp32, gives the pinned signs."""
-    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
+    from randopt.kernels.layout import Block, LocalLayout, reconstruct_local_reference_
     for e in HIGH["entries"]:
         key = next(k for k in e if k.startswith("sha256_2^16_bits_from_"))
         start = int(key.rsplit("_", 1)[1])
@@ -243,7 +243,7 @@ def test_delta_drift_is_flat():
 
 
 def test_tensor_keys_many_matches_tensor_keys():
-    from kernels.noise_ref import tensor_keys_many
+    from randopt.kernels.noise_ref import tensor_keys_many
     names = [e["name"] for e in ENTRIES] + ["", "x" * 300]
     for seed in (0, 1, 2**63 - 1):
         many = tensor_keys_many(seed, [n.encode("utf-8") for n in names])
@@ -253,7 +253,7 @@ def test_tensor_keys_many_matches_tensor_keys():
 @pytest.mark.parametrize("use_numba", [True, False], ids=["numba", "numpy"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_cpu_kernel_paths_equal_the_reference(dtype, use_numba):
-    """kernels/perturb_cpu.py: the compiled (numba) and the numpy block loops give the reference's bits,
+    """randopt/kernels/perturb_cpu.py: the compiled (numba) and the numpy block loops give the reference's bits,
     on a nonzero base with values where rounding matters (ties, tiny and huge magnitudes, +-0, inf),
     across block boundaries (BLOCK) and on a tensor smaller than one chunk."""
     check_cpu_kernel_paths(dtype, use_numba, None)

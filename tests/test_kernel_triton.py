@@ -3,7 +3,7 @@ Triton interpreter, all against the pure-torch reference, bit for bit, under bot
 (Rademacher, and Gaussian with its golden vectors).
 
 TRITON_INTERPRET is read when a function is decorated with triton.jit: triton's own jit'd helpers
-at its first import, our kernels when kernels/perturb_triton.py is executed. So it is set here
+at its first import, our kernels when randopt/kernels/perturb_triton.py is executed. So it is set here
 before anything imports triton, this module loads its own copy of perturb_triton.py (under a
 private name, whatever was imported before), and the variable is restored at once; the autouse
 fixture sets it again only while this module's tests run. The kernels use Triton builtins only (no
@@ -21,13 +21,13 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 
 def _load_interpreted():
-    """kernels/perturb_triton.py, executed fresh with the interpreter on; None without triton."""
+    """randopt/kernels/perturb_triton.py, executed fresh with the interpreter on; None without triton."""
     try:
         import triton  # noqa: F401
     except ImportError:
         return None
-    path = pathlib.Path(__file__).resolve().parents[1] / "kernels" / "perturb_triton.py"
-    spec = importlib.util.spec_from_file_location("kernels._perturb_triton_interpreted", path)
+    path = pathlib.Path(__file__).resolve().parents[1] / "randopt" / "kernels" / "perturb_triton.py"
+    spec = importlib.util.spec_from_file_location("randopt.kernels._perturb_triton_interpreted", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -45,8 +45,8 @@ finally:
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels import layout as L  # noqa: E402
-from kernels.noise_ref import delta_switch_reference_, rademacher, reconstruct_reference_  # noqa: E402
+from randopt.kernels import layout as L  # noqa: E402
+from randopt.kernels.noise_ref import delta_switch_reference_, rademacher, reconstruct_reference_  # noqa: E402
 from randopt.engines import perturb  # noqa: E402
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from kernels.noise_ref import reconstruct_reference_
+from randopt.kernels.noise_ref import reconstruct_reference_
 from randopt.engines import perturb
 from randopt.engines.vllm_layouts import layout_for, model_layouts
 
@@ -39,7 +39,7 @@ def vllm_shapes(tp: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-# --- vLLM's weight loaders, written here from their semantics (not from kernels/layout.py) -----------
+# --- vLLM's weight loaders, written here from their semantics (not from randopt/kernels/layout.py) -----------
 # What each vLLM layer's weight_loader copies from a checkpoint tensor into its rank's parameter:
 #   QKVParallelLinear          param = [q rows of this rank; k rows; v rows]: q takes head block `rank`;
 #                              k and v take head block rank // replicas, where with tp >= kv heads each

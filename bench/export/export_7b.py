@@ -47,7 +47,7 @@ def main() -> int:
     p.add_argument("--out", required=True)
     args = p.parse_args()
     from safetensors.torch import load_file, save_file
-    from kernels.noise_ref import reconstruct_reference_
+    from randopt.kernels.noise_ref import reconstruct_reference_
     work = Path(tempfile.mkdtemp(prefix="export7b."))
     base_dir = work / "base"
     base_dir.mkdir()

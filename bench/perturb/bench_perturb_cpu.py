@@ -4,7 +4,7 @@ in one run; and the Gaussian table's resolution against an exact normal (issue 2
     PYTHONPATH=. python bench/perturb/bench_perturb_cpu.py --out bench/results/perturb_epyc_cpu_kernel.json
 
 (a) ms per seed on a SmolLM2-135M-shaped bf16 set (the embedded default's model: 134.5M parameters
-    in 272 tensors, tied embeddings), with the engines' CPU kernel (kernels/perturb_cpu.py, numba,
+    in 272 tensors, tied embeddings), with the engines' CPU kernel (randopt/kernels/perturb_cpu.py, numba,
     one thread pool over every tensor: what TorchEngine.set_weights runs): copy base -> live (the
     floor: the same bytes read and written, in the kernel's blocks on the kernel's thread pool),
     reconstruct under Rademacher and under Gaussian noise, and the numpy loops of both. The methods
@@ -12,7 +12,7 @@ in one run; and the Gaussian table's resolution against an exact normal (issue 2
     other jobs on a shared machine falls on all of them alike; the load average before and after is
     recorded. Then the numba loops by tensor group (embedding, attention, MLP), single-threaded.
     Not timed: torch's own copy_ (OpenMP; on shared cores its barriers stall, which is why the kernel
-    has its own pool: kernels/perturb_cpu.py) and the delta switch, which on a CPU runs the torch
+    has its own pool: randopt/kernels/perturb_cpu.py) and the delta switch, which on a CPU runs the torch
     reference (its chunked OpenMP ops took 10 to 73 s a hop of 134.5M elements here, for either
     noise: no cost comparison can be read from that).
 (b) the Gaussian switch's bits against the reference (a sample of tensors).
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from bench.perturb.shapes import decoder_shapes
-from kernels import perturb_cpu
-from kernels.noise_ref import gaussian_table, reconstruct_reference_
+from randopt.kernels import perturb_cpu
+from randopt.kernels.noise_ref import gaussian_table, reconstruct_reference_
 
 REPO = Path(__file__).resolve().parents[2]
 SIGMA = 1e-3

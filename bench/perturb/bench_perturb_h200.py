@@ -30,9 +30,9 @@ import traceback
 import torch
 
 from bench.perturb.shapes import decoder_shapes
-from kernels import layout as L
-from kernels import perturb_triton as pt
-from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_, tensor_keys_many
+from randopt.kernels import layout as L
+from randopt.kernels import perturb_triton as pt
+from randopt.kernels.noise_ref import delta_switch_reference_, reconstruct_reference_, tensor_keys_many
 
 SIGMA = 1e-3
 NOISES = ("rademacher", "gaussian")

@@ -34,7 +34,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kernels.noise_ref import reconstruct_reference_  # noqa: E402
+from randopt.kernels.noise_ref import reconstruct_reference_  # noqa: E402
 
 CASES = [(3, 1e-3), (7, 2e-2), (11, 4e-3)]
 PERTURBED = (5, 4e-3)  # the seed whose completions are compared besides the base's

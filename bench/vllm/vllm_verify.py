@@ -29,7 +29,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kernels.noise_ref import reconstruct_reference_  # noqa: E402
+from randopt.kernels.noise_ref import reconstruct_reference_  # noqa: E402
 from randopt.ensemble.bpb import model_bpb  # noqa: E402
 from randopt.engines.factory import make_engine  # noqa: E402
 from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402

@@ -1,6 +1,6 @@
 """Engines: one small protocol (base.py), a torch/transformers implementation (the embedded default)
 and a vLLM one for GPUs; factory.make_engine picks by config. perturb.py is the one switch between
-members that both use, over the kernels of kernels/.
+members that both use, over the kernels of randopt/kernels/.
 
 This package's __init__ imports nothing, so that a module needing one engine helper (compute_dtype,
 base) does not pull every engine into its code key (randopt/code_keys.py).

@@ -2,13 +2,13 @@
 
 An engine holds a resident base copy of each perturbable tensor under its checkpoint name and
 asks this module to rebuild the live tensor for (seed, sigma), or to restore it. The noise itself is
-defined in kernels/noise_ref.py: Rademacher (the default) or Gaussian, the ``noise`` argument of
-every entry point (perturbation.noise); on CUDA the Triton kernels (kernels/perturb_triton.py, when
-Triton is installed) give the same bits. kernels/README.md summarises the definitions.
+defined in randopt/kernels/noise_ref.py: Rademacher (the default) or Gaussian, the ``noise`` argument of
+every entry point (perturbation.noise); on CUDA the Triton kernels (randopt/kernels/perturb_triton.py, when
+Triton is installed) give the same bits. randopt/kernels/README.md summarises the definitions.
 
 * reconstruct_         whole logical tensors, keyed by checkpoint name (the default switch)
 * reconstruct_local_   sharded / fused local tensors, each with a kernels.layout.LocalLayout
-* delta_switch_        the in-place option (1x memory, drifts in bf16/fp16; see kernels/README.md),
+* delta_switch_        the in-place option (1x memory, drifts in bf16/fp16; see randopt/kernels/README.md),
                        reached by perturbation.switch: delta on the torch engine
 * restore_             back to the base weights, exactly
 * Perturber            the same switches for a fixed set of tensors, fast on CUDA (one CUDA graph
@@ -21,10 +21,10 @@ from types import ModuleType
 
 import torch
 
-from kernels.layout import LocalLayout, delta_switch_local_reference_, reconstruct_local_reference_
-from kernels.noise_kinds import RADEMACHER, check_kind
-from kernels.noise_ref import delta_switch_reference_, reconstruct_reference_
-from kernels.perturb_cpu import reconstruct_many_cpu_
+from randopt.kernels.layout import LocalLayout, delta_switch_local_reference_, reconstruct_local_reference_
+from randopt.kernels.noise_kinds import RADEMACHER, check_kind
+from randopt.kernels.noise_ref import delta_switch_reference_, reconstruct_reference_
+from randopt.kernels.perturb_cpu import reconstruct_many_cpu_
 
 
 def _triton_for(t: torch.Tensor) -> ModuleType | None:
@@ -32,7 +32,7 @@ def _triton_for(t: torch.Tensor) -> ModuleType | None:
     if not t.is_cuda:
         return None
     try:
-        from kernels import perturb_triton
+        from randopt.kernels import perturb_triton
     except ImportError:
         return None
     return perturb_triton
@@ -61,7 +61,7 @@ def reconstruct_(live: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tens
     check_kind(noise)
     cpu = [(n, t, base[n]) for n, t in live.items()
            if t.device.type == "cpu" and t.is_contiguous() and base[n].is_contiguous()]
-    if cpu:  # one thread pool over every CPU tensor (kernels/perturb_cpu.py says why not torch ops)
+    if cpu:  # one thread pool over every CPU tensor (randopt/kernels/perturb_cpu.py says why not torch ops)
         reconstruct_many_cpu_(cpu, sigma, seed, noise=noise)
     done = {n for n, _, _ in cpu}
     for name, live_tensor in live.items():
@@ -89,7 +89,7 @@ def delta_switch_(live: Mapping[str, torch.Tensor], seed_from: int | None, sigma
                   noise: str = RADEMACHER) -> None:
     """In place, no base copy: W := rne(fp32(W) + sigma_to*N_to - sigma_from*N_from). seed None
     means the base weights (from base: seed_from=None; back to base: seed_to=None). Not
-    path-independent: bf16/fp16 rounding leaves a bounded error (kernels/README.md has the numbers).
+    path-independent: bf16/fp16 rounding leaves a bounded error (randopt/kernels/README.md has the numbers).
     Without layouts the keys are checkpoint names; with layouts, local names."""
     check_kind(noise)
     for key, live_tensor in live.items():

@@ -8,7 +8,7 @@ built in the checkpoint dtype, rne(W0 + sigma*R), in a staging copy, then widene
 model's fp32 parameters, so a seed means the same weights whatever the engine computes in.
 The option perturbation.switch: delta keeps no base copy (1x memory) and moves from seed to seed in
 place, W += sigma_to*N_to - sigma_from*N_from; bf16/fp16 rounding then drifts, and drift() measures
-how far against the checkpoint on disk (kernels/README.md has the drift table). The noise N is
+how far against the checkpoint on disk (randopt/kernels/README.md has the drift table). The noise N is
 Rademacher, or Gaussian with noise="gaussian" (perturbation.noise); every switch uses the one kind.
 The option decode (engine.torch_decode): eager decodes with a DynamicCache grown a step at a time, the
 prompts' common prefix computed once; static decodes with a transformers StaticCache of fixed shape, for
@@ -26,7 +26,7 @@ import os
 import numpy as np
 import torch
 
-from kernels.noise_kinds import RADEMACHER, check_kind, definition
+from randopt.kernels.noise_kinds import RADEMACHER, check_kind, definition
 from randopt.engines import perturb
 from randopt.engines import compute_dtype as cdt
 from randopt.model import shape
@@ -125,7 +125,7 @@ class TorchEngine:
             self._live = {n: t.detach().clone() for n, t in params.items()}
             self.model.to(self.compute_dtype)
             self._compute = {n: p.data for n, p in self.model.named_parameters()}
-        # Built once: on CUDA it captures a whole switch as one graph replay (kernels/README.md).
+        # Built once: on CUDA it captures a whole switch as one graph replay (randopt/kernels/README.md).
         self._perturber = perturb.Perturber(self._live, self._base, noise=self.noise)
         # transformers renamed past_key_values to cache (5.x deprecates the old name); take what it has.
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.noise_kinds import check_kind
+from randopt.kernels.noise_kinds import check_kind
 from randopt.engines.base import (DEFAULT_MAX_MODEL_LEN, Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
 from randopt.engines.switch import generate_each
@@ -164,7 +164,7 @@ class VllmEngine:
     def read_weights(self) -> dict[str, "torch.Tensor"]:
         """The live weights under the checkpoint's names and shapes, gathered from every rank."""
         import torch
-        from kernels.layout import as_2d
+        from randopt.kernels.layout import as_2d
 
         out: dict[str, torch.Tensor] = {}
         for rank_pieces in self.llm.collective_rpc("randopt_read_logical"):

@@ -2,7 +2,7 @@
 
 vLLM fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj``, shards linear layers over
 tensor-parallel ranks and pads the vocabulary. The noise is defined on the checkpoint's own tensors
-(kernels/noise_ref.py), so every vLLM parameter gets a kernels.layout.LocalLayout that maps its local
+(randopt/kernels/noise_ref.py), so every vLLM parameter gets a kernels.layout.LocalLayout that maps its local
 elements back to (logical name, index). Pure functions of names and shapes: tested on the CPU.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from kernels import layout as L
+from randopt.kernels import layout as L
 
 
 def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:

@@ -62,7 +62,7 @@ class RandoptWorkerExtension:
         """This rank's live weights as pieces of the checkpoint's tensors: (name, logical shape,
         logical row, nrows, logical col, ncols, dtype, raw bytes). Raw bytes because the RPC
         serialiser turns tensors into lists. For verification, not the seed loop."""
-        from kernels.layout import as_2d
+        from randopt.kernels.layout import as_2d
 
         pieces = []
         for key, layout in self._randopt_layouts.items():

@@ -5,7 +5,7 @@ definition and kernels as every engine), file by file, so a 72B checkpoint never
 twice: each safetensors file is read, perturbed tensor by tensor and written under the same name.
 Everything else of the model dir (config, generation config, tokenizer, chat template) is copied.
 `randopt_member.json` says what the weights are: the base weights' sha256 (as prepare_model
-computes it), the noise definition (kernels/noise_kinds.py: Rademacher v1, or "gaussian v2" for a run
+computes it), the noise definition (randopt/kernels/noise_kinds.py: Rademacher v1, or "gaussian v2" for a run
 with perturbation.noise gaussian), seed, sigma, and the sha256 of every weight file written.
 
 What gets perturbed is what an engine perturbs: the model's parameters under their checkpoint
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.noise_kinds import KINDS, RADEMACHER, definition
+from randopt.kernels.noise_kinds import KINDS, RADEMACHER, definition
 from randopt.engines import perturb
 from randopt.io import InputError, atomic_path, sha256_file
 from randopt.model.prepare import combined_sha256, weights_sha256

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from kernels.noise_kinds import definition
+from randopt.kernels.noise_kinds import definition
 from randopt.report import record as rec
 from randopt.population import population_size
 from randopt.io import read_json, write_json_atomic

@@ -1,10 +1,10 @@
-"""Writes the Gaussian noise's table (kernels/gaussian_v2_table.f32) and its golden vectors
+"""Writes the Gaussian noise's table (randopt/kernels/gaussian_v2_table.f32) and its golden vectors
 (tests/golden/noise_gaussian_v2.json). Run ONCE, when the definition was made.
 
     PYTHONPATH=. python tests/golden/make_gaussian_v2.py table     # the table, then pin its sha256
     PYTHONPATH=. python tests/golden/make_gaussian_v2.py vectors   # the golden vectors, from the reference
 
-Both files pin "gaussian v2" (kernels/noise_ref.py) forever: a seed must mean the same weights next
+Both files pin "gaussian v2" (randopt/kernels/noise_ref.py) forever: a seed must mean the same weights next
 year. If a later change makes tests/test_kernel_gaussian.py fail against them, the change is wrong,
 not the files.
 
@@ -53,12 +53,12 @@ def write_table() -> None:
     if differ.size:
         raise SystemExit(f"fp64 build and mpmath disagree at {differ[:10]}: not writing the table")
     assert np.all(np.diff(table) > 0) and table[0] > 0
-    from kernels.noise_ref import GAUSSIAN_TABLE
+    from randopt.kernels.noise_ref import GAUSSIAN_TABLE
     data = table.astype("<f4").tobytes()
     GAUSSIAN_TABLE.write_bytes(data)
     print(f"wrote {GAUSSIAN_TABLE}: {SIZE} float32, T[0] = {table[0]:.6g}, T[-1] = {table[-1]:.6g}, "
           f"variance {np.mean(table.astype(np.float64) ** 2):.7f}\nsha256 {hashlib.sha256(data).hexdigest()} "
-          "(pin it as GAUSSIAN_TABLE_SHA256 in kernels/noise_ref.py)")
+          "(pin it as GAUSSIAN_TABLE_SHA256 in randopt/kernels/noise_ref.py)")
 
 
 # The same (seed, name) pairs, high indices and bf16 base as the Rademacher golden file, so the two
@@ -74,8 +74,8 @@ def f32_hex(values: np.ndarray) -> list[str]:
 
 
 def draws(seed: int, name: str, index: np.ndarray) -> np.ndarray:
-    from kernels.noise_kinds import GAUSSIAN
-    from kernels.noise_ref import gaussian_index, tensor_keys
+    from randopt.kernels.noise_kinds import GAUSSIAN
+    from randopt.kernels.noise_ref import gaussian_index, tensor_keys
     return gaussian_index(index, *tensor_keys(seed, name, GAUSSIAN))
 
 
@@ -85,9 +85,9 @@ def bits_sha256(values: np.ndarray) -> str:
 
 
 def perturbed_bf16(seed: int, name: str, sigma: float, base: torch.Tensor) -> dict:
-    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
-    from kernels.noise_kinds import GAUSSIAN
-    from kernels.noise_ref import reconstruct_reference_
+    from randopt.kernels.layout import Block, LocalLayout, reconstruct_local_reference_
+    from randopt.kernels.noise_kinds import GAUSSIAN
+    from randopt.kernels.noise_ref import reconstruct_reference_
     low = torch.empty_like(base)
     reconstruct_reference_(low, base, seed, sigma, name, GAUSSIAN)
     row = base.view(1, -1)
@@ -99,8 +99,8 @@ def perturbed_bf16(seed: int, name: str, sigma: float, base: torch.Tensor) -> di
 
 
 def write_vectors() -> None:
-    from kernels.noise_kinds import GAUSSIAN_VERSION
-    from kernels.noise_ref import GAUSSIAN_TABLE_SHA256, tensor_keys
+    from randopt.kernels.noise_kinds import GAUSSIAN_VERSION
+    from randopt.kernels.noise_ref import GAUSSIAN_TABLE_SHA256, tensor_keys
     entries = []
     for seed, name in PAIRS:
         high = {f"sha256_2^16_from_{start}": bits_sha256(draws(seed, name, np.arange(start, start + N_HIGH_CHECKSUM,

@@ -19,7 +19,7 @@ import pathlib
 import numpy as np
 import torch
 
-from kernels.noise_ref import NOISE_VERSION, negative_mask_index, reconstruct_reference_, tensor_keys
+from randopt.kernels.noise_ref import NOISE_VERSION, negative_mask_index, reconstruct_reference_, tensor_keys
 
 PAIRS = [
     (0, "model.embed_tokens.weight"),
@@ -62,7 +62,7 @@ def bf16_hex(t: torch.Tensor) -> list[str]:
 
 def perturbed_bf16(seed: int, name: str, sigma: float, base: torch.Tensor) -> dict:
     """The reference's bits at logical indices 0..63 of `name`, and at row HUGE_ROW of HUGE."""
-    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
+    from randopt.kernels.layout import Block, LocalLayout, reconstruct_local_reference_
     low = torch.empty_like(base)
     reconstruct_reference_(low, base, seed, sigma, name)
     row = base.view(1, -1)

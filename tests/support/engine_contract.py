@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels.noise_ref import reconstruct_reference_
+from randopt.kernels.noise_ref import reconstruct_reference_
 from tests.conftest import skip_unless_ci
 
 PROMPT_TEXTS = ["How many apples does Tom have?", "The shop sold 12 cakes.", "Each box holds 6 eggs.",

@@ -2,8 +2,8 @@
 share: the written definition's hash in plain Python integers, bf16 bits as hex, round-to-nearest-even
 written from the rule, the golden bf16 check that runs one pinned case through every CPU path, and
 the CPU kernel's loops against the reference.
-None of it goes through kernels/ except the paths under test, so the tests stay independent readings
-of kernels/noise_ref.py's docstring."""
+None of it goes through randopt/kernels/ except the paths under test, so the tests stay independent readings
+of randopt/kernels/noise_ref.py's docstring."""
 from __future__ import annotations
 
 import hashlib
@@ -53,8 +53,8 @@ def check_golden_bf16_case(bf16: dict, case: dict, noise_py: Callable[[int, str,
     and the rule written out with noise_py; and at logical indices past 2^31 through the local-layout
     path. noise None: each path called without the argument (its default, Rademacher). At least
     min_moved of the 64 weights must have moved. Returns the base."""
-    from kernels.layout import Block, LocalLayout, reconstruct_local_reference_
-    from kernels.noise_ref import reconstruct_reference_
+    from randopt.kernels.layout import Block, LocalLayout, reconstruct_local_reference_
+    from randopt.kernels.noise_ref import reconstruct_reference_
     from randopt.engines import perturb
     args, kwargs = ((), {}) if noise is None else ((noise,), {"noise": noise})
     base = from_hex_bf16(bf16["base_bf16"])
@@ -85,13 +85,13 @@ def check_golden_bf16_case(bf16: dict, case: dict, noise_py: Callable[[int, str,
 
 
 def check_cpu_kernel_paths(dtype: torch.dtype, use_numba: bool, noise: str | None) -> None:
-    """kernels/perturb_cpu.py's block loop (numba's or numpy's) gives the reference's bits on a nonzero
+    """randopt/kernels/perturb_cpu.py's block loop (numba's or numpy's) gives the reference's bits on a nonzero
     base with values where rounding matters (ties, tiny and huge magnitudes, +-0, inf), across a block
     boundary (BLOCK) and on a tensor smaller than one chunk. noise None: called without the argument."""
     import pytest
 
-    from kernels import perturb_cpu
-    from kernels.noise_ref import reconstruct_reference_
+    from randopt.kernels import perturb_cpu
+    from randopt.kernels.noise_ref import reconstruct_reference_
     if use_numba and perturb_cpu._NUMBA is None:
         pytest.fail("numba is in envs/requirements-cpu.txt but does not import")
     args, kwargs = ((), {}) if noise is None else ((noise,), {"noise": noise})

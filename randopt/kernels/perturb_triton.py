@@ -1,4 +1,4 @@
-"""Triton kernels with exactly the bits of kernels/noise_ref.py (and kernels/layout.py).
+"""Triton kernels with exactly the bits of randopt/kernels/noise_ref.py (and randopt/kernels/layout.py).
 
 One kernel body does every switch: out := rne(fp32(src) + d) with d = sigma_to*R_to - sigma_from*R_from
 (noise_ref.delta_step), so
@@ -21,7 +21,7 @@ slower); the keys and sigma change every seed and are excluded, so a new seed ne
 Bit-exactness notes: every Rademacher side of d is exactly +-sigma_f32, built by OR-ing the hash's
 top bit into sigma's sign bit. A Gaussian side (GAUSS) reads T[(h >> 16) & 0x7FFF] from a 128 KiB
 device table, ORs the same bit into its sign and multiplies by sigma in fp32. That product must be
-rounded before the add (the definition, kernels/noise_ref.py): on CUDA, Triton contracts a*b + c into
+rounded before the add (the definition, randopt/kernels/noise_ref.py): on CUDA, Triton contracts a*b + c into
 one FMA by default (LLVM and ptxas both), which rounds once and changes the last bit of some fp32
 sums, so Gaussian launches pass enable_fp_fusion=False (no contraction in LLVM, ptxas --fmad=false).
 Rademacher launches keep the default: they multiply nothing, so there is nothing to contract, and
@@ -43,9 +43,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.layout import Block, LocalLayout, copy_gaps_, replicated
-from kernels.noise_kinds import GAUSSIAN, RADEMACHER, check_kind
-from kernels.noise_ref import check_logical_numel, gaussian_table_bits, tensor_keys, tensor_keys_many
+from randopt.kernels.layout import Block, LocalLayout, copy_gaps_, replicated
+from randopt.kernels.noise_kinds import GAUSSIAN, RADEMACHER, check_kind
+from randopt.kernels.noise_ref import check_logical_numel, gaussian_table_bits, tensor_keys, tensor_keys_many
 
 
 @triton.jit

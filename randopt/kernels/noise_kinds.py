@@ -1,6 +1,6 @@
 """The noise kinds a seed can mean, and the name of each one's written definition.
 
-The definitions themselves are in kernels/noise_ref.py; this module only names them, without torch,
+The definitions themselves are in randopt/kernels/noise_ref.py; this module only names them, without torch,
 so that the record and an export can say which definition made their weights, and the engines can
 refuse an unknown kind before they load a model. The config lists the same kinds
 (config/schema.yaml, perturbation.noise; tests/test_kernel_gaussian.py checks they agree).
@@ -18,8 +18,9 @@ KINDS = (RADEMACHER, GAUSSIAN)
 RADEMACHER_VERSION = 1
 GAUSSIAN_VERSION = 2
 
-# What the record's noise.definition and an export's randopt_member.json say. The Rademacher string
-# is the one every record and export has carried since the definition was pinned, so it stays.
+# What the record's noise.definition and an export's randopt_member.json say: the definition's name, not
+# a path. Every record and export has carried these strings since each definition was pinned, so they
+# stay as they are although the module now lives at randopt/kernels/noise_ref.py.
 DEFINITIONS = {
     RADEMACHER: f"kernels/noise_ref.py v{RADEMACHER_VERSION}",
     GAUSSIAN: f"kernels/noise_ref.py gaussian v{GAUSSIAN_VERSION}",

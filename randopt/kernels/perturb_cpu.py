@@ -1,4 +1,4 @@
-"""The CPU kernel of the absolute reconstruct: numpy only, bit-identical to kernels/noise_ref.py.
+"""The CPU kernel of the absolute reconstruct: numpy only, bit-identical to randopt/kernels/noise_ref.py.
 
 Why not torch ops on the CPU: the reference works in 64K-element chunks (so the hash stays in L2),
 and every small torch op there is an OpenMP parallel region. Alone that is fine; with another
@@ -17,7 +17,7 @@ on the same thread pool, so it degrades the same way when cores are shared. Meas
 AMD EPYC, SmolLM2-135M in bf16: a switch went from ~0.9 s (numpy) to ~0.2 s (bench/cpu_default/cpu_default.py).
 
 Gaussian noise (noise="gaussian") is the same loop with a table read: the hash's top 16 bits pick
-+-T[k] (kernels/noise_ref.py), the product sigma*G is rounded to fp32, then added to the fp32 base.
++-T[k] (randopt/kernels/noise_ref.py), the product sigma*G is rounded to fp32, then added to the fp32 base.
 Neither numpy (two ufuncs) nor numba (no fastmath: LLVM gets a separate fmul and fadd, which it may
 not contract) fuses them into an FMA, so the bits are the reference's (tests/test_kernel_gaussian.py
 checks both paths, and that a fused computation would differ). Its cost against Rademacher and the
@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from kernels.noise_kinds import GAUSSIAN, RADEMACHER, check_kind
-from kernels.noise_ref import _fmix32_np_, gaussian_bits_of_hash, gaussian_table, tensor_keys
+from randopt.kernels.noise_kinds import GAUSSIAN, RADEMACHER, check_kind
+from randopt.kernels.noise_ref import _fmix32_np_, gaussian_bits_of_hash, gaussian_table, tensor_keys
 
 CHUNK = 1 << 16        # elements per inner step: the uint32 hash buffer stays in L2
 BLOCK = 1 << 22        # elements per thread-pool task

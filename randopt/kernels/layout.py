@@ -1,7 +1,7 @@
 """Where the elements of a sharded or fused local tensor sit in the logical (checkpoint) tensors.
 
 The noise of an element (Rademacher or Gaussian) depends only on its logical tensor's name and its
-row-major index there (kernels/noise_ref.py), so a local tensor is perturbed through a description
+row-major index there (randopt/kernels/noise_ref.py), so a local tensor is perturbed through a description
 of that mapping:
 
 * a local tensor is viewed as 2-D: (shape[0], prod(shape[1:])); a 1-D tensor is (n, 1);
@@ -15,7 +15,7 @@ The helpers below build the layouts vLLM uses for tensor parallelism (TP): colum
 ranges, row-parallel column ranges, vocab-parallel embeddings with padding rows, and the fused
 qkv_proj (q, k, v row blocks, each sharded, kv heads replicated when TP > kv heads) and
 gate_up_proj (gate, up). The pure-torch reference for a local tensor is here too; the Triton one is
-kernels/perturb_triton.py.
+randopt/kernels/perturb_triton.py.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from functools import cached_property
 
 import torch
 
-from kernels.noise_kinds import RADEMACHER
-from kernels.noise_ref import check_logical_numel, delta_step, noise_step, tensor_keys
+from randopt.kernels.noise_kinds import RADEMACHER
+from randopt.kernels.noise_ref import check_logical_numel, delta_step, noise_step, tensor_keys
 
 # Local elements per reference chunk: bounds the int64 index temporaries.
 _CHUNK = 1 << 22

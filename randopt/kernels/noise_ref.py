@@ -40,7 +40,7 @@ where Phi^-1 is the standard normal quantile. So G takes each of the 2**16 midpo
 Phi^-1((j + 1/2) / 2**16), j = 0 .. 2**16 - 1, with probability 2**-16: an inverse-CDF draw from the
 top 16 bits of h. T is built once (in fp64 by statistics.NormalDist, every entry checked against a
 50-digit mpmath quantile rounded to float32: tests/golden/make_gaussian_v2.py) and shipped as
-kernels/gaussian_v2_table.f32 (little-endian float32), whose sha256 is pinned below: the code key
+randopt/kernels/gaussian_v2_table.f32 (little-endian float32), whose sha256 is pinned below: the code key
 hashes this file's source (randopt/code_keys.py), so the pin puts the table in every key the noise is
 in, and a table that does not match its pin is refused. Only integer operations and one table read
 make a draw: no transcendental function, whose last bit differs between libm, CUDA and Triton.
@@ -67,14 +67,14 @@ not, so a fused multiply-add (one rounding of W0 + sigma*G) would change the las
 sums and so some weights (1.8 % of fp32 weights, about one bf16 weight in 10^6: measured in
 tests/test_kernel_gaussian.py). No implementation may contract it: numpy, numba and torch's eager ops
 compute the product and the sum as two operations; the Triton kernels are compiled with
-enable_fp_fusion=False for the Gaussian variant (kernels/perturb_triton.py).
+enable_fp_fusion=False for the Gaussian variant (randopt/kernels/perturb_triton.py).
 
 In-place delta switch (an option; the default is the absolute reconstruct above): from (seed_a, sigma_a)
 to (seed_b, sigma_b), W := round_to_dtype(float32(W) + d) with d = rn32(float32(sigma_b)*N_b) -
 rn32(float32(sigma_a)*N_a) computed in fp32 (one fp32 subtraction; a side with sigma 0 is absent).
 See delta_step. Under Rademacher noise its bf16/fp16 drift stays flat in the number of switches;
 under Gaussian noise every switch adds a fresh rounding error and the drift grows like the square
-root of the switches (kernels/README.md has both tables).
+root of the switches (randopt/kernels/README.md has both tables).
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kernels.noise_kinds import GAUSSIAN, GAUSSIAN_VERSION, RADEMACHER, check_kind
+from randopt.kernels.noise_kinds import GAUSSIAN, GAUSSIAN_VERSION, RADEMACHER, check_kind
 
 NOISE_VERSION = 1
 _MASK32 = 0xFFFFFFFF
@@ -127,7 +127,7 @@ def gaussian_table_bits() -> np.ndarray:
         data = GAUSSIAN_TABLE.read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"{GAUSSIAN_TABLE}: the Gaussian noise's table is missing; it is part of the code "
-                                "(restore it from git: git checkout -- kernels/)") from None
+                                "(restore it from git: git checkout -- randopt/kernels/)") from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != GAUSSIAN_TABLE_SHA256 or len(data) != 4 * GAUSSIAN_TABLE_SIZE:
         raise ValueError(f"{GAUSSIAN_TABLE}: sha256 {digest}, but the Gaussian definition pins "
