@@ -101,6 +101,15 @@ def scorer():
         return lambda completion, reference: answer(completion) is not None and answer(completion) == answer(reference)
 
 
+def prompt_of(args) -> tuple:
+    """(system, examples, stop): the project's short-answer defaults above, or --prompt-json's (a JSON object
+    with any of "system", "examples" and "stop", e.g. a task's reasoning prompt: a real model's answers then
+    vary in length, which is what engines side by side meet)."""
+    given = json.loads(Path(args.prompt_json).read_text()) if args.prompt_json else {}
+    return (given.get("system", SYSTEM), [tuple(e) for e in given.get("examples", EXAMPLES)],
+            list(given.get("stop", STOP)))
+
+
 def engine_choices(args) -> dict:
     """The engine's options this sweep varies (engine.speculation, engine.draft_tokens, engine.worker_process
     of config/schema.yaml), passed to make_engine only when chosen, so a plain sweep builds the same engine."""
@@ -133,11 +142,12 @@ def worker(args) -> None:
             engine = make_engine("vllm", args.model_dir, batch_size=args.batch_size, max_context=1024,
                                  gpu_memory_utilization=args.gpu_mem_util, **engine_choices(args))
         engine_s = time.perf_counter() - t0
-        prompts = [engine.chat_prompt(p["question"], SYSTEM, EXAMPLES) for p in problems]
+        system, examples, stop = prompt_of(args)
+        prompts = [engine.chat_prompt(p["question"], system, examples) for p in problems]
         is_correct = scorer()
         t0 = time.perf_counter()
         engine.set_weights(10**6 + args.index, args.sigma)   # warm-up member, never counted
-        warm = engine.generate(prompts, args.max_tokens, STOP)
+        warm = engine.generate(prompts, args.max_tokens, stop)
         warmup_s = time.perf_counter() - t0
         free = None
         if not args.fake:
@@ -170,7 +180,7 @@ def worker(args) -> None:
                     break
                 engine.set_weights(seed, args.sigma)
                 b = time.time()
-                outs = engine.generate(prompts, args.max_tokens, STOP)
+                outs = engine.generate(prompts, args.max_tokens, stop)
                 c = time.time()
                 members.append({"seed": seed, "start": a, "switched": b, "end": c,
                                 "tokens": sum(o.n_tokens for o in outs),
@@ -312,6 +322,7 @@ class Engine:
                "--model-dir", str(model_dir), "--train", args.train, "--prompts", str(args.prompts),
                "--max-tokens", str(args.max_tokens), "--sigma", str(args.sigma),
                "--batch-size", str(args.batch_size), "--gpu-mem-util", str(util)] + choice_flags(args) \
+            + (["--prompt-json", args.prompt_json] if args.prompt_json else []) \
             + (["--fake"] if args.fake else [])
         env = {**os.environ, **VLLM_ENV, "OMP_NUM_THREADS": str(args.omp_threads)}
         self.log = open(self.log_path, "w")
@@ -422,8 +433,9 @@ def controller(args) -> int:
     result = {"what": "bench/engines_per_gpu/engines_per_gpu.py: members/s against engines per GPU (issue 28 item 2)",
               "machine": machine_info(gpu), "library": str(lib), "argv": sys.argv[1:],
               "protocol": {"model": args.model or args.model_dir, "prompts": args.prompts, "max_tokens": args.max_tokens,
-                           "sigma": args.sigma, "greedy": True, "stop": STOP, "system": SYSTEM,
-                           "examples": EXAMPLES, "batch_size (max_num_seqs)": args.batch_size,
+                           "sigma": args.sigma, "greedy": True,
+                           **dict(zip(("system", "examples", "stop"), prompt_of(args))),
+                           "batch_size (max_num_seqs)": args.batch_size,
                            "engine_options": engine_choices(args),
                            "member": "one set_weights + one generate call on all prompts",
                            "window_s": args.window, "ns": ns, "omp_threads_per_engine": args.omp_threads,
@@ -537,6 +549,8 @@ def main() -> int:
     p.add_argument("--ns", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     p.add_argument("--prompts", type=int, default=128)
     p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--prompt-json", default=None,
+                   help='a JSON file {"system": ..., "examples": [[q, a], ...], "stop": [...]}; default: the short-answer prompt above')
     p.add_argument("--sigma", type=float, default=0.002)
     p.add_argument("--batch-size", type=int, default=256, help="the engine's max_num_seqs (a member's prompts go in one call)")
     p.add_argument("--gpu-mem-util", default="auto",
