@@ -157,15 +157,6 @@ def verify_against_manifest(path: str | os.PathLike) -> None:
             return
 
 
-def sha256_tree(root: str | os.PathLike) -> str:
-    """sha256 over a directory: each file's relative path and sha256, in sorted order."""
-    root = Path(root)
-    h = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(f"{file.relative_to(root).as_posix()}\0{sha256_file(file)}\n".encode())
-    return h.hexdigest()
-
-
 def parquet_file(path: str | os.PathLike):
     """A parquet file opened for reading (pyarrow.parquet.ParquetFile), or an InputError naming it."""
     import pyarrow.parquet as pq

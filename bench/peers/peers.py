@@ -136,7 +136,7 @@ def run_randopt(workdir: Path, engines: str, cores: str, timeout: float | None, 
     started_at = time.time()
     rc, seconds, output = timed(cmd, run_dir / "bench_randopt.log", run_dir, timeout)
     stop_resident(run_dir)
-    from randopt.runtime.jobstats import job_counts
+    from bench.jobstats import job_counts
     call = {"seconds": seconds, "started_at": started_at, "returncode": rc, "jobs": job_counts(output), "command": cmd}
     if rc != 0 or not (run_dir / "results" / "record.json").is_file():
         return {"system": "randopt", "ok": False, "wall_s": seconds, "returncode": rc,

@@ -71,7 +71,7 @@ sys.path.insert(0, str(REPO))
 from bench.racing.racing_bound import report_bound, share_text  # noqa: E402
 from randopt.scoring import answer_cache  # noqa: E402
 from randopt.report import record as rec  # noqa: E402
-from randopt.runtime.jobstats import job_counts  # noqa: E402
+from bench.jobstats import job_counts  # noqa: E402
 from randopt.config import ConfigError, effective_config, load_schema, load_yaml  # noqa: E402
 from randopt.population import sigma_label, topk_size  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402

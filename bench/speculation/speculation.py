@@ -34,6 +34,12 @@ VLLM_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1", "VLLM_NO_
             "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
+
+def draft_stats(engine) -> dict:
+    """engine.speculation population: draft tokens proposed and accepted since the last call (rank 0's), read
+    through the worker extension (randopt/engines/vllm_worker.py); only this bench reads them."""
+    return engine.llm.collective_rpc("randopt_draft_stats")[0]
+
 def arm(args) -> None:
     os.environ.update(VLLM_ENV)
     from randopt.engines.factory import make_engine
@@ -57,9 +63,8 @@ def arm(args) -> None:
     # warm-up on unrelated prompts: compiles what the first generate compiles, and stores no draft of these
     engine.generate([engine.chat_prompt(f"Write the number {i} in words.") for i in range(args.prompts)],
                     args.max_tokens, list(spec.stop))
-    stats = getattr(engine, "draft_stats", lambda: {})
     if args.speculation != "none":
-        stats()  # reset: the warm-up's drafts are not the members'
+        draft_stats(engine)  # reset: the warm-up's drafts are not the members'
     members = []
     for index in range(args.members):
         seed, sigma = (BASE, 0.0) if index == 0 else (index, args.sigma)
@@ -68,7 +73,7 @@ def arm(args) -> None:
         seconds = time.perf_counter() - t
         members.append({"index": index, "seed": seed, "sigma": sigma, "seconds": seconds,
                         "tokens": int(rows["n_tokens"].sum()), "finish_length": int((rows["finish"] == "length").sum()),
-                        "drafts": stats() if args.speculation != "none" else {},
+                        "drafts": draft_stats(engine) if args.speculation != "none" else {},
                         "answers": rows["completion"].tolist(), "correct": rows["correct"].astype(bool).tolist(),
                         "problem_ids": rows["problem_id"].tolist()})
         print(f"member {index}: {seconds:.2f} s, {members[-1]['tokens']} tokens, {members[-1]['drafts']}", flush=True)

@@ -153,10 +153,6 @@ class VllmEngine:
     def restore_base(self) -> None:
         self.llm.collective_rpc("randopt_restore")
 
-    def draft_stats(self) -> dict:
-        """engine.speculation population: draft tokens proposed and accepted since the last call (rank 0's)."""
-        return self.llm.collective_rpc("randopt_draft_stats")[0]
-
     def perturbable_names(self) -> list[str]:
         from randopt.engines.vllm_layouts import checkpoint_shapes
         return list(checkpoint_shapes(self.model_dir))

@@ -201,11 +201,6 @@ def gaussian_index(index: np.ndarray, ka: int, kb: int) -> np.ndarray:
     return gaussian_bits_of_hash(hash_index(index, ka, kb)).view(np.float32)
 
 
-def negative_mask_range(start: int, stop: int, ka: int, kb: int) -> torch.Tensor:
-    """CPU: the bool mask R == -1 for logical indices start..stop-1, through numpy uint32."""
-    return torch.from_numpy(negative_mask_index(np.arange(start, stop, dtype=np.uint32), ka, kb))
-
-
 def negative_mask(index: torch.Tensor, ka: int, kb: int) -> torch.Tensor:
     """The bool mask R == -1 at logical indices ``index`` (int64, any shape), on index's device:
     numpy uint32 on the CPU (fast), int64 torch arithmetic elsewhere."""

@@ -178,7 +178,7 @@ def file_states(root: Path, under: tuple[str, ...] = ("data", "results")) -> dic
 
 def jobs_run(proc: subprocess.CompletedProcess) -> dict[str, int]:
     """Rule -> number of jobs Snakemake reports it ran (its 'Job stats' table); `all` left out."""
-    from randopt.runtime.jobstats import job_counts
+    from bench.jobstats import job_counts
     return job_counts(proc.stdout + proc.stderr)
 
 
