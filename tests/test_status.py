@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from randopt.keys import run_keys
+from randopt.runtime import seed_progress
 from randopt.runtime.status import Shard, eta_seconds, read_shard
 from tests.conftest import REPO
 from tests.support.workflow import effective_config, run_and_kill, run_workflow, tiny_config
@@ -35,7 +36,7 @@ def half_finished_runs(workdir, model_dir) -> dict:
                  f"{shards}/sigma=0.01/seeds_0002-0003.parquet")
     half = status(workdir)
     logs = workdir / "logs" / "evaluate_shard" / eval_key / "sigma=0.02"
-    started = lambda: any("seed 0 sigma 0.02: reward" in p.read_text() for p in logs.glob("*.log"))  # noqa: E731
+    started = lambda: any(seed_progress.finished(p.read_text()) for p in logs.glob("*.log"))  # noqa: E731
     run_and_kill(workdir, config, started)
     return {"workdir": workdir, "shards": shards, "logs": logs, "half": half, "killed": status(workdir)}
 
@@ -55,7 +56,7 @@ def test_status_of_a_half_finished_run(status_runs_started):
     for stem in ("seeds_0000-0001", "seeds_0002-0003"):
         done, state = shard_line(text, f"sigma=0.02/{stem}")[1:]
         log = logs / f"{stem}.log"
-        lines = log.read_text().count(" sigma 0.02: reward ") if log.is_file() else 0
+        lines = len(seed_progress.finished(log.read_text())) if log.is_file() else 0
         if (tmp_path / shards / f"sigma=0.02/{stem}.parquet").is_file():
             assert (done, state) == ("2/2", "done")
         else:
@@ -72,19 +73,20 @@ def write_log(path, text):
 def test_shard_states_from_its_log_and_table(tmp_path):
     stem = tmp_path / "logs" / "evaluate_shard" / "k" / "sigma=0.01"
     assert read_shard(tmp_path, "k", "0.01", 0, 3).state == "waiting"
-    write_log(stem / "seeds_0000-0003.log", "INFO seed 0 sigma 0.01: reward 0.250 (2.0 s)\n"
+    write_log(stem / "seeds_0000-0003.log", f"INFO {seed_progress.line(0, 0.01, 0.25, 2.0)}\n"
                                             "sigma 0.01:  25% 1/4 [00:02<00:06, 2.00s/seed]\n"
-                                            "INFO seed 1 sigma 0.01: reward 0.500 (4.0 s)\n")
+                                            f"INFO {seed_progress.line(1, 0.01, 0.5, 4.0)}\n"
+                                            '2026-12-04 evaluate_shard INFO seed-done {"seed": 2, "sig\n')  # cut short by a kill
     shard = read_shard(tmp_path, "k", "0.01", 0, 3)
     assert (shard.done, shard.total, shard.state, shard.seed_seconds) == (2, 4, "running", [2.0, 4.0])
     assert read_shard(tmp_path, "k", "0.01", 0, 3, active=False).state == "stopped"
     # a resumed shard: seeds read back from the answer cache count as done, but not towards the pace
-    write_log(stem / "seeds_0000-0003.log", "INFO seed 0 sigma 0.01: reward 0.250 (cached)\n"
-                                            "INFO seed 1 sigma 0.01: reward 0.500 (cached)\n"
-                                            "INFO seed 2 sigma 0.01: reward 0.500 (3.0 s)\n")
+    write_log(stem / "seeds_0000-0003.log", f"INFO {seed_progress.line(0, 0.01, 0.25, None)}\n"
+                                            f"INFO {seed_progress.line(1, 0.01, 0.5, None)}\n"
+                                            f"INFO {seed_progress.line(2, 0.01, 0.5, 3.0)}\n")
     shard = read_shard(tmp_path, "k", "0.01", 0, 3)
     assert (shard.done, shard.seed_seconds) == (3, [3.0])
-    write_log(stem / "seeds_0000-0003.log", "INFO seed 0 sigma 0.01: reward 0.250 (2.0 s)\nerror: out of memory\n")
+    write_log(stem / "seeds_0000-0003.log", f"INFO {seed_progress.line(0, 0.01, 0.25, 2.0)}\nerror: out of memory\n")
     assert read_shard(tmp_path, "k", "0.01", 0, 3).state == "failed"
     table = tmp_path / "results" / "shards" / "k" / "sigma=0.01" / "seeds_0000-0003.parquet"
     write_log(table, "")

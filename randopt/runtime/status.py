@@ -4,7 +4,7 @@
 
 Works during a run or after it, from what the run leaves on disk: a shard whose table exists is
 done; a shard still running (or stopped) counts the seeds its log reports finished (evaluate_shard
-logs one "seed N sigma S: reward R (T s)" line per seed); a shard is running only while a Snakemake
+logs one structured line a seed: randopt/runtime/seed_progress.py); a shard is running only while a Snakemake
 run holds the directory (its lock files), else it is stopped. The config is the workflow's: the repo's
 config/config.yaml with the --configfile files merged over it in order, as Snakemake merges them.
 """
@@ -22,9 +22,8 @@ import yaml
 from randopt.config import ConfigError, effective_config
 from randopt.keys import run_keys
 from randopt.population import Population, shard_stem, sigma_label
+from randopt.runtime import seed_progress
 
-# evaluate_shard's line per seed: "(T s)" when generated, "(cached)" when read back from the answer cache
-SEED_LINE = re.compile(r"\bseed (\d+) sigma \S+: reward \S+ \((?:([0-9.]+) s|cached)\)")
 FAILED = re.compile(r"^(error: |Traceback )", re.M)
 
 
@@ -57,8 +56,8 @@ def read_shard(run_dir: Path, eval_key: str, sigma: str, first: int, last: int, 
     table = run_dir / "results" / "shards" / eval_key / f"{stem}.parquet"
     log = run_dir / "logs" / "evaluate_shard" / eval_key / f"{stem}.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
-    finished = {int(m.group(1)): m.group(2) for m in SEED_LINE.finditer(text)}
-    seconds = [float(t) for t in finished.values() if t is not None]  # the ETA's rate: generated seeds only
+    finished = seed_progress.finished(text)
+    seconds = [t for t in finished.values() if t is not None]  # the ETA's rate: generated seeds only
     if table.is_file():
         return Shard(sigma, first, last, last - first + 1, "done", seconds)
     state = ("waiting" if not log.is_file() else "failed" if FAILED.search(text)

@@ -22,6 +22,7 @@ from randopt.engines.base import Engine
 from randopt.scoring.scorer import Scorer, DecodeSpec
 from randopt.engines.switch import engine_drift
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
+from randopt.runtime import seed_progress
 from randopt.runtime.progress import progress
 from randopt.tasks import registry
 
@@ -48,11 +49,7 @@ def run(*, make_engines: list[Callable[[], Engine]], decode: dict, train: str, s
     answered = dispatch.over_scorers(scorers, groups,
                                      lambda scorer, group: answer_seeds(scorer, group, sigma, everything).items())
     for seed, (frame, seconds) in progress(answered, total=len(seeds), desc=f"sigma {sigma:g}", unit="seed"):
-        # randopt/runtime/status.py reads these lines: "(T s)" for a seed generated now, "(cached)" for one read back
-        if seconds is not None:
-            log.info("seed %d sigma %g: reward %.3f (%.1f s)", seed, sigma, frame["correct"].mean(), seconds)
-        else:
-            log.info("seed %d sigma %g: reward %.3f (cached)", seed, sigma, frame["correct"].mean())
+        log.info(seed_progress.line(seed, sigma, frame["correct"].mean(), seconds))   # make status reads it
         frames[seed] = frame
     table = pd.concat([frames[seed] for seed in seeds], ignore_index=True)   # seed order, whoever answered
     with atomic_path(out) as tmp:
