@@ -109,26 +109,58 @@ def test_config_yaml_sets_only_what_differs_from_the_schema_defaults():
 @pytest.mark.parametrize("bad, key, says", [
     ({"gsm8k": {"generated": {"seed": 1, "n_train_pool": 9, "n_test_pool": 9, "sed": 2}}}, "gsm8k.generated",
      "unknown key(s) ['sed']"),
-    ({"gsm8k": {"generated": {"n_train_pool": "many"}}}, "gsm8k.generated.n_train_pool", "is not of type 'integer'"),
+    ({"gsm8k": {"generated": {"n_train_pool": "many"}}}, "gsm8k.generated.n_train_pool",
+     'must be an integer (got "many", a string); the default is 2000'),
     ({"gsm8k": {"generated": {"difficulty": "impossible"}}}, "gsm8k.generated.difficulty",
-     "is none of: one of 'easy', 'medium', 'hard'; a mapping"),
+     'must be one of "easy", "medium", "hard" or a mapping (got "impossible"); the default is "easy"'),
     ({"gsm8k": {"generated": {"difficulty": {"max_steps": 3}}}}, "gsm8k.generated.difficulty",
-     "key 'max_steps': 3 is not one of [1, 2]"),
+     "key 'max_steps': must be one of 1, 2 (got 3)"),
     # an unused block is typed too: a typo there is not silently kept
     ({"gsm8k": {"jsonl": {"path": "x", "paht": "y"}}}, "gsm8k.jsonl", "unknown key(s) ['paht']"),
     ({"gsm8k": {"hub": {"repo": "openai/gsm8k"}}}, "gsm8k.hub", "missing key(s) ['revision']"),
-    ({"heldout": {"synthetic": {"n_docs": 0}}}, "heldout.synthetic.n_docs", "less than the minimum of 1"),
+    ({"heldout": {"synthetic": {"n_docs": 0}}}, "heldout.synthetic.n_docs", "must be >= 1 (got 0); the default is 32"),
     ({"heldout": {"jsonl": {"path": "a.jsonl", "rows": 3}}}, "heldout.jsonl", "unknown key(s) ['rows']"),
-    ({"heldout": {"parquet": {"path": 7}}}, "heldout.parquet.path", "is not of type"),
-    ({"heldout": {"hub": {"revision": "f" * 40, "start": -1}}}, "heldout.hub.start", "less than the minimum of 0"),
+    ({"heldout": {"parquet": {"path": 7}}}, "heldout.parquet.path", "must be a string or null (got 7, an integer)"),
+    ({"heldout": {"hub": {"revision": "f" * 40, "start": -1}}}, "heldout.hub.start", "must be >= 0 (got -1); the default is 0"),
     ({"heldout": {"source": "parquet"}}, "heldout.parquet.path", "heldout.source is 'parquet' but no path is given"),
-    ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization", "greater than the maximum of 1"),
-    ({"engine": {"gpu_memory_utilization": "half"}}, "engine.gpu_memory_utilization", "is none of: a number > 0 <= 1; 'auto'"),
-    ({"engine": {"engines_per_gpu": 0}}, "engine.engines_per_gpu", "less than the minimum of 1"),
+    ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization",
+     'must be <= 1 (got 1.5); the default is "auto"'),
+    ({"engine": {"gpu_memory_utilization": "half"}}, "engine.gpu_memory_utilization",
+     'must be a number > 0 <= 1 or "auto" (got "half")'),
+    ({"engine": {"engines_per_gpu": 0}}, "engine.engines_per_gpu", 'must be >= 1 (got 0); the default is "auto"'),
 ])
 def test_source_blocks_are_typed(bad, key, says):
     with pytest.raises(ConfigError, match=re.escape(f"config key '{key}'") + ".*" + re.escape(says)):
         validate(bad)
+
+
+# --- a schema error says the fix: the bound, what was given, the default; a typo gets the nearest name ----
+
+@pytest.mark.parametrize("bad, says", [
+    ({"population": {"n_seeds": 0}}, "config key 'population.n_seeds': must be >= 1 (got 0); the default is 32"),
+    ({"population": {"sigmas": [0.002, 0.0]}}, "config key 'population.sigmas.1': must be > 0 (got 0.0)"),
+    ({"selection": {"miss_budget": 1}}, "config key 'selection.miss_budget': must be < 1 (got 1); the default is 0.1"),
+    ({"engine": {"draft_tokens": 64}}, "config key 'engine.draft_tokens': must be <= 32 (got 64); the default is 8"),
+    ({"engine": {"kind": "vlm"}},
+     'config key \'engine.kind\': must be one of "torch", "vllm" (got "vlm"; did you mean "vllm"?); the default is "torch"'),
+    ({"decode": {"max_tokens": "many"}},
+     'config key \'decode.max_tokens\': must be an integer (got "many", a string); the default is 32'),
+    ({"run_name": "my run"}, 'config key \'run_name\': must match the pattern ^[A-Za-z0-9_.-]+$ (got "my run"); '
+                             'the default is "randopt"'),
+    ({"populaton": {"n_seeds": 4}}, "config key '(top level)': unknown key(s) ['populaton']; did you mean 'population'? "
+                                    "allowed: ['decode', "),
+    ({"population": {"n_seed": 4}}, "config key 'population': unknown key(s) ['n_seed']; did you mean 'n_seeds'? "
+                                    "allowed: ['n_seeds', 'shard_size', 'sigmas']"),
+    ({"population": {"seeds": 4, "sigma": [0.1]}},
+     "unknown key(s) ['seeds', 'sigma']; did you mean 'n_seeds' for 'seeds', 'sigmas' for 'sigma'?"),
+    ({"engine": {"cuda_mps": "yes"}}, 'config key \'engine.cuda_mps\': must be "auto" or true or false (got "yes"); '
+                                      'the default is "auto"'),
+])
+def test_a_schema_error_says_the_bound_the_value_given_and_the_default(bad, says):
+    with pytest.raises(ConfigError) as err:
+        validate(bad)
+    assert says in str(err.value)
+    assert "\n" not in str(err.value)  # one line
 
 
 def test_a_source_is_checked_by_the_same_definition_in_config_and_cli():
@@ -176,8 +208,8 @@ def test_the_schema_lists_the_kernels_noise_kinds_with_rademacher_the_default():
 
 
 def test_an_unknown_noise_kind_names_the_key_and_the_kinds():
-    with pytest.raises(ConfigError, match=re.escape("config key 'perturbation.noise': 'uniform' is not one of "
-                                                    "['rademacher', 'gaussian']")):
+    with pytest.raises(ConfigError, match=re.escape("config key 'perturbation.noise': must be one of \"rademacher\", "
+                                                    "\"gaussian\" (got \"uniform\"); the default is \"rademacher\"")):
         validate({"perturbation": {"noise": "uniform"}})
 
 
@@ -212,7 +244,7 @@ def test_an_unknown_noise_kind_fails_when_snakemake_builds_the_dag(tmp_path):
                           capture_output=True, text=True, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "config key 'perturbation.noise': 'uniform' is not one of ['rademacher', 'gaussian']" in out, out[-3000:]
+    assert 'config key \'perturbation.noise\': must be one of "rademacher", "gaussian" (got "uniform")' in out, out[-3000:]
     assert not (tmp_path / "run" / "results").exists()
 
 

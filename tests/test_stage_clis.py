@@ -83,10 +83,10 @@ def train_file(tmp_path):
 
 
 @pytest.mark.parametrize("decode, options, says", [
-    ({"max_tokens": 0}, {}, "--decode key 'max_tokens': 0 is less than the minimum of 1"),
+    ({"max_tokens": 0}, {}, "--decode key 'max_tokens': must be >= 1 (got 0); the default is 32"),
     ({"max_tokens": 8, "stopp": []}, {}, "--decode: unknown key(s) ['stopp']"),
     ({"max_tokens": 8}, {"batchsize": 4}, "--engine-options: unknown key(s) ['batchsize']"),
-    ({"max_tokens": 8}, {"batch_size": "4"}, "--engine-options key 'batch_size': '4' is not of type 'integer'"),
+    ({"max_tokens": 8}, {"batch_size": "4"}, '--engine-options key \'batch_size\': must be an integer (got "4", a string)'),
 ])
 def test_engine_stage_cli_checks_decode_and_engine_options(tmp_path, capsys, decode, options, says):
     """Checked before any engine loads (the model dir here does not even exist): exit 2, one line."""
