@@ -49,7 +49,8 @@ def validate(config: dict) -> dict:
     def label(path):
         return f"config key '{'.'.join(map(str, path)) or '(top level)'}'"
 
-    validate_block(config, load_schema(), label)
+    schema = load_schema()
+    validate_block(config, schema, label)
     population = population_size(config)
     too_far = [r for r in config["export"]["ranks"] if r > population]
     if too_far:
@@ -85,6 +86,7 @@ def validate(config: dict) -> dict:
         compute_dtype.for_config(config)
     except ValueError as err:
         raise ConfigError(f"config key 'engine.compute_dtype': {err}") from None
+    _check_other_engines_knobs(config["engine"], schema["properties"]["engine"]["properties"])
     if config["engine"]["worker_process"] and config["engine"]["kind"] != "vllm":
         raise ConfigError("config key 'engine.worker_process': a worker process of its own is vLLM's layout "
                           "(engine.kind vllm); the torch engine runs in its job's process: set it to false")
@@ -121,6 +123,37 @@ def _check_speculation(engine: dict) -> None:
     why = unsupported_reason()
     if why:
         raise ConfigError(f"config key 'engine.speculation': {why}")
+
+
+# vLLM's knobs that the torch engine never reads: what each is, and what a value other than the schema's default
+# would do under torch. (torch's own knobs under vLLM are refused where they are checked: compute_dtype,
+# member_batch, torch_decode, perturbation.switch; worker_process and speculation are vLLM's, refused under torch.)
+_VLLM_ONLY = {
+    "tensor_parallel_size": ("GPUs per engine", "it enters the evaluation and bpb keys, so every search and "
+                                                "scoring stage would rerun for nothing"),
+    "gpu_memory_utilization": ("its share of the card", "the torch engine takes the memory it needs, so the cap "
+                                                        "would hold nothing back"),
+}
+# engine.device values vLLM accepts: it runs on the GPUs its job claims (tensor_parallel_size of them), so it
+# reads no device, and any other value would only move the evaluation key.
+_VLLM_DEVICES = ("auto", "cuda")
+
+
+def _check_other_engines_knobs(engine: dict, schema: dict) -> None:
+    """An engine knob set for the engine the run does not use is refused, not ignored: it changes nothing the
+    engine does, yet may change the keys (a rerun of everything) or promise what the run does not do."""
+    if engine["kind"] == "torch":
+        for key, (what, why) in _VLLM_ONLY.items():
+            default = schema[key]["default"]
+            if engine[key] != default:
+                raise ConfigError(f"config key 'engine.{key}': {engine[key]!r} is vLLM's ({what}) and engine.kind is "
+                                  f"torch, which never reads it; {why}: set it to {default!r} (the default), or use "
+                                  f"engine.kind vllm")
+    elif engine["device"] not in _VLLM_DEVICES:
+        raise ConfigError(f"config key 'engine.device': {engine['device']!r} is the torch engine's choice; vLLM reads no "
+                          f"device (it runs on the GPUs its job claims, engine.tensor_parallel_size of them), and the "
+                          f"value enters the evaluation and bpb keys, so every stage would rerun for nothing; use "
+                          f"device: cuda with engine.kind vllm, or engine.kind torch")
 
 
 def _check_member_batch(config: dict) -> None:

@@ -197,6 +197,35 @@ def test_a_worker_process_is_vllms_and_changes_no_key():
     assert validate({"engine": vllm})["engine"]["worker_process"] is False
     assert run_keys(validate({"engine": vllm | {"worker_process": True}})) == run_keys(validate({"engine": vllm}))
 
+# --- a knob of the engine the run does not use -------------------------------------------------------
+
+@pytest.mark.parametrize("engine, says", [
+    # vLLM's GPUs per engine would enter the eval key under torch: everything recomputed for nothing (issue 47)
+    ({"tensor_parallel_size": 3}, "config key 'engine.tensor_parallel_size': 3 is vLLM's (GPUs per engine) and "
+                                  "engine.kind is torch, which never reads it; it enters the evaluation and bpb keys"),
+    ({"kind": "torch", "device": "cuda", "gpu_memory_utilization": 0.5},
+     "config key 'engine.gpu_memory_utilization': 0.5 is vLLM's (its share of the card) and engine.kind is torch"),
+    # vLLM reads no device, yet the device is in the eval key
+    ({"kind": "vllm", "device": "cpu"}, "config key 'engine.device': 'cpu' is the torch engine's choice; vLLM reads no "
+                                        "device"),
+    ({"kind": "vllm", "device": "cuda:1"}, "config key 'engine.device': 'cuda:1' is the torch engine's choice"),
+])
+def test_a_knob_of_the_other_engine_is_refused_with_the_fix(engine, says):
+    with pytest.raises(ConfigError) as err:
+        validate({"engine": engine})
+    assert says in str(err.value)
+    assert "use engine.kind" in str(err.value) or "engine.kind torch" in str(err.value)
+
+
+def test_the_same_knobs_pass_with_their_own_engine_and_at_their_defaults():
+    vllm = validate({"engine": {"kind": "vllm", "device": "cuda", "tensor_parallel_size": 2,
+                                "gpu_memory_utilization": 0.5}})["engine"]
+    assert (vllm["tensor_parallel_size"], vllm["gpu_memory_utilization"]) == (2, 0.5)
+    assert validate({"engine": {"kind": "vllm"}})["engine"]["device"] == "auto"
+    torch = validate({"engine": {"kind": "torch", "device": "cuda:1", "tensor_parallel_size": 1,
+                                 "gpu_memory_utilization": "auto"}})["engine"]
+    assert torch["device"] == "cuda:1"
+
 # --- perturbation.noise -------------------------------------------------------------------------------
 
 def test_the_schema_lists_the_kernels_noise_kinds_with_rademacher_the_default():

@@ -144,6 +144,18 @@ def test_tensor_parallel_size_must_divide_the_heads_at_dag_build(tmp_path, tiny_
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def test_a_tensor_parallel_size_under_the_torch_engine_fails_at_dag_build(tmp_path):
+    """vLLM's GPUs per engine under the torch engine (issue 47): once accepted silently into the eval key, so a
+    run recomputed everything for a knob no engine read."""
+    proc = dry_run(tmp_path, {"engine": {"tensor_parallel_size": 3}})
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert ("invalid config: config key 'engine.tensor_parallel_size': 3 is vLLM's (GPUs per engine) and engine.kind "
+            "is torch, which never reads it" in out and "set it to 1 (the default), or use engine.kind vllm" in out), \
+        out[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
 def engine_commands(proc) -> list[str]:
     stages = ("scripts.evaluate_shard", "scripts.evaluate_members", "scripts.score_bpb")
     return [line for line in proc.stdout.splitlines() if any(s in line for s in stages)]
