@@ -84,6 +84,7 @@ include: "rules/lm_eval.smk"
 # (engine.cuda_mps; randopt/runtime/mps_daemon.py) serve this run only: the daemon starts with it, and both stop
 # when it ends, however it ends (a killed run's engines after keep_loaded_s idle seconds, then its daemon).
 onstart:
+    check_engine_here()
     start_run_engines()
 
 

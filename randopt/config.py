@@ -7,7 +7,9 @@ arguments with randopt/schema.py, so editing these checks reruns no stage (rando
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -269,6 +271,17 @@ def check_model_files(config: dict) -> None:
         divisors = [d for d in range(1, heads + 1) if heads % d == 0]
         raise ConfigError(f"config key 'engine.tensor_parallel_size': {tp} does not divide the {heads} attention "
                           f"heads of {path} (config.json num_attention_heads); use one of {divisors}")
+
+
+def check_engine_installed(config: dict) -> None:
+    """engine.kind vllm needs vLLM in the Python that runs the jobs (this one: the stages run as its modules).
+    Found, not imported (importing vLLM takes seconds). The workflow asks only where jobs will run on this host
+    (rules/common.smk, check_engine_here): a dry run of a GPU config on a CPU machine is a legitimate use."""
+    if config["engine"]["kind"] == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"config key 'engine.kind': vllm, but vLLM is not installed in this Python ({sys.executable}); "
+                          "install the GPU stack in a venv of its own and run its snakemake (docs/gpu.md: python3 -m "
+                          "venv .venv-gpu && .venv-gpu/bin/pip install -r envs/requirements-gpu.txt), or use "
+                          "engine.kind torch")
 
 
 def model_attention_heads(model_dir: Path) -> int | None:

@@ -156,6 +156,30 @@ def test_a_tensor_parallel_size_under_the_torch_engine_fails_at_dag_build(tmp_pa
     assert not (tmp_path / "results").exists()
 
 
+def test_vllm_missing_here_fails_at_the_runs_start_not_under_a_dry_run(tmp_path):
+    """engine.kind vllm on a host without vLLM (issue 47: it failed only inside evaluate_shard). A dry run of a
+    GPU config on a CPU machine stays legitimate; a run that would start engine jobs here stops at its start
+    (onstart), before any job, with the key, the problem and the install; one that needs no engine runs."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: the run would start")
+    overlay = {"engine": {"kind": "vllm", "device": "cuda"}}
+    assert dry_run(tmp_path / "dry", overlay).returncode == 0
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(overlay))
+    run = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--configfile", str(tmp_path / "c.yaml"), "--cores", "1"]
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert ("invalid config: config key 'engine.kind': vllm, but vLLM is not installed in this Python" in out
+            and "pip install -r envs/requirements-gpu.txt), or use engine.kind torch" in out), out[-3000:]
+    assert not any((tmp_path / d).exists() for d in ("data", "results", "logs"))  # no job ran
+    # the held-out text needs no engine: that run goes ahead
+    proc = subprocess.run([*run, "fetch_fineweb"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert list((tmp_path / "data" / "heldout").glob("*/heldout.jsonl"))
+
+
 def engine_commands(proc) -> list[str]:
     stages = ("scripts.evaluate_shard", "scripts.evaluate_members", "scripts.score_bpb")
     return [line for line in proc.stdout.splitlines() if any(s in line for s in stages)]
