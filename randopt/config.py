@@ -23,13 +23,51 @@ from randopt.selection.rules import EXACT_MAX_PROBLEMS
 
 
 def load_yaml(path: str | Path) -> dict:
+    """A config file's mapping; a YAML error names the file, line and column (FILE:LINE:COLUMN, as editors
+    read it), where Snakemake's own message for a config file names neither."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
-    data = yaml.safe_load(path.read_text())  # safe_load: a config can never construct objects
+    try:
+        data = yaml.safe_load(path.read_text())  # safe_load: a config can never construct objects
+    except yaml.MarkedYAMLError as err:
+        raise ConfigError(yaml_error_message(path, err)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
     return data
+
+
+def yaml_error_message(path: Path, err: yaml.MarkedYAMLError) -> str:
+    """One line: FILE:LINE:COLUMN (1-based, where the parser stopped), what it found there and what it was
+    parsing (where that began), then the fix."""
+    mark = err.problem_mark or err.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    context = ""
+    if err.context:
+        at = f" at line {err.context_mark.line + 1}, column {err.context_mark.column + 1}" if err.context_mark else ""
+        context = f" ({err.context}{at})"
+    fix = ("a config holds plain values only: remove the tag" if isinstance(err, yaml.constructor.ConstructorError)
+           else "fix the YAML there")
+    return f"{where}: not valid YAML: {err.problem or err.context}{context}; {fix}"
+
+
+def exit_on_a_yaml_error(configfiles) -> None:
+    """Snakemake reads the --configfile files in its command line, before the Snakefile runs, and says only "not
+    valid JSON or YAML" of a syntax error. The workflow profile (profiles/default/config.yaml) is read before
+    them and calls this: a file that is not valid YAML exits here, naming its file, line and column. Snakemake
+    reads JSON first, so a valid JSON file passes as it does there; a missing file is Snakemake's to report."""
+    for path in map(Path, configfiles):
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_text())
+            continue
+        except ValueError:
+            pass
+        try:
+            load_yaml(path)
+        except ConfigError as err:
+            sys.exit(f"invalid config: {err}")
 
 
 def effective_config(configfiles) -> dict:

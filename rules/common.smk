@@ -4,8 +4,6 @@ import os
 import shlex
 import sys
 
-sys.path.insert(0, workflow.basedir)
-
 from randopt.config import (ConfigError, check_engine_installed, check_model_files, check_task_files, decode_for,
                             gsm8k_source, heldout_source, problems_block, problems_key, task_spec, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config

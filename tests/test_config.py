@@ -43,6 +43,67 @@ def test_yaml_is_loaded_safely(tmp_path):
         load_yaml(path)
 
 
+# --- a YAML error names its file, line and column ---------------------------------------------------
+
+BROKEN_YAML = "engine:\n  kind: torch\n  batch_size: [8, 16\nrun_name: x\n"  # the list never closes
+
+
+def test_a_yaml_error_names_the_file_line_and_column(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text(BROKEN_YAML)
+    with pytest.raises(ConfigError) as err:
+        load_yaml(path)
+    assert str(err.value) == (f"{path}:4:9: not valid YAML: expected ',' or ']', but got ':' (while parsing a flow "
+                              "sequence at line 3, column 15); fix the YAML there")
+    path.write_text("engine:\n\tkind: torch\n")  # a tab
+    with pytest.raises(ConfigError, match=re.escape(f"{path}:2:1: not valid YAML: found character '\\t'")):
+        load_yaml(path)
+
+
+def test_the_profile_check_of_configfiles_exits_on_yaml_only(tmp_path):
+    """exit_on_a_yaml_error (run by the workflow profile before Snakemake reads --configfile): a YAML error exits
+    naming file and line; what Snakemake reads fine (JSON, even tab-indented) or reports itself (no file) passes."""
+    from randopt.config import exit_on_a_yaml_error
+    (tmp_path / "tabs.json").write_text('{\n\t"run_name": "x"\n}\n')
+    (tmp_path / "ok.yaml").write_text("run_name: x\n")
+    exit_on_a_yaml_error([tmp_path / "tabs.json", tmp_path / "ok.yaml", tmp_path / "absent.yaml"])
+    (tmp_path / "broken.yaml").write_text(BROKEN_YAML)
+    with pytest.raises(SystemExit) as exit_:
+        exit_on_a_yaml_error([tmp_path / "ok.yaml", tmp_path / "broken.yaml"])
+    assert str(exit_.value.code).startswith(f"invalid config: {tmp_path / 'broken.yaml'}:4:9: not valid YAML")
+
+
+@pytest.mark.slow
+def test_a_broken_overlay_and_a_broken_embedded_default_name_file_and_line_under_snakemake(tmp_path):
+    """Snakemake itself says only "Config file is not valid JSON or YAML" (issue 47): a --configfile is read by its
+    command line before the Snakefile runs, so the workflow profile reads it first; the embedded default is
+    read by the Snakefile before its configfile: directive."""
+    import subprocess
+
+    from tests.support.workflow import SNAKEMAKE, copy_code
+    overlay = tmp_path / "broken.yaml"
+    overlay.write_text(BROKEN_YAML)
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path / "run"),
+                           "--configfile", str(overlay), "-n"], capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert (f"invalid config: {overlay}:4:9: not valid YAML: expected ',' or ']', but got ':' (while parsing a "
+            "flow sequence at line 3, column 15)") in out, out[-3000:]
+    assert not (tmp_path / "run").exists()
+    code = copy_code(tmp_path / "code")
+    embedded = code / "config" / "config.yaml"
+    lines = embedded.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  device: "))
+    lines[at] = "  device: [cpu"
+    embedded.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(code / "Snakefile"), "--directory", str(tmp_path / "run"),
+                           "-n"], capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    said = f"invalid config: {embedded}:{at + 2}:"  # the parser stops on the next line; the list began on this one
+    assert said in out and f"(while parsing a flow sequence at line {at + 1}, column 11)" in out, out[-3000:]
+
+
 # --- the schema is the one source of defaults and descriptions -----------------------------------
 
 def schema_keys(schema: dict, root: dict, path: str = ""):
