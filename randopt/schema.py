@@ -152,19 +152,20 @@ def _default_hint(err: jsonschema.ValidationError, schema: dict) -> str:
         return ""  # the message is about a key inside the value, which the outer default does not fix
     sub = schema
     for part in err.absolute_path:
-        sub = _resolved(sub, schema)
+        sub = resolve_ref(sub, schema)
         sub = sub.get("items") if isinstance(part, int) else sub.get("properties", {}).get(part)
         if not isinstance(sub, dict):
             return ""
     # a default may sit beside a $ref (the config's blocks reference definitions) or inside its target
-    for where in (sub, _resolved(sub, schema)):
+    for where in (sub, resolve_ref(sub, schema)):
         if "default" in where:
             return f"; the default is {_show(where['default'])}"
     return ""
 
 
-def _resolved(sub: dict, schema: dict) -> dict:
-    """sub with its $ref (into schema's definitions) followed; the keys beside the $ref win."""
+def resolve_ref(sub: dict, schema: dict) -> dict:
+    """sub with its $ref (into schema's definitions) followed; the keys beside the $ref win (the config puts
+    a key's default beside the $ref to its type)."""
     while "$ref" in sub:
         target = schema
         for part in sub["$ref"].lstrip("#/").split("/"):

@@ -3,6 +3,7 @@ import re
 import pytest
 
 from randopt.config import ConfigError, check_source, load_schema, load_yaml, validate
+from randopt.schema import resolve_ref
 from tests.conftest import REPO
 
 
@@ -109,11 +110,7 @@ def test_a_broken_overlay_and_a_broken_embedded_default_name_file_and_line_under
 def schema_keys(schema: dict, root: dict, path: str = ""):
     """(dotted key, its schema) for every property of the config and of the schema's definitions,
     following $ref (the config's engine keys and source blocks are references into definitions)."""
-    if "$ref" in schema:
-        target = root
-        for part in schema["$ref"].lstrip("#/").split("/"):
-            target = target[part]
-        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    schema = resolve_ref(schema, root)
     for name, sub in schema.get("properties", {}).items():
         yield f"{path}{name}", sub, root
         yield from schema_keys(sub, root, f"{path}{name}.")
@@ -121,21 +118,12 @@ def schema_keys(schema: dict, root: dict, path: str = ""):
         yield from schema_keys(branch, root, path)
 
 
-def resolved(sub: dict, root: dict) -> dict:
-    while "$ref" in sub:
-        target = root
-        for part in sub["$ref"].lstrip("#/").split("/"):
-            target = target[part]
-        sub = {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
-    return sub
-
-
 def test_every_schema_key_has_a_description():
     root = load_schema()
     keys = list(schema_keys(root, root)) + [
         (f"definitions.{d}.{k}", s, r) for d in root["definitions"] for k, s, r in schema_keys(root["definitions"][d], root)]
     assert len(keys) > 100
-    missing = [key for key, sub, r in keys if not resolved(sub, r).get("description")]
+    missing = [key for key, sub, r in keys if not resolve_ref(sub, r).get("description")]
     assert not missing, f"schema keys without a description: {missing}"
 
 
