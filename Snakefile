@@ -41,14 +41,26 @@
 #   lint: LOCAL_ENGINE in the engine stages' commands (rules/common.smk says why).
 #   lint: PY in every stage's command (rules/common.smk says why).
 import os
+import sys
 
 from snakemake.utils import min_version
 
 min_version("9.0")
 
+sys.path.insert(0, workflow.basedir)  # this checkout's randopt/, whatever directory the workflow runs in
+from randopt.config import ConfigError, load_yaml
 
-# The embedded default; --configfile files given on the command line are merged over it.
-configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+# The embedded default; --configfile files given on the command line are merged over it. Read here first so that
+# a YAML error in it names its file, line and column (Snakemake's own "not valid JSON or YAML" names neither;
+# Snakemake reads the --configfile files before this file runs: profiles/default/config.yaml reads them first).
+EMBEDDED_CONFIG = os.path.join(workflow.basedir, "config", "config.yaml")
+try:
+    load_yaml(EMBEDDED_CONFIG)
+except ConfigError as err:
+    raise WorkflowError(f"invalid config: {err}")
+
+
+configfile: EMBEDDED_CONFIG
 
 
 include: "rules/common.smk"
@@ -84,6 +96,7 @@ include: "rules/lm_eval.smk"
 # (engine.cuda_mps; randopt/runtime/mps_daemon.py) serve this run only: the daemon starts with it, and both stop
 # when it ends, however it ends (a killed run's engines after keep_loaded_s idle seconds, then its daemon).
 onstart:
+    check_engine_here()
     start_run_engines()
 
 

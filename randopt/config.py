@@ -7,7 +7,9 @@ arguments with randopt/schema.py, so editing these checks reruns no stage (rando
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -21,13 +23,51 @@ from randopt.selection.rules import EXACT_MAX_PROBLEMS
 
 
 def load_yaml(path: str | Path) -> dict:
+    """A config file's mapping; a YAML error names the file, line and column (FILE:LINE:COLUMN, as editors
+    read it), where Snakemake's own message for a config file names neither."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
-    data = yaml.safe_load(path.read_text())  # safe_load: a config can never construct objects
+    try:
+        data = yaml.safe_load(path.read_text())  # safe_load: a config can never construct objects
+    except yaml.MarkedYAMLError as err:
+        raise ConfigError(yaml_error_message(path, err)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
     return data
+
+
+def yaml_error_message(path: Path, err: yaml.MarkedYAMLError) -> str:
+    """One line: FILE:LINE:COLUMN (1-based, where the parser stopped), what it found there and what it was
+    parsing (where that began), then the fix."""
+    mark = err.problem_mark or err.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    context = ""
+    if err.context:
+        at = f" at line {err.context_mark.line + 1}, column {err.context_mark.column + 1}" if err.context_mark else ""
+        context = f" ({err.context}{at})"
+    fix = ("a config holds plain values only: remove the tag" if isinstance(err, yaml.constructor.ConstructorError)
+           else "fix the YAML there")
+    return f"{where}: not valid YAML: {err.problem or err.context}{context}; {fix}"
+
+
+def exit_on_a_yaml_error(configfiles) -> None:
+    """Snakemake reads the --configfile files in its command line, before the Snakefile runs, and says only "not
+    valid JSON or YAML" of a syntax error. The workflow profile (profiles/default/config.yaml) is read before
+    them and calls this: a file that is not valid YAML exits here, naming its file, line and column. Snakemake
+    reads JSON first, so a valid JSON file passes as it does there; a missing file is Snakemake's to report."""
+    for path in map(Path, configfiles):
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_text())
+            continue
+        except ValueError:
+            pass
+        try:
+            load_yaml(path)
+        except ConfigError as err:
+            sys.exit(f"invalid config: {err}")
 
 
 def effective_config(configfiles) -> dict:
@@ -49,7 +89,8 @@ def validate(config: dict) -> dict:
     def label(path):
         return f"config key '{'.'.join(map(str, path)) or '(top level)'}'"
 
-    validate_block(config, load_schema(), label)
+    schema = load_schema()
+    validate_block(config, schema, label)
     population = population_size(config)
     too_far = [r for r in config["export"]["ranks"] if r > population]
     if too_far:
@@ -85,6 +126,7 @@ def validate(config: dict) -> dict:
         compute_dtype.for_config(config)
     except ValueError as err:
         raise ConfigError(f"config key 'engine.compute_dtype': {err}") from None
+    _check_other_engines_knobs(config["engine"], schema["properties"]["engine"]["properties"])
     if config["engine"]["worker_process"] and config["engine"]["kind"] != "vllm":
         raise ConfigError("config key 'engine.worker_process': a worker process of its own is vLLM's layout "
                           "(engine.kind vllm); the torch engine runs in its job's process: set it to false")
@@ -121,6 +163,37 @@ def _check_speculation(engine: dict) -> None:
     why = unsupported_reason()
     if why:
         raise ConfigError(f"config key 'engine.speculation': {why}")
+
+
+# vLLM's knobs that the torch engine never reads: what each is, and what a value other than the schema's default
+# would do under torch. (torch's own knobs under vLLM are refused where they are checked: compute_dtype,
+# member_batch, torch_decode, perturbation.switch; worker_process and speculation are vLLM's, refused under torch.)
+_VLLM_ONLY = {
+    "tensor_parallel_size": ("GPUs per engine", "it enters the evaluation and bpb keys, so every search and "
+                                                "scoring stage would rerun for nothing"),
+    "gpu_memory_utilization": ("its share of the card", "the torch engine takes the memory it needs, so the cap "
+                                                        "would hold nothing back"),
+}
+# engine.device values vLLM accepts: it runs on the GPUs its job claims (tensor_parallel_size of them), so it
+# reads no device, and any other value would only move the evaluation key.
+_VLLM_DEVICES = ("auto", "cuda")
+
+
+def _check_other_engines_knobs(engine: dict, schema: dict) -> None:
+    """An engine knob set for the engine the run does not use is refused, not ignored: it changes nothing the
+    engine does, yet may change the keys (a rerun of everything) or promise what the run does not do."""
+    if engine["kind"] == "torch":
+        for key, (what, why) in _VLLM_ONLY.items():
+            default = schema[key]["default"]
+            if engine[key] != default:
+                raise ConfigError(f"config key 'engine.{key}': {engine[key]!r} is vLLM's ({what}) and engine.kind is "
+                                  f"torch, which never reads it; {why}: set it to {default!r} (the default), or use "
+                                  f"engine.kind vllm")
+    elif engine["device"] not in _VLLM_DEVICES:
+        raise ConfigError(f"config key 'engine.device': {engine['device']!r} is the torch engine's choice; vLLM reads no "
+                          f"device (it runs on the GPUs its job claims, engine.tensor_parallel_size of them), and the "
+                          f"value enters the evaluation and bpb keys, so every stage would rerun for nothing; use "
+                          f"device: cuda with engine.kind vllm, or engine.kind torch")
 
 
 def _check_member_batch(config: dict) -> None:
@@ -236,6 +309,17 @@ def check_model_files(config: dict) -> None:
         divisors = [d for d in range(1, heads + 1) if heads % d == 0]
         raise ConfigError(f"config key 'engine.tensor_parallel_size': {tp} does not divide the {heads} attention "
                           f"heads of {path} (config.json num_attention_heads); use one of {divisors}")
+
+
+def check_engine_installed(config: dict) -> None:
+    """engine.kind vllm needs vLLM in the Python that runs the jobs (this one: the stages run as its modules).
+    Found, not imported (importing vLLM takes seconds). The workflow asks only where jobs will run on this host
+    (rules/common.smk, check_engine_here): a dry run of a GPU config on a CPU machine is a legitimate use."""
+    if config["engine"]["kind"] == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"config key 'engine.kind': vllm, but vLLM is not installed in this Python ({sys.executable}); "
+                          "install the GPU stack in a venv of its own and run its snakemake (docs/gpu.md: python3 -m "
+                          "venv .venv-gpu && .venv-gpu/bin/pip install -r envs/requirements-gpu.txt), or use "
+                          "engine.kind torch")
 
 
 def model_attention_heads(model_dir: Path) -> int | None:

@@ -8,7 +8,9 @@ the same way in a config before any job runs (randopt/config.py) and in a CLI ru
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -58,31 +60,76 @@ def load_schema() -> dict:
 
 
 def _error_message(err: jsonschema.ValidationError) -> str:
-    """One line for a schema error: missing and unknown keys said plainly, the rest as jsonschema says."""
+    """One line for a schema error that says what the key must be and what it got (a fix, not
+    jsonschema's "0 is less than the minimum of 1"); unknown keys and names offer the nearest allowed one."""
+    got, rule = err.instance, err.validator_value
+    bounds = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+    if err.validator in bounds:
+        return f"must be {bounds[err.validator]} {_show(rule)} (got {_show(got)})"
+    if err.validator == "enum":
+        return f"must be one of {', '.join(map(_show, rule))} (got {_show(got)}{_did_you_mean(got, rule)})"
+    if err.validator == "const":
+        return f"must be {_show(rule)} (got {_show(got)})"
+    if err.validator == "type":
+        return f"must be {_describe({'type': rule})} (got {_show(got)}, {_describe({'type': _json_type(got)})})"
+    if err.validator == "pattern":
+        return f"must match the pattern {rule} (got {_show(got)})"
+    if err.validator in ("minItems", "maxItems", "minLength", "maxLength"):
+        least, unit = err.validator.startswith("min"), "item(s)" if err.validator.endswith("Items") else "character(s)"
+        return f"must have at {'least' if least else 'most'} {rule} {unit} (got {_show(got)})"
+    if err.validator == "uniqueItems":
+        return f"must not repeat an item (got {_show(got)})"
     if err.validator == "required":
-        missing = sorted(set(err.validator_value) - set(err.instance))
-        return f"missing key(s) {missing}"
+        missing = sorted(set(rule) - set(got))
+        return f"missing key(s) {missing}; add them to this block"
     if err.validator == "additionalProperties":
         allowed = sorted(err.schema.get("properties", {}))
-        unknown = sorted(set(err.instance) - set(allowed))
+        unknown = sorted(set(got) - set(allowed))
+        guesses = {key: near[0] for key in unknown if (near := difflib.get_close_matches(key, allowed, 1))}
+        if guesses:
+            near = [repr(guesses[unknown[0]])] if len(unknown) == 1 else [f"{v!r} for {k!r}" for k, v in guesses.items()]
+            return f"unknown key(s) {unknown}; did you mean {', '.join(near)}? allowed: {allowed}"
         return f"unknown key(s) {unknown}; allowed: {allowed}"
     if err.validator in ("oneOf", "anyOf"):
-        # an alternative of the instance's own type failed inside (a mapping with a bad key): say what
-        deeper = [e for e in err.context if e.relative_path or e.validator not in ("type", "const", "enum")]
-        if deeper:
-            inner = jsonschema.exceptions.best_match(deeper)
+        inner = _alternative_error(err)
+        if inner is not None:
             where = ".".join(map(str, inner.relative_path))
             return (f"key '{where}': " if where else "") + _error_message(inner)
-        return f"{err.instance!r} is none of: " + "; ".join(_describe(s) for s in err.validator_value)
+        return f"must be {' or '.join(_describe(s) for s in rule)} (got {_show(got)})"
     return err.message
 
 
+def _alternative_error(err: jsonschema.ValidationError) -> jsonschema.ValidationError | None:
+    """Of a oneOf error, the error inside the alternative of the value's own type (a mapping with a bad key,
+    a number out of bounds), or None when the value has none of the alternatives' types."""
+    deeper = [e for e in err.context if e.relative_path or e.validator not in ("type", "const", "enum")]
+    return jsonschema.exceptions.best_match(deeper) if deeper else None
+
+
+def _show(value) -> str:
+    """A value as a config would write it (JSON is YAML's flow style): "auto", null, true, [0.002, 0.004]."""
+    return json.dumps(value)
+
+
+def _json_type(value) -> str:
+    """The schema type name of a config value, for "(got ..., a string)"."""
+    kinds = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
+def _did_you_mean(got, allowed) -> str:
+    """"; did you mean X?" for a string close to one of the allowed strings (a typo), else ""."""
+    names = [a for a in allowed if isinstance(a, str)]
+    near = difflib.get_close_matches(got, names, 1) if isinstance(got, str) else []
+    return f"; did you mean {_show(near[0])}?" if near else ""
+
+
 def _describe(schema: dict) -> str:
-    """A oneOf alternative in words (e.g. "an integer >= 1", "'auto'"), for an error message."""
+    """A oneOf alternative in words (e.g. "an integer >= 1", '"auto"'), for an error message."""
     if "const" in schema:
-        return repr(schema["const"])
+        return _show(schema["const"])
     if "enum" in schema:
-        return "one of " + ", ".join(map(repr, schema["enum"]))
+        return "one of " + ", ".join(map(_show, schema["enum"]))
     words = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
              "null": "null", "array": "a list", "object": "a mapping"}
     kinds = schema.get("type", "value")
@@ -91,14 +138,51 @@ def _describe(schema: dict) -> str:
     return " ".join([text] + [f"{op} {schema[key]}" for op, key in bounds if key in schema])
 
 
+# Errors about a key's own value, after which its schema default is a fix worth naming (not a missing or
+# unknown key inside a mapping, whose default is the whole block).
+_VALUE_ERRORS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "enum", "const", "type", "pattern",
+                 "minItems", "maxItems", "minLength", "maxLength", "uniqueItems", "oneOf", "anyOf")
+
+
+def _default_hint(err: jsonschema.ValidationError, schema: dict) -> str:
+    """"; the default is X" when the failing key has a default in the schema (validate_block's), else ""."""
+    if err.validator not in _VALUE_ERRORS:
+        return ""
+    if err.validator in ("oneOf", "anyOf") and (inner := _alternative_error(err)) is not None and inner.relative_path:
+        return ""  # the message is about a key inside the value, which the outer default does not fix
+    sub = schema
+    for part in err.absolute_path:
+        sub = resolve_ref(sub, schema)
+        sub = sub.get("items") if isinstance(part, int) else sub.get("properties", {}).get(part)
+        if not isinstance(sub, dict):
+            return ""
+    # a default may sit beside a $ref (the config's blocks reference definitions) or inside its target
+    for where in (sub, resolve_ref(sub, schema)):
+        if "default" in where:
+            return f"; the default is {_show(where['default'])}"
+    return ""
+
+
+def resolve_ref(sub: dict, schema: dict) -> dict:
+    """sub with its $ref (into schema's definitions) followed; the keys beside the $ref win (the config puts
+    a key's default beside the $ref to its type)."""
+    while "$ref" in sub:
+        target = schema
+        for part in sub["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        sub = {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
+    return sub
+
+
 def validate_block(instance, schema: dict, label) -> None:
     """Fill defaults into instance and validate it; label(path) names the key of the first error."""
     root = load_schema()
-    validator = _with_defaults(jsonschema.Draft7Validator)(schema | {"definitions": root["definitions"]})
+    schema = schema | {"definitions": root["definitions"]}
+    validator = _with_defaults(jsonschema.Draft7Validator)(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
         err = errors[0]
-        raise ConfigError(f"{label(list(err.absolute_path))}: {_error_message(err)}")
+        raise ConfigError(f"{label(list(err.absolute_path))}: {_error_message(err)}{_default_hint(err, schema)}")
 
 
 def check_selected(section: str, kind: str, block: dict, name) -> None:

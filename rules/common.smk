@@ -4,10 +4,8 @@ import os
 import shlex
 import sys
 
-sys.path.insert(0, workflow.basedir)
-
-from randopt.config import (ConfigError, check_model_files, check_task_files, decode_for, gsm8k_source,
-                            heldout_source, problems_block, problems_key, task_spec, validate)
+from randopt.config import (ConfigError, check_engine_installed, check_model_files, check_task_files, decode_for,
+                            gsm8k_source, heldout_source, problems_block, problems_key, task_spec, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.code_keys import code_version
 from randopt.keys import key_code, round_keys, short_key
@@ -418,6 +416,21 @@ LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "") \
 # job starts engine.engines_per_gpu engines of its own on its GPU group and stops them when it ends. In the
 # shell command like LOCAL_ENGINE: it changes no answer.
 JOB_ENGINES = f" --engines-in-job {ENGINES.per_device}" if ENGINES.per_device > 1 and on_cluster() else ""
+
+
+def check_engine_here():
+    """The run's start (the Snakefile's onstart), before any job: where engine jobs will run on this host, their
+    engine must be installed here (engine.kind vllm: vLLM). Not at DAG build: a dry run of a GPU config on a
+    CPU machine or login node, which has no vLLM, is a legitimate use (onstart never runs under -n), and so is
+    a cluster's submit host (its jobs run elsewhere; on_cluster). Engine jobs are those that claim a GPU or an
+    engine slot (job_resources); a run that only redraws figures needs no engine."""
+    if on_cluster() or workflow.touch:
+        return
+    if any(job.resources.get("gpu", 0) or job.resources.get("engine_slot", 0) for job in workflow.dag.needrun_jobs()):
+        try:
+            check_engine_installed(config)
+        except ConfigError as err:
+            raise WorkflowError(f"invalid config: {err}")
 
 
 def start_run_engines():

@@ -3,6 +3,7 @@ import re
 import pytest
 
 from randopt.config import ConfigError, check_source, load_schema, load_yaml, validate
+from randopt.schema import resolve_ref
 from tests.conftest import REPO
 
 
@@ -43,16 +44,73 @@ def test_yaml_is_loaded_safely(tmp_path):
         load_yaml(path)
 
 
+# --- a YAML error names its file, line and column ---------------------------------------------------
+
+BROKEN_YAML = "engine:\n  kind: torch\n  batch_size: [8, 16\nrun_name: x\n"  # the list never closes
+
+
+def test_a_yaml_error_names_the_file_line_and_column(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text(BROKEN_YAML)
+    with pytest.raises(ConfigError) as err:
+        load_yaml(path)
+    assert str(err.value) == (f"{path}:4:9: not valid YAML: expected ',' or ']', but got ':' (while parsing a flow "
+                              "sequence at line 3, column 15); fix the YAML there")
+    path.write_text("engine:\n\tkind: torch\n")  # a tab
+    with pytest.raises(ConfigError, match=re.escape(f"{path}:2:1: not valid YAML: found character '\\t'")):
+        load_yaml(path)
+
+
+def test_the_profile_check_of_configfiles_exits_on_yaml_only(tmp_path):
+    """exit_on_a_yaml_error (run by the workflow profile before Snakemake reads --configfile): a YAML error exits
+    naming file and line; what Snakemake reads fine (JSON, even tab-indented) or reports itself (no file) passes."""
+    from randopt.config import exit_on_a_yaml_error
+    (tmp_path / "tabs.json").write_text('{\n\t"run_name": "x"\n}\n')
+    (tmp_path / "ok.yaml").write_text("run_name: x\n")
+    exit_on_a_yaml_error([tmp_path / "tabs.json", tmp_path / "ok.yaml", tmp_path / "absent.yaml"])
+    (tmp_path / "broken.yaml").write_text(BROKEN_YAML)
+    with pytest.raises(SystemExit) as exit_:
+        exit_on_a_yaml_error([tmp_path / "ok.yaml", tmp_path / "broken.yaml"])
+    assert str(exit_.value.code).startswith(f"invalid config: {tmp_path / 'broken.yaml'}:4:9: not valid YAML")
+
+
+@pytest.mark.slow
+def test_a_broken_overlay_and_a_broken_embedded_default_name_file_and_line_under_snakemake(tmp_path):
+    """Snakemake itself says only "Config file is not valid JSON or YAML" (issue 47): a --configfile is read by its
+    command line before the Snakefile runs, so the workflow profile reads it first; the embedded default is
+    read by the Snakefile before its configfile: directive."""
+    import subprocess
+
+    from tests.support.workflow import SNAKEMAKE, copy_code
+    overlay = tmp_path / "broken.yaml"
+    overlay.write_text(BROKEN_YAML)
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path / "run"),
+                           "--configfile", str(overlay), "-n"], capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert (f"invalid config: {overlay}:4:9: not valid YAML: expected ',' or ']', but got ':' (while parsing a "
+            "flow sequence at line 3, column 15)") in out, out[-3000:]
+    assert not (tmp_path / "run").exists()
+    code = copy_code(tmp_path / "code")
+    embedded = code / "config" / "config.yaml"
+    lines = embedded.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  device: "))
+    lines[at] = "  device: [cpu"
+    embedded.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(code / "Snakefile"), "--directory", str(tmp_path / "run"),
+                           "-n"], capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    said = f"invalid config: {embedded}:{at + 2}:"  # the parser stops on the next line; the list began on this one
+    assert said in out and f"(while parsing a flow sequence at line {at + 1}, column 11)" in out, out[-3000:]
+
+
 # --- the schema is the one source of defaults and descriptions -----------------------------------
 
 def schema_keys(schema: dict, root: dict, path: str = ""):
     """(dotted key, its schema) for every property of the config and of the schema's definitions,
     following $ref (the config's engine keys and source blocks are references into definitions)."""
-    if "$ref" in schema:
-        target = root
-        for part in schema["$ref"].lstrip("#/").split("/"):
-            target = target[part]
-        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    schema = resolve_ref(schema, root)
     for name, sub in schema.get("properties", {}).items():
         yield f"{path}{name}", sub, root
         yield from schema_keys(sub, root, f"{path}{name}.")
@@ -60,21 +118,12 @@ def schema_keys(schema: dict, root: dict, path: str = ""):
         yield from schema_keys(branch, root, path)
 
 
-def resolved(sub: dict, root: dict) -> dict:
-    while "$ref" in sub:
-        target = root
-        for part in sub["$ref"].lstrip("#/").split("/"):
-            target = target[part]
-        sub = {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
-    return sub
-
-
 def test_every_schema_key_has_a_description():
     root = load_schema()
     keys = list(schema_keys(root, root)) + [
         (f"definitions.{d}.{k}", s, r) for d in root["definitions"] for k, s, r in schema_keys(root["definitions"][d], root)]
     assert len(keys) > 100
-    missing = [key for key, sub, r in keys if not resolved(sub, r).get("description")]
+    missing = [key for key, sub, r in keys if not resolve_ref(sub, r).get("description")]
     assert not missing, f"schema keys without a description: {missing}"
 
 
@@ -109,26 +158,58 @@ def test_config_yaml_sets_only_what_differs_from_the_schema_defaults():
 @pytest.mark.parametrize("bad, key, says", [
     ({"gsm8k": {"generated": {"seed": 1, "n_train_pool": 9, "n_test_pool": 9, "sed": 2}}}, "gsm8k.generated",
      "unknown key(s) ['sed']"),
-    ({"gsm8k": {"generated": {"n_train_pool": "many"}}}, "gsm8k.generated.n_train_pool", "is not of type 'integer'"),
+    ({"gsm8k": {"generated": {"n_train_pool": "many"}}}, "gsm8k.generated.n_train_pool",
+     'must be an integer (got "many", a string); the default is 2000'),
     ({"gsm8k": {"generated": {"difficulty": "impossible"}}}, "gsm8k.generated.difficulty",
-     "is none of: one of 'easy', 'medium', 'hard'; a mapping"),
+     'must be one of "easy", "medium", "hard" or a mapping (got "impossible"); the default is "easy"'),
     ({"gsm8k": {"generated": {"difficulty": {"max_steps": 3}}}}, "gsm8k.generated.difficulty",
-     "key 'max_steps': 3 is not one of [1, 2]"),
+     "key 'max_steps': must be one of 1, 2 (got 3)"),
     # an unused block is typed too: a typo there is not silently kept
     ({"gsm8k": {"jsonl": {"path": "x", "paht": "y"}}}, "gsm8k.jsonl", "unknown key(s) ['paht']"),
     ({"gsm8k": {"hub": {"repo": "openai/gsm8k"}}}, "gsm8k.hub", "missing key(s) ['revision']"),
-    ({"heldout": {"synthetic": {"n_docs": 0}}}, "heldout.synthetic.n_docs", "less than the minimum of 1"),
+    ({"heldout": {"synthetic": {"n_docs": 0}}}, "heldout.synthetic.n_docs", "must be >= 1 (got 0); the default is 32"),
     ({"heldout": {"jsonl": {"path": "a.jsonl", "rows": 3}}}, "heldout.jsonl", "unknown key(s) ['rows']"),
-    ({"heldout": {"parquet": {"path": 7}}}, "heldout.parquet.path", "is not of type"),
-    ({"heldout": {"hub": {"revision": "f" * 40, "start": -1}}}, "heldout.hub.start", "less than the minimum of 0"),
+    ({"heldout": {"parquet": {"path": 7}}}, "heldout.parquet.path", "must be a string or null (got 7, an integer)"),
+    ({"heldout": {"hub": {"revision": "f" * 40, "start": -1}}}, "heldout.hub.start", "must be >= 0 (got -1); the default is 0"),
     ({"heldout": {"source": "parquet"}}, "heldout.parquet.path", "heldout.source is 'parquet' but no path is given"),
-    ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization", "greater than the maximum of 1"),
-    ({"engine": {"gpu_memory_utilization": "half"}}, "engine.gpu_memory_utilization", "is none of: a number > 0 <= 1; 'auto'"),
-    ({"engine": {"engines_per_gpu": 0}}, "engine.engines_per_gpu", "less than the minimum of 1"),
+    ({"engine": {"gpu_memory_utilization": 1.5}}, "engine.gpu_memory_utilization",
+     'must be <= 1 (got 1.5); the default is "auto"'),
+    ({"engine": {"gpu_memory_utilization": "half"}}, "engine.gpu_memory_utilization",
+     'must be a number > 0 <= 1 or "auto" (got "half")'),
+    ({"engine": {"engines_per_gpu": 0}}, "engine.engines_per_gpu", 'must be >= 1 (got 0); the default is "auto"'),
 ])
 def test_source_blocks_are_typed(bad, key, says):
     with pytest.raises(ConfigError, match=re.escape(f"config key '{key}'") + ".*" + re.escape(says)):
         validate(bad)
+
+
+# --- a schema error says the fix: the bound, what was given, the default; a typo gets the nearest name ----
+
+@pytest.mark.parametrize("bad, says", [
+    ({"population": {"n_seeds": 0}}, "config key 'population.n_seeds': must be >= 1 (got 0); the default is 32"),
+    ({"population": {"sigmas": [0.002, 0.0]}}, "config key 'population.sigmas.1': must be > 0 (got 0.0)"),
+    ({"selection": {"miss_budget": 1}}, "config key 'selection.miss_budget': must be < 1 (got 1); the default is 0.1"),
+    ({"engine": {"draft_tokens": 64}}, "config key 'engine.draft_tokens': must be <= 32 (got 64); the default is 8"),
+    ({"engine": {"kind": "vlm"}},
+     'config key \'engine.kind\': must be one of "torch", "vllm" (got "vlm"; did you mean "vllm"?); the default is "torch"'),
+    ({"decode": {"max_tokens": "many"}},
+     'config key \'decode.max_tokens\': must be an integer (got "many", a string); the default is 32'),
+    ({"run_name": "my run"}, 'config key \'run_name\': must match the pattern ^[A-Za-z0-9_.-]+$ (got "my run"); '
+                             'the default is "randopt"'),
+    ({"populaton": {"n_seeds": 4}}, "config key '(top level)': unknown key(s) ['populaton']; did you mean 'population'? "
+                                    "allowed: ['decode', "),
+    ({"population": {"n_seed": 4}}, "config key 'population': unknown key(s) ['n_seed']; did you mean 'n_seeds'? "
+                                    "allowed: ['n_seeds', 'shard_size', 'sigmas']"),
+    ({"population": {"seeds": 4, "sigma": [0.1]}},
+     "unknown key(s) ['seeds', 'sigma']; did you mean 'n_seeds' for 'seeds', 'sigmas' for 'sigma'?"),
+    ({"engine": {"cuda_mps": "yes"}}, 'config key \'engine.cuda_mps\': must be "auto" or true or false (got "yes"); '
+                                      'the default is "auto"'),
+])
+def test_a_schema_error_says_the_bound_the_value_given_and_the_default(bad, says):
+    with pytest.raises(ConfigError) as err:
+        validate(bad)
+    assert says in str(err.value)
+    assert "\n" not in str(err.value)  # one line
 
 
 def test_a_source_is_checked_by_the_same_definition_in_config_and_cli():
@@ -165,6 +246,35 @@ def test_a_worker_process_is_vllms_and_changes_no_key():
     assert validate({"engine": vllm})["engine"]["worker_process"] is False
     assert run_keys(validate({"engine": vllm | {"worker_process": True}})) == run_keys(validate({"engine": vllm}))
 
+# --- a knob of the engine the run does not use -------------------------------------------------------
+
+@pytest.mark.parametrize("engine, says", [
+    # vLLM's GPUs per engine would enter the eval key under torch: everything recomputed for nothing (issue 47)
+    ({"tensor_parallel_size": 3}, "config key 'engine.tensor_parallel_size': 3 is vLLM's (GPUs per engine) and "
+                                  "engine.kind is torch, which never reads it; it enters the evaluation and bpb keys"),
+    ({"kind": "torch", "device": "cuda", "gpu_memory_utilization": 0.5},
+     "config key 'engine.gpu_memory_utilization': 0.5 is vLLM's (its share of the card) and engine.kind is torch"),
+    # vLLM reads no device, yet the device is in the eval key
+    ({"kind": "vllm", "device": "cpu"}, "config key 'engine.device': 'cpu' is the torch engine's choice; vLLM reads no "
+                                        "device"),
+    ({"kind": "vllm", "device": "cuda:1"}, "config key 'engine.device': 'cuda:1' is the torch engine's choice"),
+])
+def test_a_knob_of_the_other_engine_is_refused_with_the_fix(engine, says):
+    with pytest.raises(ConfigError) as err:
+        validate({"engine": engine})
+    assert says in str(err.value)
+    assert "use engine.kind" in str(err.value) or "engine.kind torch" in str(err.value)
+
+
+def test_the_same_knobs_pass_with_their_own_engine_and_at_their_defaults():
+    vllm = validate({"engine": {"kind": "vllm", "device": "cuda", "tensor_parallel_size": 2,
+                                "gpu_memory_utilization": 0.5}})["engine"]
+    assert (vllm["tensor_parallel_size"], vllm["gpu_memory_utilization"]) == (2, 0.5)
+    assert validate({"engine": {"kind": "vllm"}})["engine"]["device"] == "auto"
+    torch = validate({"engine": {"kind": "torch", "device": "cuda:1", "tensor_parallel_size": 1,
+                                 "gpu_memory_utilization": "auto"}})["engine"]
+    assert torch["device"] == "cuda:1"
+
 # --- perturbation.noise -------------------------------------------------------------------------------
 
 def test_the_schema_lists_the_kernels_noise_kinds_with_rademacher_the_default():
@@ -176,8 +286,8 @@ def test_the_schema_lists_the_kernels_noise_kinds_with_rademacher_the_default():
 
 
 def test_an_unknown_noise_kind_names_the_key_and_the_kinds():
-    with pytest.raises(ConfigError, match=re.escape("config key 'perturbation.noise': 'uniform' is not one of "
-                                                    "['rademacher', 'gaussian']")):
+    with pytest.raises(ConfigError, match=re.escape("config key 'perturbation.noise': must be one of \"rademacher\", "
+                                                    "\"gaussian\" (got \"uniform\"); the default is \"rademacher\"")):
         validate({"perturbation": {"noise": "uniform"}})
 
 
@@ -212,7 +322,7 @@ def test_an_unknown_noise_kind_fails_when_snakemake_builds_the_dag(tmp_path):
                           capture_output=True, text=True, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "config key 'perturbation.noise': 'uniform' is not one of ['rademacher', 'gaussian']" in out, out[-3000:]
+    assert 'config key \'perturbation.noise\': must be one of "rademacher", "gaussian" (got "uniform")' in out, out[-3000:]
     assert not (tmp_path / "run" / "results").exists()
 
 

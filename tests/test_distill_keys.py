@@ -47,10 +47,10 @@ def test_round_knobs_merge_the_override_over_the_block_for_that_round_only():
 
 
 @pytest.mark.parametrize("block, message", [
-    ({"rounds": 0}, "config key 'distill.rounds': 0 is less than the minimum of 1"),
+    ({"rounds": 0}, "config key 'distill.rounds': must be >= 1 (got 0); the default is 1"),
     ({"rounds": 2, "round_overrides": [{"round": 3}]}, "rounds [3] are past distill.rounds (2)"),
     ({"rounds": 3, "round_overrides": [{"round": 2}, {"round": 2, "per_problem": 3}]}, "round 2 is given more than once"),
-    ({"rounds": 2, "round_overrides": [{"round": 1}]}, "'distill.round_overrides.0.round': 1 is less than the minimum of 2"),
+    ({"rounds": 2, "round_overrides": [{"round": 1}]}, "'distill.round_overrides.0.round': must be >= 2 (got 1)"),
     ({"rounds": 2, "round_overrides": [{"round": 2, "fraction": 0.3}]},
      "'distill.round_overrides (round 2) fraction': 0.3 is not one of topk.fractions"),
     ({"rounds": 2, "round_overrides": [{"round": 2, "train": {"lr_typo": 1}}]}, "lr_typo"),

@@ -187,7 +187,7 @@ def test_an_impossible_engine_count_fails_at_dag_build(tmp_path, tiny_model_dir)
     from tests.support.workflow import workflow_command
     proc = subprocess.run(workflow_command(tmp_path, tiny_config(tiny_model_dir, engine={"engines_per_gpu": 0}), "-n"),
                           capture_output=True, text=True)
-    assert proc.returncode != 0 and "'engine.engines_per_gpu': 0 is less than the minimum of 1" in proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "'engine.engines_per_gpu': must be >= 1 (got 0); the default is \"auto\"" in proc.stdout + proc.stderr
     gpu = tiny_config(tiny_model_dir, engine={"kind": "torch", "device": "cuda", "engines_per_gpu": 2})
     proc = subprocess.run(workflow_command(tmp_path / "gpu", gpu, "-n"), capture_output=True, text=True)
     assert proc.returncode != 0 and "engine.engines_per_gpu 2 on GPUs needs --resources gpu=N" in proc.stdout + proc.stderr

@@ -178,7 +178,7 @@ def test_freeze_errors(tmp_path):
         gsm8k.freeze_splits({"kind": "jsonl", "path": "x", "paht": "y"}, 5, 5, 0)
     with pytest.raises(InputError, match="'main' is not a commit"):
         gsm8k.freeze_splits({"kind": "hub", "revision": "main"}, 5, 5, 0)
-    with pytest.raises(InputError, match=r"kind 'generated', key 'n_train_pool': 0 is less than the minimum of 1"):
+    with pytest.raises(InputError, match=r"kind 'generated', key 'n_train_pool': must be >= 1 \(got 0\); the default is 2000"):
         gsm8k.freeze_splits({"kind": "generated", "n_train_pool": 0}, 5, 5, 0)
 
 

@@ -121,9 +121,9 @@ def test_source_errors(tmp_path):
         heldout.load_heldout({"kind": "jsonl", "path": str(jpath), "start": 3, "n_docs": 6})
     with pytest.raises(InputError, match=r"only 5 rows"):
         heldout.load_heldout({"kind": "parquet", "path": str(ppath), "start": 5, "n_docs": 1})
-    with pytest.raises(InputError, match="key 'n_docs': 0 is less than the minimum of 1"):
+    with pytest.raises(InputError, match=r"key 'n_docs': must be >= 1 \(got 0\)"):
         heldout.load_heldout({"kind": "parquet", "path": str(ppath), "n_docs": 0})
-    with pytest.raises(InputError, match="key 'start': -1 is less than the minimum of 0"):
+    with pytest.raises(InputError, match=r"key 'start': must be >= 0 \(got -1\); the default is 0"):
         heldout.load_heldout({"kind": "parquet", "path": str(ppath), "start": -1, "n_docs": 1})
     with pytest.raises(InputError, match="file not found"):
         heldout.load_heldout({"kind": "parquet", "path": str(tmp_path / "nope.parquet"), "n_docs": 1})

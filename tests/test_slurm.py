@@ -167,7 +167,8 @@ def test_dry_run_resources_follow_the_engine(tiny_model_dir, tmp_path):
     res = resources_of(cpu, "evaluate_shard")
     assert res["gpu"] == "0" and res["cpus_per_task"] == "2" and "gpu_model" not in res and "cpus_per_gpu" not in res
     assert res["mem_mb"] == "1000" and res["runtime"] == "10"
-    vllm = cpu | {"engine": {"kind": "vllm", "tensor_parallel_size": 4}, "resources": RESOURCES | {"gpu_model": "h100"}}
+    vllm = cpu | {"engine": {"kind": "vllm", "device": "cuda", "tensor_parallel_size": 4},
+                  "resources": RESOURCES | {"gpu_model": "h100"}}
     for rule in ("evaluate_shard", "evaluate_members", "score_bpb"):
         res = resources_of(vllm, rule)
         assert (res["gpu"], res["gpu_model"], res["cpus_per_gpu"], res["nodes"]) == ("4", "h100", "1", "1"), res

@@ -83,10 +83,10 @@ def train_file(tmp_path):
 
 
 @pytest.mark.parametrize("decode, options, says", [
-    ({"max_tokens": 0}, {}, "--decode key 'max_tokens': 0 is less than the minimum of 1"),
+    ({"max_tokens": 0}, {}, "--decode key 'max_tokens': must be >= 1 (got 0); the default is 32"),
     ({"max_tokens": 8, "stopp": []}, {}, "--decode: unknown key(s) ['stopp']"),
     ({"max_tokens": 8}, {"batchsize": 4}, "--engine-options: unknown key(s) ['batchsize']"),
-    ({"max_tokens": 8}, {"batch_size": "4"}, "--engine-options key 'batch_size': '4' is not of type 'integer'"),
+    ({"max_tokens": 8}, {"batch_size": "4"}, '--engine-options key \'batch_size\': must be an integer (got "4", a string)'),
 ])
 def test_engine_stage_cli_checks_decode_and_engine_options(tmp_path, capsys, decode, options, says):
     """Checked before any engine loads (the model dir here does not even exist): exit 2, one line."""
@@ -142,6 +142,42 @@ def test_tensor_parallel_size_must_divide_the_heads_at_dag_build(tmp_path, tiny_
     proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(tiny_model_dir)},
                               "engine": {**vllm, "tensor_parallel_size": 2}})
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_tensor_parallel_size_under_the_torch_engine_fails_at_dag_build(tmp_path):
+    """vLLM's GPUs per engine under the torch engine (issue 47): once accepted silently into the eval key, so a
+    run recomputed everything for a knob no engine read."""
+    proc = dry_run(tmp_path, {"engine": {"tensor_parallel_size": 3}})
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert ("invalid config: config key 'engine.tensor_parallel_size': 3 is vLLM's (GPUs per engine) and engine.kind "
+            "is torch, which never reads it" in out and "set it to 1 (the default), or use engine.kind vllm" in out), \
+        out[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_vllm_missing_here_fails_at_the_runs_start_not_under_a_dry_run(tmp_path):
+    """engine.kind vllm on a host without vLLM (issue 47: it failed only inside evaluate_shard). A dry run of a
+    GPU config on a CPU machine stays legitimate; a run that would start engine jobs here stops at its start
+    (onstart), before any job, with the key, the problem and the install; one that needs no engine runs."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: the run would start")
+    overlay = {"engine": {"kind": "vllm", "device": "cuda"}}
+    assert dry_run(tmp_path / "dry", overlay).returncode == 0
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(overlay))
+    run = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--configfile", str(tmp_path / "c.yaml"), "--cores", "1"]
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert ("invalid config: config key 'engine.kind': vllm, but vLLM is not installed in this Python" in out
+            and "pip install -r envs/requirements-gpu.txt), or use engine.kind torch" in out), out[-3000:]
+    assert not any((tmp_path / d).exists() for d in ("data", "results", "logs"))  # no job ran
+    # the held-out text needs no engine: that run goes ahead
+    proc = subprocess.run([*run, "fetch_fineweb"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert list((tmp_path / "data" / "heldout").glob("*/heldout.jsonl"))
 
 
 def engine_commands(proc) -> list[str]:
