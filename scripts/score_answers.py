@@ -8,7 +8,8 @@ r"""Score completions with a task's reward and print one row each: id, extracted
 --task: a kind (gsm8k, countdown, math, code, jsonl) with its defaults, or a JSON object of the kind and
 its block's keys (config/schema.yaml definitions.task_<kind>). --problems: JSONL rows with "id" and the
 task's fields (a frozen split has them). --completions: JSONL rows {"id", "completion"}.
-A bad input exits 2 with "error: ...". The library: randopt/tasks/score_answers.py.
+A bad input (a bad row: "error: FILE:LINE: ...") exits 2; an empty completions file prints the header
+and a warning. The library: randopt/tasks/score_answers.py.
 """
 from __future__ import annotations
 
@@ -30,8 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_stage("score_answers", lambda: sys.stdout.write(
-        format_rows(score_file(task_from_arg(args.task), args.problems, args.completions))))
+
+    def score() -> None:
+        rows = score_file(task_from_arg(args.task), args.problems, args.completions)
+        if not rows:
+            print(f"warning: {args.completions} holds no completions; nothing was scored", file=sys.stderr)
+        sys.stdout.write(format_rows(rows))
+
+    return run_stage("score_answers", score)
 
 
 if __name__ == "__main__":

@@ -208,6 +208,46 @@ def test_score_answers_prints_one_row_per_completion(tmp_path, capsys):
         task_from_arg('{"kind": "jsonl", "match": "fuzzy"}')
 
 
+def test_score_answers_names_the_file_and_line_of_a_bad_row_and_warns_on_an_empty_file(tmp_path, capsys):
+    """Through the CLI's process (python -m scripts.score_answers) for the two cases the issue found (a
+    problem without the field the reward reads crashed with a KeyError; an empty file passed unseen),
+    through main() for the other bad rows."""
+    import subprocess
+    import sys
+    from scripts import score_answers
+    problems = write_jsonl(tmp_path / "p.jsonl", [{"id": "a", "question": "1+1?", "answer": "#### 2"}, {},
+                                                  {"id": "b", "question": "2+2?"}])
+    problems.write_text(problems.read_text().replace("{}\n", "\n"))  # a blank line: rows keep their line numbers
+    completions = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "completion": "#### 2"}, {"id": "b", "completion": "#### 4"}])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "scripts.score_answers", "--task", "gsm8k", *args],
+                              cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    bad = cli("--problems", str(problems), "--completions", str(completions))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert f"error: {problems}:3: problem 'b': the row lacks the field 'answer'" in bad.stderr
+    quiet = cli("--problems", str(problems), "--completions", str(empty))
+    assert quiet.returncode == 0 and quiet.stdout == "id\tanswer\treward\treason\n"
+    assert f"warning: {empty} holds no completions" in quiet.stderr
+
+    good = write_jsonl(tmp_path / "g.jsonl", [{"id": "a", "answer": "#### 2"}])
+    cases = {  # completions file's text -> its error
+        '{"id": "a", "completion": "#### 2"}\n{"id": "a", "completion": 2}\n': "c.jsonl:2: \"completion\" is a int",
+        '{"id": "a", "completion": "#### 2"}\n{"id": "zz", "completion": "#### 2"}\n': "c.jsonl:2: id 'zz' is not in",
+        '{"id": "a", "completion": "#### 2"}\n\n{"id": "a"}\n': "c.jsonl:3: missing key(s) ['completion']",
+        '{"id": "a", "completion": "#### 2"\n': "c.jsonl:1: malformed JSON line",
+    }
+    for text, error in cases.items():
+        completions.write_text(text)
+        assert score_answers.main(["--task", "gsm8k", "--problems", str(good), "--completions", str(completions)]) == 2
+        assert f"error: {tmp_path}/{error}" in capsys.readouterr().err, text
+    twice = write_jsonl(tmp_path / "twice.jsonl", [{"id": "a", "answer": "1"}, {"id": "a", "answer": "2"}])
+    assert score_answers.main(["--task", "gsm8k", "--problems", str(twice), "--completions", str(empty)]) == 2
+    assert f"error: {twice}:2: id 'a' is also the id of line 1" in capsys.readouterr().err
+
+
 def test_ask_scores_given_completions_with_the_runs_task_and_votes_as_the_vote_stage():
     """scripts.ask's answers, rewards and vote (randopt/ensemble/ask.py) on given completions of a
     Countdown run (no engine): Countdown's extraction and reward, its problems rendered from their fields,

@@ -1,11 +1,20 @@
-"""Running untrusted code: one program in a separate process with a wall-clock timeout, memory and CPU
-limits, no network and a scratch directory deleted afterwards (randopt/tasks/sandbox_child.py sets the
-limits and the audit hook inside it). A run never hangs its caller: on the timeout the whole process
-group is killed. run_many runs programs side by side, one process per core.
+"""Running untrusted code: one program in a process of its own, with a wall-clock timeout, a scratch
+directory deleted afterwards, and a pass only when the program and its tests returned normally.
+
+The child (randopt/tasks/sandbox_child.py) sets the limits, the uid and the audit hook, runs the program
+and, once it returned, writes this run's token to the report, a file without a name that it holds by fd;
+the token reaches it on stdin. An exit status of 0 is not a pass (sys.exit(0), os._exit(0) and an
+atexit handler give one). A run never hangs its caller and leaves no process behind: at its end, passed
+or not, its process group is killed (it can hold no other process: RLIMIT_NPROC is 0 in the child,
+whose uid is not root's). run_many runs programs side by side, one process per core.
 """
 from __future__ import annotations
 
+import functools
+import logging
 import os
+import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -19,12 +28,19 @@ from randopt.tasks import sandbox_child
 
 CHILD = Path(sandbox_child.__file__).resolve()
 TAIL = 2000  # characters of the program's stderr kept for the reason
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Outcome:
     passed: bool
     reason: str | None  # None when passed
+
+
+@functools.cache
+def _warn(note: str) -> None:
+    """The child's notes (a root sandbox that could not drop to another uid), once per process."""
+    log.warning(note)
 
 
 def _reason(returncode: int, stderr: str) -> str:
@@ -37,40 +53,70 @@ def _reason(returncode: int, stderr: str) -> str:
         return "CPU time limit exceeded" if returncode == -signal.SIGXCPU else "killed (memory or CPU limit)"
     if "SyntaxError" in stderr or "IndentationError" in stderr:
         return "syntax error: " + stderr.strip().splitlines()[-1][:200]
-    last = stderr.strip().splitlines()[-1][:200] if stderr.strip() else f"exit status {returncode}"
+    if returncode == 0 or not stderr.strip():
+        return f"ended before its tests finished (exit status {returncode}, no pass reported)"
+    last = stderr.strip().splitlines()[-1][:200]
     return ("tests failed: " if "AssertionError" in stderr else "error: ") + last
 
 
+def _ended_within(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether proc ended within timeout_s (not reaped yet), told by its pidfd the moment it ends:
+    Popen.wait(timeout) polls with sleeps doubling to 50 ms, which took a run of ~30 ms to ~64 ms."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # a kernel before 5.3: Popen's polling
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        return bool(select.select([pidfd], [], [], timeout_s)[0])
+    finally:
+        os.close(pidfd)
+
+
 def run_program(source: str, *, timeout_s: float, memory_mb: int) -> Outcome:
-    """Run source as a script in a fresh scratch directory; passed when it exits 0 within the limits."""
+    """Run source as a script in a fresh scratch directory; passed when it returned normally, within
+    the limits, and so reported."""
     scratch = Path(tempfile.mkdtemp(prefix="randopt-sandbox-"))
     try:
         program = scratch / "completion.py"
         program.write_text(source, encoding="utf-8")
+        token = secrets.token_hex(16).encode()
         env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch), "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-        with open(scratch / "stderr", "wb") as err:
+        # stderr and the report are files without a name (no path leads to them), shared by fd only
+        with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as report:
             proc = subprocess.Popen([sys.executable, "-I", "-S", str(CHILD), str(program), str(memory_mb),
-                                     str(max(1, int(timeout_s + 0.999)))],
-                                    cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=err, start_new_session=True)
+                                     str(max(1, int(timeout_s + 0.999))), str(report.fileno())],
+                                    cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=err, pass_fds=(report.fileno(),), start_new_session=True)
             try:
-                returncode = proc.wait(timeout=timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:  # whatever it started dies with it
+                try:
+                    proc.stdin.write(token)
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass  # it ended before it read the token: no pass
+                timed_out = not _ended_within(proc, timeout_s)
+            finally:  # whatever is left of it dies with it
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                proc.wait()
+                returncode = proc.wait()
+            err.seek(max(0, err.seek(0, os.SEEK_END) - TAIL))
+            stderr = err.read().decode("utf-8", "replace")
+            report.seek(0)
+            passed = report.read() == token
+        notes = [line for line in stderr.splitlines() if line.startswith(sandbox_child.NOTE)]
+        for note in notes:
+            _warn(note)
         if timed_out:
             return Outcome(False, f"timed out after {timeout_s:g} s")
-        if returncode == 0:
+        if passed:
             return Outcome(True, None)
-        stderr = (scratch / "stderr").read_bytes()[-TAIL:].decode("utf-8", "replace")
-        return Outcome(False, _reason(returncode, stderr))
+        return Outcome(False, _reason(returncode, "\n".join(l for l in stderr.splitlines() if l not in notes)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -38,21 +38,56 @@ def task_from_arg(text: str) -> Task:
     return registry.make({"kind": spec["kind"], **block})
 
 
+def numbered_rows(path: str | Path, required: tuple[str, ...]) -> list[tuple[int, dict]]:
+    """read_jsonl's rows (checked there, a bad one named by its line), each with its line number: the
+    lines that are not blank, which are the ones read_jsonl reads."""
+    rows = read_jsonl(path, required=required)
+    with open(path, encoding="utf-8") as fh:
+        return list(zip((n for n, line in enumerate(fh, start=1) if line.strip()), rows))
+
+
 def score_file(task: Task, problems_path: str | Path, completions_path: str | Path) -> list[dict]:
     """One row per completion, in the completions file's order: {"id", "answer", "reward", "reason"}.
     problems: a frozen split (or any JSONL with "id" and the task's fields); completions: JSONL of
-    {"id", "completion"}."""
-    problems = {str(p["id"]): p for p in read_jsonl(problems_path, required=("id",))}
-    completions = read_jsonl(completions_path, required=("id", "completion"))
-    unknown = [str(c["id"]) for c in completions if str(c["id"]) not in problems]
-    if unknown:
-        raise InputError(f"{completions_path}: ids {unknown[:3]} are not in {problems_path}; each completion's id "
-                         f"names a problem there")
-    texts = [str(c["completion"]) for c in completions]
-    chosen = [problems[str(c["id"])] for c in completions]
-    rewards = task.score_all(texts, chosen)
+    {"id", "completion"}. A bad row of either file is an InputError naming its file and line."""
+    problems: dict[str, tuple[int, dict]] = {}
+    for line, problem in numbered_rows(problems_path, required=("id",)):
+        first = problems.setdefault(str(problem["id"]), (line, problem))[0]
+        if first != line:
+            raise InputError(f"{problems_path}:{line}: id {problem['id']!r} is also the id of line {first}; "
+                             f"each problem needs an id of its own")
+    completions = numbered_rows(completions_path, required=("id", "completion"))
+    for line, c in completions:
+        if str(c["id"]) not in problems:
+            raise InputError(f"{completions_path}:{line}: id {c['id']!r} is not in {problems_path}; each "
+                             f"completion's id names a problem there")
+        if not isinstance(c["completion"], str):
+            raise InputError(f"{completions_path}:{line}: \"completion\" is a {type(c['completion']).__name__}; "
+                             f"it must be the model's text, a string")
+    texts = [c["completion"] for _, c in completions]
+    chosen = [problems[str(c["id"])] for _, c in completions]
+    rewards = _score_all(task, texts, chosen, problems_path)
     return [{"id": str(c["id"]), "answer": task.extract(text), "reward": r.value, "reason": r.reason}
-            for c, text, r in zip(completions, texts, rewards)]
+            for (_, c), text, r in zip(completions, texts, rewards)]
+
+
+def _score_all(task: Task, texts: list[str], chosen: list[tuple[int, dict]], problems_path) -> list:
+    """task.score_all, where a problem row the reward cannot read (a field missing or of the wrong type)
+    is an InputError naming its line: found by scoring row by row once the whole batch failed."""
+    rows = [problem for _, problem in chosen]
+    try:
+        return task.score_all(texts, rows)
+    except (KeyError, TypeError, ValueError, AttributeError) as batch_err:
+        for text, (line, problem) in zip(texts, chosen):
+            try:
+                task.score_all([text], [problem])
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                fix = (f"the row lacks the field {err}, which the {task.kind} reward reads; add it (a frozen "
+                       f"split has every field)" if isinstance(err, KeyError)
+                       else f"the {task.kind} reward cannot read it ({type(err).__name__}: {err}); check its "
+                            f"fields against the task's (docs/tasks.md)")
+                raise InputError(f"{problems_path}:{line}: problem {problem['id']!r}: {fix}") from err
+        raise batch_err
 
 
 def format_rows(rows: list[dict]) -> str:
