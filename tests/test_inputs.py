@@ -15,13 +15,11 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from randopt.config import ConfigError, check_inputs, validate
+from randopt.config import validate
 from randopt.inputs import StatCache, file_input, fingerprints
 from randopt.io import InputError, sha256_file
 from randopt.model import gguf_source
@@ -88,30 +86,6 @@ def three_parts(tiny_gguf, tmp_path_factory) -> list[Path]:
 def parts_block(parts, pins=True, whole=None) -> dict:
     return {"path": None, "sha256": whole, "parts": [{"path": str(p)} | ({"sha256": sha256_file(p)} if pins else {})
                                                      for p in parts]}
-
-
-def prepare(out: Path, *args: str):
-    import subprocess
-    return subprocess.run([sys.executable, "-m", "scripts.prepare_model", "--model-id", "tiny", *args,
-                           "--out-dir", str(out / "model"), "--manifest", str(out / "manifest.json")],
-                          cwd=REPO, capture_output=True, text=True)
-
-
-@pytest.mark.slow
-def test_three_parts_prepare_the_model_the_whole_file_prepares(tiny_gguf, three_parts, tmp_path):
-    whole = sha256_file(tiny_gguf)
-    one = prepare(tmp_path / "whole", "--source", "gguf", "--gguf", json.dumps({"path": str(tiny_gguf)}),
-                  "--source-sha256", whole)
-    assert one.returncode == 0, one.stderr
-    split = prepare(tmp_path / "parts", "--source", "gguf", "--gguf", json.dumps(parts_block(three_parts, whole=whole)),
-                    "--source-sha256", whole)
-    assert split.returncode == 0, split.stderr
-    a, b = (json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("whole", "parts"))
-    assert a["sha256"] == b["sha256"] and a["weights_sha256"] == b["weights_sha256"]
-    assert a["source_sha256"] == b["source_sha256"] == whole  # the joined bytes are the file's
-    assert list(b["source_files_sha256"].values()) == [sha256_file(p) for p in three_parts]
-    # the scratch file of the join is gone; only the model and its manifest are left
-    assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == ["manifest.json", "model"]
 
 
 def test_a_changed_byte_a_missing_part_and_a_wrong_order_are_refused_naming_the_part(tiny_gguf, three_parts, tmp_path):
@@ -255,10 +229,14 @@ def keys(config: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def stale_runs(tmp_path_factory, tiny_model_dir):
+def stale_runs(stale_inputs_started):
+    """stale_input_runs, queued in the session's background queue (tests/conftest.py)."""
+    return stale_inputs_started.result()
+
+
+def stale_input_runs(root: Path, tiny_model_dir: Path) -> dict:
     """One work dir: a real run, then each input edited in place (and put back), with a dry run after each;
     last, the weights scaled in place and a top-k fraction added, run for real."""
-    root = tmp_path_factory.mktemp("stale")
     write_gsm8k_dir(root / "gsm8k")
     write_heldout(root / "heldout.jsonl")
     model = shutil.copytree(tiny_model_dir, root / "model")
@@ -367,27 +345,23 @@ def package_runs(tmp_path_factory, tiny_gguf, three_parts):
     config.pop("gsm8k")
     work = root / "run"
     # the package importable by Snakemake's process (PYTHONPATH) and by this one (keys() finds it too)
-    old_path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(root / "site") + (os.pathsep + old_path if old_path else "")
-    sys.path.insert(0, str(root / "site"))
+    site = str(root / "site")
+    env = {"PYTHONPATH": site + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
+    sys.path.insert(0, site)
     try:
-        steps = {"first": run_workflow(work, config, "--until", "freeze_task", "prepare_model"),
+        steps = {"first": run_workflow(work, config, "--until", "freeze_task", "prepare_model", env=env),
                  "first_keys": keys(config)}
-        steps["unchanged"] = run_workflow(work, config, "-n", "--until", "freeze_task", "prepare_model")
+        steps["unchanged"] = run_workflow(work, config, "-n", "--until", "freeze_task", "prepare_model", env=env)
         edit_in_place(task_file, b'"2"', b'"9"')
-        steps["task"] = run_workflow(work, config, "-n", "results/record.json")
+        steps["task"] = run_workflow(work, config, "-n", "results/record.json", env=env)
         steps["task_keys"] = keys(config)
         gguf = package / "tiny.gguf"
         data = gguf.read_bytes()
         edit_in_place(gguf, data[-64:-60], bytes(b ^ 0xFF for b in data[-64:-60]))  # a byte inside a tensor
-        steps["gguf"] = run_workflow(work, config, "-n", "results/record.json")
+        steps["gguf"] = run_workflow(work, config, "-n", "results/record.json", env=env)
         steps["gguf_keys"] = keys(config)
     finally:
-        sys.path.remove(str(root / "site"))
-        if old_path is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = old_path
+        sys.path.remove(site)
     return {"work": work, "config": config, **steps}
 
 
@@ -406,26 +380,54 @@ def test_a_task_file_and_a_gguf_in_a_package_edited_in_place_rerun_their_stage_a
     assert gguf["model"] != task["model"] and gguf["eval"] != task["eval"] and gguf["bpb"] != task["bpb"]
 
 
-@pytest.mark.slow
-def test_a_changed_part_moves_the_model_key_or_is_refused_at_dag_build_naming_it(tiny_gguf, three_parts, tmp_path,
-                                                                                 tiny_model_dir):
-    import hashlib
-    parts = [shutil.copyfile(p, tmp_path / p.name) for p in three_parts]
+@pytest.fixture(scope="module")
+def parts_run(tiny_gguf, three_parts, tmp_path_factory, tiny_model_dir):
+    """The tiny GGUF as three pinned part files, prepared by the workflow (a copy of the parts, which the
+    test after it edits)."""
+    root = tmp_path_factory.mktemp("parts-run")
+    parts = [shutil.copyfile(p, root / p.name) for p in three_parts]
     model = {"source": "gguf", "id": "tiny-gguf", "gguf": parts_block(parts, whole=sha256_file(tiny_gguf))}
     config = tiny_config(tiny_model_dir, model=model)
-    work = tmp_path / "run"
-    assert jobs_run(run_workflow(work, config, "--until", "prepare_model")) == {"prepare_model": 1}
-    before = keys(config)
+    work = root / "run"
+    proc = run_workflow(work, config, "--until", "prepare_model")
+    return {"root": root, "parts": parts, "model": model, "config": config, "work": work, "proc": proc,
+            "keys": keys(config)}
+
+
+def model_manifest(work: Path, key: str) -> dict:
+    return json.loads((work / "data" / "models" / key / "manifest.json").read_text())
+
+
+@pytest.mark.slow
+def test_three_parts_prepare_the_model_the_whole_file_prepares(parts_run, package_runs, tiny_gguf, three_parts):
+    """The GGUF joined from three parts and the whole file in a package (package_runs' gguf_wheel, prepared
+    before its edit) give the same weights."""
+    assert jobs_run(parts_run["proc"]) == {"prepare_model": 1}
+    split = model_manifest(parts_run["work"], parts_run["keys"]["model"])
+    whole = model_manifest(package_runs["work"], package_runs["first_keys"]["model"])
+    assert split["sha256"] == whole["sha256"] and split["weights_sha256"] == whole["weights_sha256"]
+    assert split["source_sha256"] == whole["source_sha256"] == sha256_file(tiny_gguf)  # the joined bytes are the file's
+    assert list(split["source_files_sha256"].values()) == [sha256_file(p) for p in three_parts]
+    # the join's scratch file is gone: only the model and its manifest are left
+    assert sorted(p.name for p in (parts_run["work"] / "data" / "models" / parts_run["keys"]["model"]).iterdir()) \
+        == ["manifest.json", "model"]
+
+
+@pytest.mark.slow
+def test_a_changed_part_moves_the_model_key_or_is_refused_at_dag_build_naming_it(parts_run):
+    import hashlib
+    parts, model, config, work = parts_run["parts"], parts_run["model"], parts_run["config"], parts_run["work"]
+    before = parts_run["keys"]
     assert jobs_run(run_workflow(work, config, "-n", "--until", "prepare_model")) == {}
     data = bytearray(parts[1].read_bytes())
     data[-10] ^= 0xFF
     parts[1].write_bytes(bytes(data))
     # under the old pins: refused while the DAG is built, naming the part
-    text = dag_error(tmp_path / "refused", config)
+    text = dag_error(parts_run["root"] / "refused", config)
     assert "config key 'model.gguf': part 2 of 3 (" in text and "but its pin is" in text, text[-3000:]
     # pinned anew (a new release of the part): the model key moves, and prepare_model and the search run again
     joined = hashlib.sha256(b"".join(p.read_bytes() for p in parts)).hexdigest()
-    config["model"] = {**model, "gguf": parts_block(parts, whole=joined)}
+    config = {**config, "model": {**model, "gguf": parts_block(parts, whole=joined)}}
     after = keys(config)
     assert after["model"] != before["model"] and after["eval"] != before["eval"]
     proc = run_workflow(work, config, "-n", "-p", "results/record.json")
