@@ -143,11 +143,25 @@ def validate(config: dict) -> dict:
     if model["source"] == "shape" and not model["config"]:
         raise ConfigError("config key 'model.config': model.source is 'shape' but no config is given; give a known "
                           "shape (qwen2.5-7b, qwen2.5-72b, tiny-qwen2) or the path of a config.json")
+    if model["source"] == "gguf":
+        _check_gguf(model["gguf"])
     if model["source"] == "hub":
         if not model["revision"]:
             raise ConfigError("config key 'model.revision': a hub model needs a pinned revision (a commit hash)")
         check_commit("config key 'model.revision'", model["revision"])
     return config
+
+
+def _check_gguf(gguf: dict) -> None:
+    """model.gguf: one file or its parts, each part a file or a package's file (randopt/model/gguf_source.py
+    checks that several parts have the whole file's pin, when it resolves them in check_model_files)."""
+    if bool(gguf["path"]) == bool(gguf["parts"]):
+        raise ConfigError("config key 'model.gguf': model.source is 'gguf'; give either path (one GGUF file) or "
+                          "parts (the file's pieces, in order), not " + ("both" if gguf["path"] else "neither"))
+    for n, part in enumerate(gguf["parts"] or []):
+        if set(part) - {"sha256"} not in ({"path"}, {"package", "file"}):
+            raise ConfigError(f"config key 'model.gguf.parts[{n}]': give either path (a file) or package and file "
+                              f"(a file inside an installed package), got {sorted(part)}")
 
 
 def _check_speculation(engine: dict) -> None:
@@ -280,11 +294,19 @@ def _check_distill(config: dict) -> None:
 
 
 def check_model_files(config: dict) -> None:
-    """The checks that need the file system, made when the DAG is built (before any job): a local model
-    dir must exist, a shape's config must resolve, and under vLLM the tensor-parallel size must divide the
+    """The checks that need the file system, made when the DAG is built (before any job): a GGUF's package
+    and parts must be there, a local model dir must exist, a shape's config must resolve, and under vLLM the tensor-parallel size must divide the
     model's attention heads (read from its config.json when the model dir is local or a shape; a hub or
     GGUF model is checked by the engine when it loads)."""
     model, engine = config["model"], config["engine"]
+    if model["source"] in ("gguf_wheel", "gguf"):
+        from randopt.io import InputError
+        from randopt.model import gguf_source
+        try:
+            gguf_source.resolve(gguf_source.spec_of(model))
+        except InputError as err:
+            raise ConfigError(f"config key '{gguf_source.config_key(model)}': {err}") from None
+        return
     if model["source"] == "shape":
         from randopt.io import InputError
         from randopt.model.shape import resolve_config
@@ -390,29 +412,86 @@ def _check_task(config: dict) -> None:
 
 
 def check_task_files(config: dict) -> None:
-    """At DAG build, for a task read from local files (HumanEval's come in its wheel): load its problems,
-    so that a missing file, a row without a field (naming its line) or a split larger than the source
-    fails before any job runs."""
+    """At DAG build, for a task read from local files (HumanEval's come in its wheel; GSM8K's from a jsonl
+    dir): load its problems, so that a missing file, a row without a field or a GSM8K answer without
+    '####' (naming its line) or a split larger than the source fails before any job runs."""
     kind = config["task"]["kind"]
-    local = kind in ("jsonl", "code") or (kind == "math" and config["task"]["math"]["source"] == "jsonl")
+    local = kind in ("jsonl", "code") or (kind == "math" and config["task"]["math"]["source"] == "jsonl") \
+        or (kind == "gsm8k" and config["gsm8k"]["source"] == "jsonl")
     if not local:
         return
     from randopt.io import InputError
-    from randopt.tasks import registry
-    block = config["task"][kind]
+    where = problems_key(config)
+    block = problems_block(config)
     try:
-        pools = registry.make(task_spec(config)).load_pools()
+        if kind == "gsm8k":
+            from randopt.data import gsm8k
+            pools = gsm8k.load_pools(gsm8k_source(config))
+        else:
+            from randopt.tasks import registry
+            pools = registry.make(task_spec(config)).load_pools()
     except InputError as err:
-        raise ConfigError(f"config key 'task.{kind}': {err}") from None
+        source = f"{where}.jsonl.path" if kind == "gsm8k" else where
+        raise ConfigError(f"config key '{source}': {err}") from None
     sizes = {split: len(p) for split, p in pools.items()}
     wanted = block["n_train"] + block["n_test"]
     if "all" in sizes and wanted > sizes["all"]:
-        raise ConfigError(f"config key 'task.{kind}.n_train': n_train + n_test = {wanted} but the source holds "
+        raise ConfigError(f"config key '{where}.n_train': n_train + n_test = {wanted} but the source holds "
                           f"{sizes['all']} problems; lower them to sum to at most {sizes['all']}")
     for split in ("train", "test"):
         if split in sizes and block[f"n_{split}"] > sizes[split]:
-            raise ConfigError(f"config key 'task.{kind}.n_{split}': {block[f'n_{split}']} but {split}.jsonl holds "
+            raise ConfigError(f"config key '{where}.n_{split}': {block[f'n_{split}']} but {split}.jsonl holds "
                               f"{sizes[split]} problems; lower it to at most {sizes[split]}")
+
+
+def check_heldout_file(config: dict) -> None:
+    """At DAG build: a local held-out file must be there (its rows are read when fetch_fineweb runs)."""
+    source = heldout_source(config)
+    if source["kind"] in ("jsonl", "parquet") and not Path(source["path"]).is_file():
+        what = 'a JSONL file of {"text"} rows' if source["kind"] == "jsonl" else "a parquet file with a 'text' column"
+        raise ConfigError(f"config key 'heldout.{source['kind']}.path': {source['path']}: file not found; give {what}, "
+                          f"as an absolute path or relative to the working directory")
+
+
+def external_inputs(config: dict) -> dict:
+    """The run's external inputs (randopt/inputs.py), by the key they enter (randopt/keys.py): the model's
+    bytes, the task's local files, the held-out file; a source with no local bytes is absent."""
+    from randopt.data import gsm8k, heldout
+    from randopt.model.prepare import model_input
+    from randopt.tasks import freeze
+    problems = (gsm8k.source_input(gsm8k_source(config)) if task_kind(config) == "gsm8k"
+                else freeze.source_input(task_spec(config)))
+    found = {"model": model_input(config["model"]), "problems": problems,
+             "heldout": heldout.source_input(heldout_source(config))}
+    return {name: item for name, item in found.items() if item is not None}
+
+
+def input_fingerprints(config: dict, cache_path=None) -> dict:
+    """Each external input's digest (randopt/inputs.py; the stat cache at cache_path), with a GGUF's pins
+    checked against it: a changed, missing or misplaced part fails here, naming it, before any job."""
+    from randopt.inputs import fingerprints
+    from randopt.io import InputError
+    try:
+        digests = fingerprints(external_inputs(config), cache_path)
+    except InputError as err:
+        raise ConfigError(str(err)) from None
+    model = config["model"]
+    if "model" in digests and model["source"] in ("gguf_wheel", "gguf"):
+        from randopt.model import gguf_source
+        spec = gguf_source.spec_of(model)
+        try:
+            gguf_source.check_pins(gguf_source.resolve(spec), digests["model"], spec["sha256"])
+        except InputError as err:
+            raise ConfigError(f"config key 'model.gguf': {err}") from None
+    return digests
+
+
+def check_inputs(config: dict, cache_path=None) -> dict:
+    """Every check of the run's input files at DAG build, then their digests (input_fingerprints)."""
+    check_model_files(config)
+    check_task_files(config)
+    check_heldout_file(config)
+    return input_fingerprints(config, cache_path)
 
 
 def task_spec(config: dict) -> dict:

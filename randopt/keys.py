@@ -11,8 +11,9 @@ import hashlib
 from pathlib import Path
 
 from randopt.code_keys import REPO, code_version, modules_version
-from randopt.config import (decode_for, distill_rounds, gsm8k_source, heldout_source, round_knobs,
-                            task_kind, task_spec)
+from randopt.config import (decode_for, distill_rounds, gsm8k_source, heldout_source, input_fingerprints,
+                            round_knobs, task_kind, task_spec)
+from randopt.inputs import CACHE_PATH
 from randopt.tasks.registry import module_name
 from randopt.engines import compute_dtype
 from randopt.io import canonical_json
@@ -48,6 +49,12 @@ def short_key(obj) -> str:
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:12]
 
 
+def input_sha256s(config: dict, cache_path=None) -> dict[str, str]:
+    """Each external input's sha256 by the key it enters (model, problems, heldout), hashed through the stat
+    cache at cache_path and checked at DAG build (randopt/config.py input_fingerprints)."""
+    return {name: digest.sha256 for name, digest in input_fingerprints(config, cache_path).items()}
+
+
 def shape_key(m: dict) -> dict:
     """A shape model's identity: its config's sha256, dtype and init seed (only for model.source shape,
     so that other models' keys stay as they were)."""
@@ -55,10 +62,18 @@ def shape_key(m: dict) -> dict:
     return shape_identity(resolve_config(m["config"]), m["dtype"], m["init_seed"])
 
 
-def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False):
+def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs: dict | None = None):
     """All path keys of one validated config (root: the checkout whose code they hash); with_rounds: a
-    list of each distillation round's keys instead (round_keys)."""
+    list of each distillation round's keys instead (round_keys). inputs: the external inputs' sha256s by
+    name (input_sha256s: the workflow's from DAG build, a record's from its "inputs"); by default computed
+    here, through the run directory's stat cache when there is one (a tool run where a workflow ran)."""
     g, h, m, e = config["gsm8k"], config["heldout"], config["model"], config["engine"]
+    if inputs is None:
+        inputs = input_sha256s(config, CACHE_PATH if CACHE_PATH.parent.is_dir() else None)
+    # Each external input's bytes (a local model dir, a GGUF, a task's or the held-out text's files) key the
+    # stage that reads them, so an input edited in place reruns that stage and all after it at new paths;
+    # only where there are such bytes (generated data, hub revisions and shapes keep their keys).
+    external = {name: {"input_sha256": sha} for name, sha in inputs.items()}
     # A pinned sha256 is part of the key of what it pins (only when set, so unpinned keys stay as they
     # were): a wrong pin then fails at a new path and leaves the verified files where they are, and
     # going back to the right pin finds them. With the pin outside the key, Snakemake's params trigger
@@ -68,18 +83,23 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False):
     if kind == "gsm8k":
         problems = short_key({"source": gsm8k_source(config), "n_train": g["n_train"], "n_test": g["n_test"],
                               "selection_seed": g["selection_seed"], "code": key_code("gsm8k", root)}
-                             | ({"pins": pins} if any(pins.values()) else {}))
+                             | ({"pins": pins} if any(pins.values()) else {}) | external.get("problems", {}))
         task_code = {}
     else:
         # Every other task: its block (source, splits, pins, prompt, reward knobs) and its own module's code,
         # which the registry imports by name (so no stage's import graph holds it: it is added here).
         task_code = {"task_code": modules_version(module_name(kind), root=root)}
-        problems = short_key({"task": task_spec(config), "code": key_code("task", root)} | task_code)
+        problems = short_key({"task": task_spec(config), "code": key_code("task", root)} | task_code
+                             | external.get("problems", {}))
     heldout = short_key({"source": heldout_source(config), "code": key_code("heldout", root)}
-                        | ({"pin": h["sha256"]} if h["sha256"] else {}))
+                        | ({"pin": h["sha256"]} if h["sha256"] else {}) | external.get("heldout", {}))
+    # A local dir stays in the key by its path as well as its bytes: the prepared model links to that path,
+    # so another path with the same bytes must not reuse a link whose target may change later. A GGUF is
+    # converted (a copy), so its bytes alone say what the prepared model is; the gguf block's file names
+    # are left out.
     model = short_key({k: m[k] for k in ("source", "id", "wheel_module", "gguf_file", "path", "revision", "dtype")}
                       | {"code": key_code("model", root)} | ({"pin": m["sha256"]} if m["sha256"] else {})
-                      | ({"shape": shape_key(m)} if m["source"] == "shape" else {}))
+                      | ({"shape": shape_key(m)} if m["source"] == "shape" else {}) | external.get("model", {}))
     # What changes the numbers an engine produces: not the device count of a job, but its numerics.
     numerics = {k: e[k] for k in ("kind", "device", "batch_size", "tensor_parallel_size")}
     numerics["compute_dtype"] = compute_dtype.for_config(config)[0]  # resolved: auto differs between CPUs
@@ -136,10 +156,10 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False):
     return keys
 
 
-def round_keys(config: dict, root: Path = REPO) -> list[dict[str, str]]:
+def round_keys(config: dict, root: Path = REPO, inputs: dict | None = None) -> list[dict[str, str]]:
     """Each round's keys, round 1 first (distill.rounds; one round without distillation): round 1's are
     run_keys(config); round r's have round r's model, eval, bpb and distill keys in place of round 1's."""
-    return run_keys(config, root, with_rounds=True)
+    return run_keys(config, root, with_rounds=True, inputs=inputs)
 
 
 def later_rounds(config: dict, first: dict, evaluation_of, bpb_of, root: Path) -> list[dict[str, str]]:

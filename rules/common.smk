@@ -4,8 +4,8 @@ import os
 import shlex
 import sys
 
-from randopt.config import (ConfigError, check_engine_installed, check_model_files, check_task_files, decode_for,
-                            gsm8k_source, heldout_source, problems_block, problems_key, task_spec, validate)
+from randopt.config import (ConfigError, check_engine_installed, check_inputs, decode_for, gsm8k_source,
+                            heldout_source, problems_block, problems_key, task_spec, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.code_keys import code_version
 from randopt.keys import key_code, round_keys, short_key
@@ -15,7 +15,8 @@ from randopt.scoring.answer_blocks import block_size
 from randopt.selection.plan import RacePlan
 from randopt.io import InputError
 from randopt.engines.base import DEFAULT_MAX_MODEL_LEN
-from randopt.model.prepare import find_gguf
+from randopt.inputs import CACHE_PATH as INPUT_CACHE
+from randopt.model import gguf_source
 from randopt.model.shape import resolve_config as resolve_shape_config, weight_bytes as shape_weight_bytes
 from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
                                           idle_engines_note, resolve as resolve_engines, weight_bytes)
@@ -23,17 +24,19 @@ from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as st
 from randopt.runtime import cuda_mps, mps_daemon
 
 # At DAG build (also under -n), before any job: the schema, then what needs the file system (a local
-# model dir exists; the tensor-parallel size divides its attention heads).
+# model dir exists; the tensor-parallel size divides its attention heads; a GGUF's package or parts are
+# there; a task's or GSM8K's files parse and hold the splits; a held-out file exists), then the external
+# inputs' sha256s (randopt/inputs.py: read once, then from a stat cache in .snakemake/), which the keys
+# of the stages that read them hold.
 try:
     config = validate(config)
-    check_model_files(config)
-    check_task_files(config)
+    INPUT_SHA256 = {name: digest.sha256 for name, digest in check_inputs(config, INPUT_CACHE).items()}
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}")
 
 # Each round's keys, round 1 first (distill.rounds; a run without distillation has one round): KEYS are
 # round 1's, the run's as they always were.
-ROUND_KEYS = round_keys(config)
+ROUND_KEYS = round_keys(config, inputs=INPUT_SHA256)
 KEYS = ROUND_KEYS[0]
 REPO = workflow.basedir
 # Members, shards and k per fraction: one object (randopt/population.py), read by the stages too.
@@ -144,6 +147,13 @@ def verify_frozen_files():
 
 
 verify_frozen_files()
+
+
+def source_sha256_arg(name):
+    """--source-sha256 of the stage that reads the external input `name` (model, problems, heldout): the DAG
+    build's sha256, which its key holds, so that the stage refuses other bytes. Empty where the input has
+    no local bytes (generated data, a hub revision, a shape)."""
+    return f"--source-sha256 {INPUT_SHA256[name]}" if name in INPUT_SHA256 else ""
 
 
 def q(obj):
@@ -316,11 +326,10 @@ def model_weight_bytes():
     if m["source"] == "shape":  # no files: from the config, in its dtype
         return shape_weight_bytes(resolve_shape_config(m["config"]), m["dtype"])
     found = weight_bytes(f"{MODEL}/model") or (weight_bytes(m["path"]) if m["source"] == "local" else None)
-    if found is None and m["source"] == "gguf_wheel" and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
-        try:
-            found = gguf_weight_bytes(find_gguf(m["wheel_module"], m["gguf_file"]), m["dtype"])
-        except InputError:
-            return None  # prepare_model says what is wrong with the wheel
+    if found is None and m["source"] in ("gguf_wheel", "gguf") and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
+        parts = gguf_source.resolve(gguf_source.spec_of(m))  # resolvable: checked above
+        # a GGUF in parts has its header in part 1 but its tensor table may run on; unknown until prepared
+        found = gguf_weight_bytes(parts[0].path, m["dtype"]) if len(parts) == 1 else None
     return found
 
 

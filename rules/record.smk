@@ -14,6 +14,8 @@ rule record:
         shard_timings=get_search_tables(".timings.json"),
         members_timings=at_round(rules.evaluate_members.output.timings, 1),
         base_train=at_round(rules.evaluate_members.output.base_train, 1),
+        # every stage's Snakemake benchmark, whose times the record sums (rules/common.smk get_benchmarks)
+        benchmarks=[pair.split("=", 1)[1] for pair in get_benchmarks()],
         # distill.enabled: each round's base, vote, bpb, datasets' manifest, and each arm's model manifest and
         # result (rules/common.smk distill_round_files)
         **(distill_record_inputs() if DISTILL_ENABLED else {}),

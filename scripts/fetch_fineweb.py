@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from randopt.runtime.cli import run_stage, source_json_arg
+from randopt.runtime.cli import add_source_sha256_arg, run_stage, source_json_arg
 from randopt.data.heldout import write_heldout
 
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--source-json", required=True, help="the held-out source, a JSON object (see below)")
     parser.add_argument("--pinned-sha256", help="expected sha256 of the written JSONL; a mismatch is an error")
+    add_source_sha256_arg(parser)
     parser.add_argument("--out", required=True, help="held-out JSONL path")
     parser.add_argument("--manifest", required=True, help="manifest JSON path")
     return parser
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body():
         manifest = write_heldout(source_json_arg(args.source_json), out=args.out, manifest=args.manifest,
-                                 pinned_sha256=args.pinned_sha256)
+                                 pinned_sha256=args.pinned_sha256, source_sha256=args.source_sha256)
         print(f"wrote {manifest['documents']} documents, {manifest['bytes']} bytes (sha256 {manifest['sha256']})")
 
     return run_stage("fetch_fineweb", body)

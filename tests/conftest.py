@@ -106,6 +106,14 @@ def engine_slots_run_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def stale_inputs_started(background, tmp_path_factory, tiny_model_dir):
+    """tests/test_inputs.py's inputs edited in place after a real run, and the run after a weight edit and a new
+    top-k fraction (its stale_input_runs), queued in the background."""
+    from tests.test_inputs import stale_input_runs
+    return background.submit(stale_input_runs, tmp_path_factory.mktemp("stale"), tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
 def racing_bench_started(background, tmp_path_factory, tiny_model_dir):
     """bench/racing/racing.py end to end in phases on the tiny workflow (tests/support/racing_runs.py), queued
     in the background, for tests/test_racing_bench.py."""
@@ -214,7 +222,7 @@ def early_runs(request):
     """Start, at the session's start, the background runs (tests/support/background.py says why) that
     some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster),
     and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
-    SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
+    inputs edited in place of test_inputs, the SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
     the shared tiny run, the shape model's run, the half-finished runs of test_status, the task runs,
     the kill-and-resume sequence of test_resume_reuse, the Gaussian run, the member-batched runs and
     the 2-round distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
@@ -223,8 +231,9 @@ def early_runs(request):
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
     session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
-    for name in ("slurm_runs", "engine_slots_run_started", "smollm2_started", "racing_bench_started",
-                 "racing_workflow_started", "tiny_run_started", "shape_run_started", "status_runs_started",
+    for name in ("slurm_runs", "engine_slots_run_started", "stale_inputs_started", "smollm2_started",
+                 "racing_bench_started", "racing_workflow_started", "tiny_run_started", "shape_run_started",
+                 "status_runs_started",
                  "task_runs_started", "killed_runs_started", "gaussian_run_started", "member_batch_runs_started",
                  "distill_rounds_started", "e2e_targets_started"):
         if name in needed:

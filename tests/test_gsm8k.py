@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from randopt.data import gsm8k, synth
+from randopt.inputs import tree_sha256
 from randopt.io import InputError, sha256_bytes, sha256_file
 from tests.conftest import SHARED_GSM8K
 
@@ -229,7 +230,10 @@ def test_write_frozen_manifest_and_pins(tmp_path):
     m = gsm8k.write_frozen(src, 8, 4, 0, **out)
     on_disk = json.loads(out["manifest"].read_text())
     assert on_disk == m
-    assert set(m) == {"train", "test", "source", "selection_seed", "synthetic", "pool_sizes"}
+    assert set(m) == {"train", "test", "source", "selection_seed", "synthetic", "pool_sizes", "source_sha256"}
+    # the source's bytes as read: its two files' sha256s, by name (randopt/inputs.py)
+    root = Path(src["path"])
+    assert m["source_sha256"] == tree_sha256({f"{s}.jsonl": sha256_file(root / f"{s}.jsonl") for s in ("train", "test")})
     assert m["train"] == {"sha256": sha256_file(out["out_train"]), "n": 8, "path": str(out["out_train"])}
     assert m["test"]["n"] == 4 and m["test"]["sha256"] == sha256_file(out["out_test"])
     lines = out["out_train"].read_bytes().decode().splitlines()

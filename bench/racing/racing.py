@@ -309,7 +309,7 @@ def load_arm(run_dir: Path) -> ArmResult:
         if not path.is_file():
             raise InputError(f"{path} is missing ({name}): the run's files do not match its record's config")
     ranking = pd.read_parquet(paths["ranking"])
-    cache = run_dir / layout(run_keys(record["config"]))["answer_cache"]
+    cache = run_dir / layout(run_keys(record["config"], inputs=record.get("inputs")))["answer_cache"]
     answers = pd.concat([answer_cache.load(cache, seed, sigma) for seed, sigma in _members(ranking)],
                         ignore_index=True)
     return ArmResult(ranking=ranking, topk=read_json(paths["topk"])["topk"], vote=read_json(paths["vote"]),

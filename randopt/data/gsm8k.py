@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from randopt.inputs import Input, check_unchanged
 from randopt.schema import check_source
 from randopt.io import InputError, atomic_path, canonical_json, parquet_file, read_jsonl, sha256_bytes
 
@@ -199,6 +200,15 @@ def load_pools(source: Mapping, *, cache_dir: str | Path | None = None) -> dict[
     }
 
 
+def source_input(source: Mapping) -> Input | None:
+    """A source's local files (randopt/inputs.py): a jsonl dir's train.jsonl and test.jsonl. Generated
+    problems have none (their generator's code is keyed), nor a hub source (its pinned revision addresses it)."""
+    if source["kind"] != "jsonl":
+        return None
+    root = Path(source["path"])
+    return Input("gsm8k.jsonl.path", {f"{split}.jsonl": root / f"{split}.jsonl" for split in SPLITS})
+
+
 def check_sha256(value: str | None, what: str) -> None:
     """None, or 64 hex digits; anything else is an InputError naming ``what``."""
     if value is not None and (not isinstance(value, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", value)):
@@ -249,11 +259,13 @@ def rows_to_jsonl(rows: list[dict]) -> bytes:
 def write_frozen(source: Mapping, n_train: int, n_test: int, selection_seed: int, *,
                  out_train: str | Path, out_test: str | Path, manifest: str | Path,
                  pinned_train_sha256: str | None = None, pinned_test_sha256: str | None = None,
-                 cache_dir: str | Path | None = None) -> dict:
+                 cache_dir: str | Path | None = None, source_sha256: str | None = None) -> dict:
     """Freeze both splits and write them and the manifest, all or nothing.
 
     Everything is written to temporary siblings and checked (pinned sha256s) before any rename,
-    so on error no output is created or overwritten. Returns the manifest.
+    so on error no output is created or overwritten. The source's local files are hashed after they
+    were read, and bytes other than source_sha256 (the DAG build's, which keys this stage) are refused;
+    the manifest's source_sha256 is what was read. Returns the manifest.
     """
     check_sha256(pinned_train_sha256, "pinned train sha256")
     check_sha256(pinned_test_sha256, "pinned test sha256")
@@ -262,6 +274,8 @@ def write_frozen(source: Mapping, n_train: int, n_test: int, selection_seed: int
     if len(set(resolved)) != 3:
         raise InputError(f"train, test and manifest outputs must be three different paths, got {[str(p) for p in resolved]}")
     train, test, info = freeze_splits(source, n_train, n_test, selection_seed, cache_dir=cache_dir)
+    read = check_unchanged(source_input(check_source("gsm8k", dict(source))), source_sha256)
+    info |= {"source_sha256": read.sha256} if read else {}
     return write_splits({"train": train, "test": test}, {"source": dict(source), **info}, paths, manifest,
                         {"train": pinned_train_sha256, "test": pinned_test_sha256})
 

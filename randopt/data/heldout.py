@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from randopt.data.gsm8k import check_sha256, hf_dataset_file
+from randopt.inputs import Input, check_unchanged, file_input
 from randopt.schema import check_source
-from randopt.io import InputError, atomic_path, canonical_json, parquet_file, read_jsonl, sha256_bytes, sha256_file
+from randopt.io import InputError, atomic_path, canonical_json, parquet_file, read_jsonl, sha256_bytes
 from randopt.data.synth import StableRng
 
 FINEWEB_EDU_REPO = "HuggingFaceFW/fineweb-edu"
@@ -242,22 +243,32 @@ def read_parquet_rows(path: str | Path, start: int, n_docs: int) -> tuple[list[d
     return rows, total
 
 
-def load_heldout(source: Mapping, *, cache_dir: str | Path | None = None) -> tuple[list[dict], dict]:
-    """The documents of a source, [{"id", "text"}], and a description of the source for the manifest."""
+def source_input(source: Mapping) -> Input | None:
+    """A source's local file (randopt/inputs.py), jsonl or parquet. Synthetic text has none (its
+    generator's code is keyed), nor a hub file (its pinned revision addresses it)."""
+    if source["kind"] not in ("jsonl", "parquet"):
+        return None
+    return file_input(f"heldout.{source['kind']}.path", source["path"])
+
+
+def load_heldout(source: Mapping, *, cache_dir: str | Path | None = None,
+                 source_sha256: str | None = None) -> tuple[list[dict], dict]:
+    """The documents of a source, [{"id", "text"}], and a description of the source for the manifest (a
+    local file's file_sha256: its bytes hashed after they were read, refused unless they are source_sha256,
+    the DAG build's, when that is given)."""
     source = check_source("heldout", dict(source))  # the schema's definition of the kind
     kind = source["kind"]
     if kind == "synthetic":
-        return synthetic_heldout(source["n_docs"], source["seed"]), source
-    start, n = source["start"], source["n_docs"]
-    if kind == "jsonl":
-        rows = read_jsonl_rows(source["path"], start, n)
-        return rows, {**source, "file_sha256": sha256_file(source["path"])}
-    if kind == "parquet":
-        rows, total = read_parquet_rows(source["path"], start, n)
-        return rows, {**source, "file_sha256": sha256_file(source["path"]), "file_rows": total}
-    local = hf_dataset_file(source["repo"], source["file"], source["revision"], cache_dir)
-    rows, total = read_parquet_rows(local, start, n)
-    return rows, {**source, "file_rows": total}
+        rows, description = synthetic_heldout(source["n_docs"], source["seed"]), source
+    elif kind == "jsonl":
+        rows, description = read_jsonl_rows(source["path"], source["start"], source["n_docs"]), dict(source)
+    else:
+        path = source["path"] if kind == "parquet" else hf_dataset_file(source["repo"], source["file"],
+                                                                          source["revision"], cache_dir)
+        rows, total = read_parquet_rows(path, source["start"], source["n_docs"])
+        description = {**source, "file_rows": total}
+    read = check_unchanged(source_input(source), source_sha256)
+    return rows, description | ({"file_sha256": read.sha256} if read else {})
 
 
 def rows_to_jsonl(rows: list[dict]) -> bytes:
@@ -265,7 +276,7 @@ def rows_to_jsonl(rows: list[dict]) -> bytes:
 
 
 def write_heldout(source: Mapping, *, out: str | Path, manifest: str | Path, pinned_sha256: str | None = None,
-                  cache_dir: str | Path | None = None) -> dict:
+                  cache_dir: str | Path | None = None, source_sha256: str | None = None) -> dict:
     """Write the slice as JSONL and its manifest, all or nothing; returns the manifest.
 
     The manifest: {"documents", "bytes" (UTF-8 bytes of the texts), "jsonl_bytes", "sha256" (of the
@@ -276,7 +287,7 @@ def write_heldout(source: Mapping, *, out: str | Path, manifest: str | Path, pin
     if out.resolve() == manifest.resolve():
         raise InputError(f"output and manifest must be different paths, both are {out}")
     check_sha256(pinned_sha256, "pinned sha256")
-    rows, description = load_heldout(source, cache_dir=cache_dir)
+    rows, description = load_heldout(source, cache_dir=cache_dir, source_sha256=source_sha256)
     data = rows_to_jsonl(rows)
     digest = sha256_bytes(data)
     if pinned_sha256 is not None and pinned_sha256.lower() != digest:
@@ -292,7 +303,7 @@ def write_heldout(source: Mapping, *, out: str | Path, manifest: str | Path, pin
         "path": str(out),
         "source": description,
         "synthetic": source["kind"] == "synthetic",
-    }
+    } | ({"source_sha256": description["file_sha256"]} if "file_sha256" in description else {})
     with atomic_path(out) as tmp_out, atomic_path(manifest) as tmp_manifest:
         tmp_out.write_bytes(data)
         tmp_manifest.write_text(json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")

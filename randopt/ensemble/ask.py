@@ -157,4 +157,4 @@ def default_model_dir(record_path: str | Path) -> Path:
     from randopt.paths import layout
     record = read_json(record_path)
     run_dir = Path(record_path).resolve().parent.parent
-    return run_dir / layout(run_keys(record["config"]))["model"] / "model"
+    return run_dir / layout(run_keys(record["config"], inputs=record.get("inputs")))["model"] / "model"

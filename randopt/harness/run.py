@@ -88,7 +88,7 @@ class Run:
             raise InputError(f"{record_path}: no record here; finish the run first (snakemake results/record.json) "
                              "or give --run-dir the directory the workflow ran in")
         rec = read_json(record_path)
-        paths = layout(run_keys(rec["config"])) if not (ranking and model_dir) else {}
+        paths = layout(run_keys(rec["config"], inputs=rec.get("inputs"))) if not (ranking and model_dir) else {}
         ranking_path = Path(ranking) if ranking else run_dir / paths["rank"] / "ranking.parquet"
         if not ranking_path.is_file():
             raise InputError(f"{ranking_path}: no ranking here (the run's keys under this code); rerun the workflow "

