@@ -85,6 +85,7 @@ def validate(config: dict) -> dict:
     """Return a validated copy with defaults filled; raise ConfigError naming the offending key."""
     config = copy.deepcopy(config)
     _check_task_keys(config)
+    resolve_prompt_style(config)
 
     def label(path):
         return f"config key '{'.'.join(map(str, path)) or '(top level)'}'"
@@ -379,6 +380,32 @@ def _check_task_keys(config: dict) -> None:
     if given:
         raise ConfigError(f"config key 'decode.{given[0]}': task.kind is {kind!r}, whose prompt is task.{kind}'s "
                           f"(system, examples, stop, template); set task.{kind}.{given[0]} instead")
+
+
+def prompt_block(config: dict, kind: str) -> dict:
+    """The block holding a task's prompt (system, examples, stop), made if the config lacks it: decode's
+    for GSM8K (as before tasks existed), task.<kind>'s for the others."""
+    if kind == "gsm8k":
+        return config.setdefault("decode", {})
+    return config.setdefault("task", {}).setdefault(kind, {})
+
+
+def resolve_prompt_style(config: dict) -> None:
+    """Before defaults are filled (so that only what the config itself says counts): task.prompt_style's
+    texts (the schema's prompt_styles) for the run's task, in the keys the config leaves out: its prompt
+    block's system, examples and stop, and decode.max_tokens. The style then leaves no trace in any key:
+    the keys hash the texts. terse has no texts (it is the schema's defaults), so a terse config stays as
+    written. A style or kind the schema does not know is left for the schema check to name."""
+    schema = load_schema()
+    task = config.get("task") if isinstance(config.get("task"), dict) else {}
+    defaults = schema["properties"]["task"]["properties"]
+    kind, style = (task.get(key, defaults[key]["default"]) for key in ("kind", "prompt_style"))
+    texts = (schema["prompt_styles"].get(style) or {}).get(kind) if isinstance(style, str) and isinstance(kind, str) else None
+    if not texts or not isinstance(config.get("decode", {}), dict) or not isinstance(task.get(kind, {}), dict):
+        return
+    prompt = prompt_block(config, kind)
+    for key, value in texts.items():
+        (config.setdefault("decode", {}) if key == "max_tokens" else prompt).setdefault(key, copy.deepcopy(value))
 
 
 def _check_task(config: dict) -> None:

@@ -1,0 +1,166 @@
+"""task.prompt_style (config/schema.yaml, prompt_styles; randopt/config.py, resolve_prompt_style): the reasoning
+style's texts land in the run's task's prompt block and decode.max_tokens unless the config gives its own,
+the keys hash those texts and not the style's name, terse changes nothing, and each reasoning example is a
+worked solution that the task's own reward reads as right."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from snakemake.utils import update_config
+
+import randopt.keys
+from randopt.config import ConfigError, decode_for, load_schema, load_yaml, validate
+from randopt.engines import compute_dtype
+from randopt.keys import run_keys
+from randopt.tasks import registry
+from randopt.tasks.arith import evaluate
+from tests.conftest import REPO
+
+KINDS = ("gsm8k", "countdown", "math", "code", "jsonl")
+REASONING = load_schema()["prompt_styles"]["reasoning"]
+# What each kind needs to validate besides its kind (a source with a path).
+NEEDS = {"math": {"math": {"source": "jsonl", "jsonl": {"path": "tests/fixtures/math_small.jsonl"}}},
+         "jsonl": {"jsonl": {"path": "q.jsonl"}}}
+
+
+def config_of(kind: str, style: str | None = None, **blocks) -> dict:
+    """The config validated for one task kind (and style), with other top-level blocks merged over it."""
+    task = {"kind": kind, **NEEDS.get(kind, {})} | ({"prompt_style": style} if style else {})
+    return validate({"task": task, **blocks})
+
+
+def prompt_of(config: dict) -> dict:
+    """What the engine stages get: system, examples, stop and max_tokens."""
+    decode = decode_for(config)
+    return {key: decode[key] for key in ("system", "examples", "stop", "max_tokens")}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reasoning_fills_the_tasks_prompt_and_terse_is_the_schema_defaults(kind):
+    terse, reasoning = prompt_of(config_of(kind)), prompt_of(config_of(kind, "reasoning"))
+    assert prompt_of(config_of(kind, "terse")) == terse
+    style = REASONING[kind]
+    assert reasoning == {"examples": [], **style}  # jsonl's style has no examples: the schema's empty default
+    assert terse["max_tokens"] == 32 and reasoning["max_tokens"] >= 512
+    assert terse["system"] != reasoning["system"]
+
+
+def test_gsm8k_keeps_its_prompt_in_decode_and_the_other_tasks_in_their_block():
+    gsm8k = config_of("gsm8k", "reasoning")
+    assert gsm8k["decode"]["system"] == REASONING["gsm8k"]["system"]
+    countdown = config_of("countdown", "reasoning")
+    assert countdown["task"]["countdown"]["system"] == REASONING["countdown"]["system"]
+    assert countdown["decode"]["max_tokens"] == REASONING["countdown"]["max_tokens"]
+    # decode's own prompt keys are GSM8K's, untouched for another task (an error if the config sets them)
+    assert countdown["decode"]["system"] == config_of("gsm8k")["decode"]["system"]
+
+
+def test_what_the_config_gives_itself_wins_over_the_style():
+    c = config_of("countdown", "reasoning", decode={"max_tokens": 300})
+    assert c["decode"]["max_tokens"] == 300
+    c = validate({"task": {"kind": "countdown", "prompt_style": "reasoning", "countdown": {"system": "Be brief.",
+                                                                                          "stop": ["\n\n"]}}})
+    assert prompt_of(c) == {"system": "Be brief.", "stop": ["\n\n"], "examples": REASONING["countdown"]["examples"],
+                            "max_tokens": REASONING["countdown"]["max_tokens"]}
+    c = config_of("gsm8k", "reasoning", decode={"examples": [], "stop": ["Question:"]})
+    assert prompt_of(c) == {"system": REASONING["gsm8k"]["system"], "examples": [], "stop": ["Question:"],
+                            "max_tokens": 512}
+    # the style inside an overlay merged over config/config.yaml, as Snakemake merges --configfile
+    merged = load_yaml(REPO / "config" / "config.yaml")
+    update_config(merged, {"task": {"prompt_style": "reasoning"}})
+    assert prompt_of(validate(merged)) == prompt_of(config_of("gsm8k", "reasoning"))
+
+
+def test_an_unknown_style_names_the_key_and_the_styles():
+    with pytest.raises(ConfigError, match=re.escape("config key 'task.prompt_style'") + ".*'terse', 'reasoning'"):
+        validate({"task": {"prompt_style": "chatty"}})
+
+
+@pytest.mark.parametrize("kind", ["gsm8k", "countdown"])
+def test_keys_hash_the_resolved_prompt_never_the_styles_name(kind):
+    """A style and the same texts written out give the same keys: only what the model sees is keyed."""
+    styled = config_of(kind, "reasoning")
+    style = REASONING[kind]
+    texts = {key: value for key, value in style.items() if key != "max_tokens"}
+    decode = {"max_tokens": style["max_tokens"]} | (texts if kind == "gsm8k" else {})
+    written = validate({"task": {"kind": kind} | ({} if kind == "gsm8k" else {kind: texts}), "decode": decode})
+    assert run_keys(styled) == run_keys(written)
+    terse, reasoning = run_keys(config_of(kind)), run_keys(styled)
+    assert terse["eval"] != reasoning["eval"]
+    assert terse["model"] == reasoning["model"] and terse["heldout"] == reasoning["heldout"]
+
+
+# The embedded default's keys as main computed them before prompt styles existed (commit 92ae792), with
+# every code hash replaced by a constant: they pin what the config puts into the keys (the prompt, decoding,
+# splits, model, engine numerics), so that no prompt-style default leaks into them, and stay valid when
+# stage code (which moves every key on purpose) is edited. One set per compute dtype that engine.compute_dtype
+# auto resolves to on the CPU at hand (it is in the eval and bpb keys).
+PINNED = {
+    "bfloat16": {
+        "default": {"gsm8k": "2955863c9e48", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "34ad5bf73bd4",
+                    "population": "6b84deddd222", "bpb": "72e22662d4e2", "race": None},
+        "countdown.yaml": {"task": "80d884f17799", "heldout": "5af718240bfc", "model": "028ca183b1e6",
+                           "eval": "a91baeb43eba", "population": "a73eebb22c69", "bpb": "72e22662d4e2", "race": None},
+    },
+    "float32": {
+        "default": {"gsm8k": "2955863c9e48", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "d25f0bc1ae63",
+                    "population": "6b84deddd222", "bpb": "f8a3dbded042", "race": None},
+        "countdown.yaml": {"task": "80d884f17799", "heldout": "5af718240bfc", "model": "028ca183b1e6",
+                           "eval": "1da482bfa235", "population": "a73eebb22c69", "bpb": "f8a3dbded042", "race": None},
+    },
+}
+
+
+@pytest.mark.parametrize("overlay", ["default", "countdown.yaml"])
+def test_the_embedded_defaults_keys_are_what_they_were(overlay, monkeypatch):
+    monkeypatch.setattr(randopt.keys, "key_code", lambda key, root=None: f"code:{key}")
+    monkeypatch.setattr(randopt.keys, "modules_version", lambda *modules, root=None: "task-code")
+    config = load_yaml(REPO / "config" / "config.yaml")
+    if overlay != "default":
+        update_config(config, load_yaml(REPO / "config" / overlay))
+    config = validate(config)
+    assert config["task"]["prompt_style"] == "terse"
+    assert run_keys(config) == PINNED[compute_dtype.for_config(config)[0]][overlay]
+
+
+# --- the reasoning examples are right by the task's own reward -------------------------------------------
+
+EQUATION = re.compile(r"(\d+(?:\s*[-+*/]\s*\d+)+)\s*=\s*(\d+)")
+
+
+@pytest.mark.parametrize("kind", ["gsm8k", "countdown"])
+def test_every_line_of_working_in_the_examples_is_right(kind):
+    """A worked example teaches its arithmetic too: every 'a op b = c' in it holds."""
+    found = 0
+    for _, answer in REASONING[kind]["examples"]:
+        for left, right in EQUATION.findall(answer):
+            assert evaluate(left)[0] == int(right), f"{left} = {right} in {answer!r}"
+            found += 1
+    assert found >= 3 * len(REASONING[kind]["examples"]) // 2
+
+
+def test_the_examples_final_answers_get_full_reward():
+    countdown = registry.make({"kind": "countdown"})
+    for question, answer in REASONING["countdown"]["examples"]:
+        numbers, target = re.fullmatch(r"Numbers: ([\d, ]+)\. Target: (\d+)\.", question).groups()
+        problem = {"numbers": [int(x) for x in numbers.split(", ")], "target": int(target)}
+        assert countdown.reward(answer, problem).value == 1.0, answer
+    gsm8k = registry.make({"kind": "gsm8k"})
+    (question, answer), = REASONING["gsm8k"]["examples"]
+    assert gsm8k.reward(answer, {"answer": "#### 7"}).value == 1.0  # 3 x 12 - (25 + 4)
+    math = registry.make({"kind": "math"})
+    (question, answer), = REASONING["math"]["examples"]
+    assert math.extract(answer) == "5"
+    code = registry.make({"kind": "code"})
+    (prompt, answer), = REASONING["code"]["examples"]
+    scope: dict = {}
+    exec(prompt + code.extract(answer), scope)  # the fenced function replaces the prompt's, as in the sandbox
+    assert [scope["count_vowels"](s) for s in ("Hello", "AEIOU xyz", "")] == [2, 5, 0]
+
+
+def test_reasoning_has_no_stop_string_that_cuts_working_short():
+    """A worked solution has blank lines and a fenced function may hold a helper def: the stop strings that
+    end a terse answer would cut those short, so reasoning ends on the model's end-of-turn token."""
+    for kind in KINDS:
+        assert REASONING[kind]["stop"] == [], kind

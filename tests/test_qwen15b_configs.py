@@ -1,0 +1,91 @@
+"""The GPU overlays for Qwen2.5-Coder-1.5B-Instruct (config/qwen15b_{gsm8k,countdown,humaneval}.yaml, issue 46):
+each validates merged over config/config.yaml with FlashOpt's protocol and the reasoning prompt, its pinned
+splits hold on the data it reads, and the workflow builds its DAG offline. Their model block is left to the
+model source (issue 46), so the dry run builds it with the default's model in its place: the DAG's shape
+does not depend on which model answers."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from randopt.config import decode_for, load_schema, problems_block, task_spec
+from randopt.io import sha256_bytes
+from randopt.population import population_size, topk_size
+from tests.conftest import REPO, SHARED_GSM8K, skip_unless_ci
+from tests.support.workflow import jobs_run
+from tests.test_config import commands_of, dry_run, subprocess_like
+from tests.test_standard_config import merged, resources_of
+
+OVERLAYS = {"gsm8k": "qwen15b_gsm8k.yaml", "countdown": "qwen15b_countdown.yaml", "code": "qwen15b_humaneval.yaml"}
+SPLITS = {"gsm8k": (128, 512), "countdown": (128, 512), "code": (64, 100)}
+REASONING = load_schema()["prompt_styles"]["reasoning"]
+
+
+def config_of(kind: str) -> dict:
+    return merged(REPO / "config" / OVERLAYS[kind])
+
+
+@pytest.mark.parametrize("kind", sorted(OVERLAYS))
+def test_overlay_has_flashopts_protocol_on_one_gpu_with_the_reasoning_prompt(kind):
+    c = config_of(kind)
+    assert c["task"]["kind"] == kind and c["task"]["prompt_style"] == "reasoning"
+    assert (c["engine"]["kind"], c["engine"]["device"], c["engine"]["tensor_parallel_size"]) == ("vllm", "cuda", 1)
+    block = problems_block(c)
+    assert (block["n_train"], block["n_test"]) == SPLITS[kind]
+    assert c["engine"]["batch_size"] >= block["n_train"]  # a member's train prompts in one vLLM batch
+    assert c["population"]["sigmas"] == [5e-4, 1e-3, 2e-3] and population_size(c) >= 192
+    assert c["population"]["n_seeds"] % c["population"]["shard_size"] == 0  # whole shards
+    assert {0.04, 0.1, 0.25} <= set(c["topk"]["fractions"])
+    assert [topk_size(f, population_size(c)) for f in (0.04, 0.1, 0.25)] == [8, 19, 48]
+    # what the engine stages get: the reasoning texts, 512 tokens, no stop strings
+    decode = decode_for(c)
+    assert decode["max_tokens"] == 512 and decode["stop"] == []
+    assert (decode["system"], decode["examples"]) == (REASONING[kind]["system"], REASONING[kind]["examples"])
+    assert not c["model"]["sha256"]  # the model block is the model source's to fill (issue 46)
+
+
+def test_gsm8k_overlay_reads_the_real_gsm8k_as_the_default_reads_a_local_copy():
+    g = config_of("gsm8k")["gsm8k"]
+    assert g["source"] == "jsonl" and g["jsonl"]["path"] == "../shared/data/gsm8k"
+    assert g["train_sha256"] and g["test_sha256"]
+
+
+@pytest.mark.parametrize("kind", ["gsm8k", "code"])
+def test_the_pinned_splits_hold_on_the_data_the_overlay_reads(kind):
+    """The pins were computed from the data; they must still hold (a different copy fails at the freeze)."""
+    from randopt.data.gsm8k import freeze_splits, rows_to_jsonl
+    from randopt.tasks.freeze import freeze_splits as freeze_task
+    c = config_of(kind)
+    block = problems_block(c)
+    if kind == "gsm8k":
+        if not (SHARED_GSM8K / "train.jsonl").is_file():
+            skip_unless_ci(f"no GSM8K JSONL copy at {SHARED_GSM8K} (set RANDOPT_GSM8K_DIR)")
+        train, test, _ = freeze_splits({"kind": "jsonl", "path": str(SHARED_GSM8K)}, block["n_train"],
+                                       block["n_test"], block["selection_seed"])
+    else:
+        train, test, _ = freeze_task(task_spec(c), block["n_train"], block["n_test"], block["selection_seed"])
+    assert (sha256_bytes(rows_to_jsonl(train)), sha256_bytes(rows_to_jsonl(test))) == \
+        (block["train_sha256"], block["test_sha256"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(OVERLAYS))
+def test_overlay_builds_its_dag_offline(kind, tmp_path):
+    c = config_of(kind)
+    out = dry_run(tmp_path, REPO / "config" / OVERLAYS[kind])
+    proc = subprocess_like(out)
+    shards = len(c["population"]["sigmas"]) * c["population"]["n_seeds"] // c["population"]["shard_size"]
+    freeze = "freeze_gsm8k" if kind == "gsm8k" else "freeze_task"
+    assert jobs_run(proc) == {freeze: 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
+                              "rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
+    assert shards == 6
+    assert all(res["gpu"] == "1" for res in resources_of(proc, "evaluate_shard"))
+    # the engine stages get the resolved reasoning prompt (its texts, not the style's name)
+    for command in commands_of(out, "evaluate_shard") + commands_of(out, "evaluate_members"):
+        assert "--engine vllm" in command
+        args = shlex.split(command)
+        decode = json.loads(args[args.index("--decode") + 1])
+        assert decode["max_tokens"] == 512 and decode["stop"] == []
+        assert decode["system"] == REASONING[kind]["system"] and "prompt_style" not in decode
