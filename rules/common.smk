@@ -327,9 +327,8 @@ def model_weight_bytes():
         return shape_weight_bytes(resolve_shape_config(m["config"]), m["dtype"])
     found = weight_bytes(f"{MODEL}/model") or (weight_bytes(m["path"]) if m["source"] == "local" else None)
     if found is None and m["source"] in ("gguf_wheel", "gguf") and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
-        parts = gguf_source.resolve(gguf_source.spec_of(m))  # resolvable: checked above
-        # a GGUF in parts has its header in part 1 but its tensor table may run on; unknown until prepared
-        found = gguf_weight_bytes(parts[0].path, m["dtype"]) if len(parts) == 1 else None
+        # the tensor table, read through the parts as one stream (resolvable: checked above)
+        found = gguf_weight_bytes(gguf_source.open_joined(m), m["dtype"])
     return found
 
 
@@ -364,7 +363,7 @@ def engine_layout():
             groups = LOCAL_GPUS // gpus if LOCAL_GPUS else 1
             layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
                                      members_per_group=-(-POPULATION.size // groups),
-                                     work=config["gsm8k"]["n_train"] * config["decode"]["max_tokens"],
+                                     work=PROBLEMS["n_train"] * DECODE["max_tokens"],   # the run's task's
                                      under_mps=MPS.possible, shard_members=group_shard_members(groups))
         if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes()):
             check_engines_fit(layout.per_device, weights / gpus, card, tp=gpus)

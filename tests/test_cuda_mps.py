@@ -62,8 +62,9 @@ def test_true_where_mps_cannot_serve_names_what_is_missing():
 def test_auto_sizes_engines_from_mps_gains_under_mps():
     small = int(0.27 * GB)
     args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=small, work=128 * 512)
-    # a long search: MPS's fourth engine still pays for its start; time-sliced, three is the most
-    assert resolve_engines("auto", members_per_group=1536, under_mps=True, **args).per_device == 4
+    # a long search: MPS's fourth engine pays for its start, but by under 4 % (872 s against 906 s: within what
+    # repeated measurements spread), so auto keeps three; time-sliced, three is the most
+    assert resolve_engines("auto", members_per_group=1536, under_mps=True, **args).per_device == 3
     assert resolve_engines("auto", members_per_group=1536, **args).per_device == 3
     # FlashOpt's 66 members: a third and fourth engine's starts (~35 s apart) are not paid back, under MPS
     # either (bench/peers/README.md, one H200: 2 engines under MPS took 142 s end to end, 4 took 196 s)
@@ -77,14 +78,17 @@ def test_auto_sizes_engines_from_mps_gains_under_mps():
 def test_auto_counts_whole_shards_as_the_workflow_hands_them_out():
     """The H200 run behind scheduled_seconds: 3 shards of 22 members for 3 engines, each engine done with its
     shard before the next was up. Handed out whole, 3 shards never pay a third engine."""
-    from randopt.runtime.engine_slots import GAIN, START_S, idle_engines_note, scheduled_seconds
+    from randopt.runtime.engine_slots import MEASURED, START_S, idle_engines_note, scheduled_seconds
+    GAIN = MEASURED[0].gain   # SmolLM2's time-sliced gains, the default
     args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB), work=128 * 512, members_per_group=66)
     three = resolve_engines("auto", under_mps=True, shard_members=[22, 22, 22], **args)
     assert three.per_device == 2 and "3: 98 s" in three.why, three.why
     nine = resolve_engines("auto", under_mps=True, shard_members=[8, 8, 6] * 3, **args)
     assert nine.per_device == 2 and "2: 67 s, 3: 78 s" in nine.why, nine.why
-    # a longer search pays all four MPS engines even though the fourth's first shard waits for it
-    assert resolve_engines("auto", under_mps=True, shard_members=[8] * 64, **{**args, "members_per_group": 512}).per_device == 4
+    # a longer search pays a third MPS engine; the fourth saves 3 % more (313 s against 324 s), within the
+    # measurements' spread, so auto keeps three
+    longer = resolve_engines("auto", under_mps=True, shard_members=[8] * 64, **{**args, "members_per_group": 512})
+    assert longer.per_device == 3 and "3: 324 s, 4: 313 s" in longer.why, longer.why
     # one engine answers its shards one after another; a shard handed to an engine not yet up waits for it
     assert scheduled_seconds(1, [10.0, 20.0]) == pytest.approx(30.0)
     assert scheduled_seconds(2, [10.0, 20.0]) == pytest.approx(START_S + 20.0)

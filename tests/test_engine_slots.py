@@ -22,7 +22,8 @@ GB = 10**9
 
 
 def test_search_seconds_overlaps_each_start_with_the_engines_already_up():
-    from randopt.runtime.engine_slots import GAIN, START_S, search_seconds
+    from randopt.runtime.engine_slots import MEASURED, START_S, search_seconds
+    GAIN = MEASURED[0].gain   # SmolLM2's time-sliced gains, the default
     assert search_seconds(1, 100.0) == 100.0
     # work done before the second engine is up: the second never helps
     assert search_seconds(2, START_S / 2) == search_seconds(1, START_S / 2)
@@ -57,10 +58,52 @@ def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_thei
     assert inside.per_device == 2 and "inside each train-scoring cluster job" in inside.why
 
 
+def test_auto_sizes_a_model_from_the_measured_models_either_side_of_its_weights():
+    """The gains are the measured models' (MEASURED), interpolated on log weight bytes; the real 1.5B's own
+    (3 engines under MPS 1.56x one engine's on an H200) size its GSM8K overlay: 6 shards of 32 members."""
+    from randopt.runtime.engine_slots import MEASURED, gains
+    smol, qwen, shape7b = (m.weight_bytes for m in MEASURED)
+    assert gains(qwen, True) == (MEASURED[1].gain_mps, MEASURED[1].name)
+    assert gains(qwen * 1.15, True)[0] == MEASURED[1].gain_mps   # a GGUF's tensor table counts a tied output twice
+    between, source = gains((smol * qwen) ** 0.5, True)           # halfway on a log scale
+    assert source == f"between {MEASURED[0].name} and {MEASURED[1].name}"
+    for n in (2, 3, 4):
+        assert between[n] == pytest.approx((MEASURED[0].gain_mps[n] + MEASURED[1].gain_mps[n]) / 2)
+    # the 1.5B was measured under MPS only: time-sliced, it lies between SmolLM2's and the 7B shape's
+    assert 1 < gains(qwen, False)[0][3] < MEASURED[0].gain[3]
+    assert gains(70e9, True)[0] == {1: 1.0, 2: 0.97, 3: 0.97}     # past the 7B shape: a busy GPU gains nothing
+    layout = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=int(qwen), members_per_group=192,
+                     work=128 * 512, under_mps=True, shard_members=[32] * 6)
+    assert layout.per_device == 3 and "1.56x" in layout.why and MEASURED[1].name in layout.why, layout.why
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=int(shape7b), members_per_group=10**4,
+                   work=128 * 512, under_mps=True).per_device == 1
+
+
+def test_auto_sizes_engines_from_the_runs_own_task_not_gsm8ks(tmp_path):
+    """A Countdown run of 512 train problems: a member's time, and so the count, come from its 512 problems
+    (rules/common.smk once took gsm8k.n_train, 16 by default, for every task)."""
+    from tests.support.workflow import workflow_command
+
+    def member_seconds_in_record(overlay):
+        cmd = workflow_command(tmp_path / str(len(str(overlay))), overlay, "-n", "-p", "--resources", "gpu=1")
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+        why = next(line for line in (proc.stdout + proc.stderr).splitlines() if "scripts.record " in line)
+        return float(why.split("members a GPU group, about ")[1].split(" s each")[0])
+
+    engine = {"kind": "vllm", "device": "cuda", "batch_size": 256}
+    population = {"n_seeds": 512, "sigmas": [0.002], "shard_size": 64}
+    countdown = member_seconds_in_record({"engine": engine, "population": population, "decode": {"max_tokens": 64},
+                                          "task": {"kind": "countdown", "countdown": {"n_train": 512, "n_test": 16}}})
+    gsm8k = member_seconds_in_record({"engine": engine, "population": population, "decode": {"max_tokens": 64}})
+    assert countdown == pytest.approx(gsm8k * 512 / 16, rel=0.05)   # GSM8K's default: 16 train problems
+
+
 def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
     """The SmolLM2 wheel's size comes from its GGUF tensor table before the model is prepared."""
     from tests.support.workflow import workflow_command
-    for n_seeds, expect in ((1536, "--engines-per-device 3"), (96, "--engines-per-device 2"), (8, None)):
+    # 96 seeds (a shard of 64 and one of 32): a second engine would save ~1 s of 62, no measured difference
+    for n_seeds, expect in ((1536, "--engines-per-device 3"), (192, "--engines-per-device 2"), (96, None), (8, None)):
         overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256},
                    "gsm8k": {"n_train": 128}, "decode": {"max_tokens": 256},
                    "population": {"n_seeds": n_seeds, "sigmas": [0.002], "shard_size": 64}}

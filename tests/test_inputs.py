@@ -131,6 +131,21 @@ def test_a_changed_byte_a_missing_part_and_a_wrong_order_are_refused_naming_the_
     assert list(tmp_path.glob(".gguf-join.*")) == []  # no scratch file left by a refused join
 
 
+def test_the_weight_bytes_read_through_the_parts_equal_the_whole_files(tiny_gguf, tmp_path):
+    """engines_per_gpu auto sizes a GGUF in parts from its tensor table before the model is prepared: read
+    through the parts as one stream, cut here inside the metadata and again inside the tensor table."""
+    from randopt.runtime.engine_slots import gguf_weight_bytes
+    data = tiny_gguf.read_bytes()
+    cuts = [0, 1000, 1003, len(data) // 2, len(data)]
+    parts = []
+    for n, (a, b) in enumerate(zip(cuts, cuts[1:]), start=1):
+        parts.append(tmp_path / f"part{n}.bin")
+        parts[-1].write_bytes(data[a:b])
+    whole = gguf_weight_bytes(tiny_gguf, "bfloat16")
+    model = {"source": "gguf", "gguf": parts_block(parts, whole=sha256_file(tiny_gguf))}
+    assert gguf_weight_bytes(gguf_source.open_joined(model), "bfloat16") == whole > 0
+
+
 def test_the_qwen_fragment_validates_and_names_22_pinned_parts_in_order():
     from snakemake.utils import update_config
 

@@ -153,3 +153,48 @@ def joined_file(spec: Mapping, expected: str | None, scratch: Path) -> Iterator[
                              f"during the run. Run the workflow again: it keys the new bytes")
         yield path, digest
 
+
+class JoinedReader:
+    """The parts read as one file, front to back, without joining them on disk: read(n) and a forward
+    seek(n, 1), which is what reading a GGUF's header needs (runtime/engine_slots.py gguf_weight_bytes: its
+    tensor table can lie past the end of a small first part)."""
+
+    def __init__(self, paths: Sequence[Path]):
+        self._files = [open(path, "rb") for path in paths]
+        self._index = 0
+
+    def read(self, n: int) -> bytes:
+        chunks = []
+        while n > 0 and self._index < len(self._files):
+            block = self._files[self._index].read(n)
+            if not block:
+                self._index += 1
+                continue
+            chunks.append(block)
+            n -= len(block)
+        return b"".join(chunks)
+
+    def seek(self, offset: int, whence: int = 0) -> None:
+        if whence != 1 or offset < 0:
+            raise ValueError("a joined GGUF is read front to back: seek(n, 1) with n >= 0 only")
+        while offset > 0 and self._index < len(self._files):
+            fh = self._files[self._index]
+            here, end = fh.tell(), fh.seek(0, 2)
+            if here + offset <= end:
+                fh.seek(here + offset)
+                return
+            offset -= end - here
+            self._index += 1
+
+    def __enter__(self) -> "JoinedReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fh in self._files:
+            fh.close()
+
+
+def open_joined(model: Mapping) -> JoinedReader:
+    """The model's GGUF as one stream over its parts (no pins checked: for reading its header)."""
+    return JoinedReader([part.path for part in resolve(spec_of(model))])
+

@@ -3,22 +3,18 @@ one's share of the card.
 
 A small model leaves a GPU idle between its decode steps (most of a step is fixed host cost), so
 several engines on one GPU, each answering its own members, raise members/s; a large model's steps
-already keep the GPU busy, and a second engine buys nothing. Measured on one H200 with vLLM 0.25
-(bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) gave 1.57x one engine's
-members/s with 2 engines and 1.76-1.83x with 3 to 8 (the GPU then busy 93-97 % of the time); a
-7B-shaped model (15 GB) gave 0.97x with 2 and with 3. But each further engine starts after the one
-before it (32-48 s each for SmolLM2 on an H200, warm compile cache), and the workflow's own jobs with
-3 engines on 24 members took 3.2x one engine's time (bench/results/engines_per_gpu_h200_workflow_jobs.json:
-the starts were the run). So `auto`, for weights up to AUTO_SMALL_BYTES a GPU, takes the number of
-engines (1 to 3; past 3 SmolLM2 gained under 4 % more) that finishes the members soonest at the
-measured gains, the starts overlapping the work of the engines already up (search_seconds; a first
-version added each start to the wall time, and so kept 1 engine for FlashOpt's 66-member protocol, where
-3 engines finished the whole workflow 1.27x sooner: bench/peers/README.md), with a member's time scaled
-from the measured one by its train problems x max_tokens (an underestimate: at 512 tokens without stop
-strings a member took 1.46x the scaled time, so auto errs towards fewer engines); elsewhere 1, which is
-never slower than one engine. Sizes between the measured points get 1. Under CUDA MPS (engine.cuda_mps;
-randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, the gains are MPS's (GAIN_MPS: 2.26x at
-3 engines, 2.36x at 4) and the starts shorter (~35 s apart), so auto weighs 1 to 4 engines with those.
+already keep the GPU busy, and a second engine buys nothing. What was measured on one H200 with vLLM
+0.25 (MEASURED; bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x one
+engine's members/s with 2 engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA
+MPS; the real Qwen2.5-Coder-1.5B (3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4; a 7B shape
+(15 GB) 0.97x with 2 and 3. Each further engine starts after the one before (30-48 s). So `auto` takes the
+number of engines that finishes the members soonest (search_seconds; the starts overlap the work of the
+engines already up, and whole shards are handed out as the workflow hands them: scheduled_seconds), at
+the gains of the measured models either side of the model's weight bytes (interpolated on log bytes:
+gains) and a member's time scaled from theirs by train problems x max_tokens (member_seconds). Past the
+7B shape the gains stay below 1, so auto takes 1 there, never slower than one engine. Under CUDA MPS
+(engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, and the gains and the
+shorter starts are MPS's.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
@@ -31,23 +27,43 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-AUTO_SMALL_BYTES = 1 << 30   # weights per GPU up to this: auto may take more than one engine
-# Measured on one H200 (bench/engines_per_gpu/README.md), SmolLM2, 128 prompts x 256 tokens:
-GAIN = {1: 1.0, 2: 1.57, 3: 1.76}   # members/s against one engine's
-MEMBER_S = 1 / 1.548                # one member's seconds on one engine
-START_S = 40.0                      # a further engine's start (47.5 s and 31.9 s measured)
-MEASURED_WORK = 128 * 256           # train problems x max_tokens of those numbers
-# Under CUDA MPS, on the same H200 (bench/engines_per_gpu/README.md "Engines under CUDA MPS"; 128 prompts x 512
-# tokens, against a warm engine's 0.916 members/s; the 4th engine on a second machine of the same kind):
-GAIN_MPS = {1: 1.0, 2: 1.75, 3: 2.26, 4: 2.36}
+@dataclass(frozen=True)
+class Measured:
+    """One model's engines side by side on one H200 with vLLM 0.25 (bench/engines_per_gpu/README.md): its
+    bf16 weight bytes a GPU; one member's seconds on one engine alone at `work` (train problems x max_tokens of
+    that protocol); and members/s against one engine's for 1.. engines, time-sliced (gain) and under CUDA MPS
+    (gain_mps), None where not measured."""
+    name: str
+    weight_bytes: float
+    member_s: float
+    work: int
+    gain: dict[int, float] | None
+    gain_mps: dict[int, float] | None
+
+
+MEASURED = (
+    # 128 GSM8K prompts, the short-answer prompt, 256 tokens (time-sliced); 512 tokens under MPS, against a warm
+    # engine's 0.916 members/s, the 4th engine on a second machine of the same kind
+    Measured("SmolLM2-135M-Instruct", 0.27e9, 1 / 1.548, 128 * 256, {1: 1.0, 2: 1.57, 3: 1.76},
+             {1: 1.0, 2: 1.75, 3: 2.26, 4: 2.36}),
+    # 128 real GSM8K train prompts, the reasoning prompt (answers of 133 tokens on average, none cut), 512 tokens,
+    # under MPS (bench/results/engines_per_gpu_h200_qwen15b_mps.json; the GPU busy 92 % with one engine already)
+    Measured("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, 1 / 0.689, 128 * 512, None, {1: 1.0, 2: 1.37, 3: 1.56, 4: 1.59}),
+    # a random Qwen2.5-7B shape, 128 prompts x 256 tokens, time-sliced. Not measured under MPS: a GPU its one
+    # engine keeps busy has no idle SMs for MPS to fill, so its time-sliced gains bound MPS's too
+    Measured("Qwen2.5-7B shape", 15.2e9, 1 / 0.479, 128 * 256, {1: 1.0, 2: 0.97, 3: 0.97}, {1: 1.0, 2: 0.97, 3: 0.97}),
+)
+MEASURED_WORK = 128 * 512   # the protocol a member's seconds are quoted at (MEASURED scales each to it)
+START_S = 40.0                      # a further engine's start, time-sliced (47.5 s and 31.9 s measured)
 # A further engine's start under MPS, as the workflow's jobs see it: 29-31 s each in the bench's own process
 # (warm compile cache), 33-43 s apart in the workflow's shard jobs (bench/peers/README.md, the same-lease run of
 # 2026-12-03: the job's process start and the start lock's hand-off come on top); 35 s put auto's estimates for
 # 2 and 4 engines at 67 and 115 s against the 81 and 121 s measured there, where 30 s gave 62 and 100 s.
-# Since then a server imports its libraries before it waits for the lock (resident/start_lock.py), which
-# should bring the spacing towards the build alone (~15 s there); not yet measured on a GPU, so the
-# measured 35 s stays (auto errs towards fewer engines).
+# The real 1.5B's engines started 32-34 s apart in the bench (2026-12-04), the start lock holding only the build.
 START_S_MPS = 35.0
+# Estimates this close to each other are one: SmolLM2's 3 to 8 engines gave 2.72-2.83 members/s, a 4 % spread
+# over what is one plateau (bench/engines_per_gpu/README.md), and the real 1.5B's 3 and 4 engines 1.56x and 1.59x.
+NOISE = 0.04
 HEADROOM = 0.90              # the share of a card the engines may take together (vLLM's own default)
 MIN_KV_SHARE = 0.02          # the least KV cache an engine needs, as a share of the card (a member's batch)
 # What each engine's process holds besides weights and KV cache (CUDA context, graphs, activations):
@@ -63,6 +79,43 @@ class EngineLayout:
 
     def as_record(self) -> dict:
         return {"engines_per_gpu": self.per_device, "why": self.why}
+
+
+def _between(weight_bytes: float, points: list[Measured]) -> tuple[Measured, Measured, float]:
+    """The measured models either side of weight_bytes and where it lies between them on a log scale (0: the
+    smaller, 1: the larger); outside them, or within 20 % of one (a GGUF's tensor table counts a tied output
+    layer twice), the nearest one alone."""
+    points = sorted(points, key=lambda m: m.weight_bytes)
+    near = min(points, key=lambda m: abs(math.log(weight_bytes / m.weight_bytes)))
+    if abs(math.log(weight_bytes / near.weight_bytes)) < math.log(1.2):
+        return near, near, 0.0
+    if weight_bytes <= points[0].weight_bytes:
+        return points[0], points[0], 0.0
+    if weight_bytes >= points[-1].weight_bytes:
+        return points[-1], points[-1], 0.0
+    low, high = next((a, b) for a, b in zip(points, points[1:]) if a.weight_bytes <= weight_bytes <= b.weight_bytes)
+    return low, high, math.log(weight_bytes / low.weight_bytes) / math.log(high.weight_bytes / low.weight_bytes)
+
+
+def gains(weight_bytes: float, under_mps: bool) -> tuple[dict[int, float], str]:
+    """Members/s against one engine's for 1.. engines of a model of weight_bytes a GPU, and where the numbers
+    come from: the measured models' gains (MEASURED), interpolated on log weight bytes between the two either
+    side (an engine count one of them lacks keeps that model's largest count's gain); past the largest, its."""
+    kind = "gain_mps" if under_mps else "gain"
+    low, high, at = _between(weight_bytes, [m for m in MEASURED if getattr(m, kind)])
+    a, b = getattr(low, kind), getattr(high, kind)
+    counts = range(1, max(max(a), max(b)) + 1)
+    table = {n: a.get(n, a[max(a)]) + at * (b.get(n, b[max(b)]) - a.get(n, a[max(a)])) for n in counts}
+    source = low.name if low is high else f"between {low.name} and {high.name}"
+    return table, source
+
+
+def member_seconds(weight_bytes: float, work: int) -> float:
+    """One member's seconds on one engine alone: the measured models' (MEASURED), scaled to the work (train
+    problems x max_tokens) and interpolated on log-log scales between the two either side."""
+    low, high, at = _between(weight_bytes, list(MEASURED))
+    per_work = [m.member_s / m.work for m in (low, high)]
+    return math.exp(math.log(per_work[0]) + at * (math.log(per_work[1]) - math.log(per_work[0]))) * work
 
 
 def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None,
@@ -89,33 +142,34 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
         return EngineLayout(1, "auto: the model's size is unknown when the DAG is built (prepare it first), so one "
                                "engine, never slower")
     per_gpu = weight_bytes / gpus_per_engine
-    if per_gpu > AUTO_SMALL_BYTES:
-        return EngineLayout(1, f"auto: {per_gpu / 2**30:.1f} GiB of weights a GPU keep it busy; a second engine gave "
-                               f"0.97x for a 7B shape (bench/engines_per_gpu/README.md)")
-    member_s = MEMBER_S * work / MEASURED_WORK
-    gain, start_s = (GAIN_MPS, START_S_MPS) if under_mps else (GAIN, START_S)
+    gain, source = gains(per_gpu, under_mps)
+    start_s = START_S_MPS if under_mps else START_S
+    member_s = member_seconds(per_gpu, work)
     shards = [m * member_s for m in shard_members] if shard_members else None
     seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards) for n in gain}
-    best = min(seconds, key=seconds.get)   # ties: the fewest engines (dicts keep the gains' order)
-    return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU leave it idle between steps; for "
-                              f"{members_per_group} members a GPU group, about {member_s:.2f} s each, {best} "
-                              f"engine(s) take the least time{' under CUDA MPS' if under_mps else ''}, each further "
-                              f"one starting ~{start_s:.0f} s after the one before while those up keep answering "
-                              f"(estimates after the first start: "
+    # the fewest engines within NOISE of the least time: a difference that small is no measured difference
+    best = min(n for n, s in seconds.items() if s <= min(seconds.values()) * (1 + NOISE))
+    return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU, {best} engine(s) at "
+                              f"{gain[best]:.2f}x one engine's members/s{' under CUDA MPS' if under_mps else ''} "
+                              f"(measured on an H200: {source}); for {members_per_group} members a GPU group, about "
+                              f"{member_s:.2f} s each, each further engine starting ~{start_s:.0f} s after the one "
+                              f"before while those up keep answering (estimates after the first start: "
                               f"{', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
                               f"bench/engines_per_gpu/README.md)")
 
 
-def search_seconds(n: int, work_s: float, gain: dict = GAIN, start_s: float = START_S,
+def search_seconds(n: int, work_s: float, gain: dict | None = None, start_s: float = START_S,
                    shards: list[float] | None = None) -> float:
     """Seconds from the first engine's readiness until n engines on one GPU have answered work_s seconds
     of one engine's members. The engines start one after another under the start lock, START_S apart, and
-    those already up keep answering meanwhile at GAIN's combined rate: the starts overlap the work rather
+    those already up keep answering meanwhile at gain's combined rate (default: SmolLM2's, time-sliced): the
+    starts overlap the work rather
     than add to it. (Checked on the H200 against bench/results/peers_h200_smollm2.json: 66 members of 128
     problems x 512 tokens, 124 s on one engine; this gives 92 s for three, and the workflow's search took
     92 s after its first engine was up.) With shards (each engine job's work, in one engine's seconds)
     the jobs are scheduled as the workflow runs them (scheduled_seconds): whole shards, so engines that
     come up after the work is handed out answer nothing."""
+    gain = gain or MEASURED[0].gain
     if shards is not None:
         return scheduled_seconds(n, shards, gain, start_s)
     done = elapsed = 0.0
@@ -127,7 +181,7 @@ def search_seconds(n: int, work_s: float, gain: dict = GAIN, start_s: float = ST
     return elapsed + (work_s - done) / gain[n]
 
 
-def scheduled_seconds(n: int, shards: list[float], gain: dict = GAIN, start_s: float = START_S) -> float:
+def scheduled_seconds(n: int, shards: list[float], gain: dict | None = None, start_s: float = START_S) -> float:
     """Seconds from the first engine's readiness until n engine slots of one GPU have answered the shards
     (each one engine's seconds of work), scheduled as Snakemake and the start lock run them: the first n
     shards take a slot each at once, slot k's engine answering from k x start_s (the starts take turns),
@@ -135,6 +189,7 @@ def scheduled_seconds(n: int, shards: list[float], gain: dict = GAIN, start_s: f
     gain[m] / m of a lone engine's rate. Why whole shards matter: on the H200 (bench/peers/README.md) auto
     took 3 engines for 3 shards of 22 members; each engine finished its shard before the next was up, so
     the three never answered together and the run took longer than one engine would have."""
+    gain = gain or MEASURED[0].gain
     queue = list(shards)
     ready = [k * start_s for k in range(n)]
     running = {k: queue.pop(0) for k in range(min(n, len(queue)))}   # slot -> work left
@@ -224,16 +279,18 @@ _GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12:
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
-def gguf_weight_bytes(gguf_path: str | Path, dtype: str) -> int:
+def gguf_weight_bytes(gguf, dtype: str) -> int:
     """The bytes a GGUF file's model takes once dequantized to dtype: its tensors' elements (from the
-    file's tensor table) times the dtype's size. Read from the header alone, skipping the metadata
-    values (a tokenizer's vocabulary is most of them) without decoding them: gguf.GGUFReader decodes
-    every one, ~7 s for SmolLM2's 49k-token vocabulary on a small CPU, at every DAG build of a GPU run."""
-    with open(gguf_path, "rb") as fh:
+    file's tensor table) times the dtype's size. gguf: the file's path, or a stream with read(n) and a
+    forward seek(n, 1) (randopt/model/gguf_source.py's JoinedReader over its parts). Read from the header
+    alone, skipping the metadata values (a tokenizer's vocabulary is most of them) without decoding them:
+    gguf.GGUFReader decodes every one, ~7 s for SmolLM2's 49k-token vocabulary on a small CPU, at every DAG
+    build of a GPU run."""
+    with (open(gguf, "rb") if isinstance(gguf, (str, Path)) else gguf) as fh:
         head = fh.read(24)
         magic, version, n_tensors, n_kv = struct.unpack("<4sIQQ", head) if len(head) == 24 else (b"", 0, 0, 0)
         if magic != b"GGUF" or not 2 <= version <= 3:
-            raise ValueError(f"{gguf_path}: not a little-endian GGUF file of version 2 or 3 "
+            raise ValueError(f"{gguf}: not a little-endian GGUF file of version 2 or 3 "
                              f"(magic {magic!r}, version {version}); check model.gguf_file")
         read = lambda fmt: struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]  # noqa: E731
 
