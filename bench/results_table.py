@@ -50,6 +50,10 @@ METADATA = {
     # the lease of 2026-12-02 19:25-20:45 at 1f6dd11 (options_h200.sh, MPS=1 for the mps files; no commit field)
     **{f"engines_per_gpu_h200_smollm2_{tag}.json": {"commit": "1f6dd11", "date": "2026-12-02"}
        for tag in ("none512_mpslease", "mps512", "mps512_n4")},
+    # the lease of 2026-12-04 17:21-17:50 UTC at 417f471 (bench/real_model/h200_qwen15b.sh; the device copy's
+    # git metadata named 92ae792, dirty, which the records carry)
+    **{f"real_model_qwen15b_h200_{task}_record.json": {"commit": "417f471"} for task in ("gsm8k", "countdown", "humaneval")},
+    "engines_per_gpu_h200_qwen15b_mps.json": {"commit": "417f471", "date": "2026-12-04"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
