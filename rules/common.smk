@@ -489,6 +489,19 @@ if RACING:
               file=sys.stderr)
 
 
+def full_ranking_of_race():
+    """Racing: the rank outputs of a full evaluation of the same population in this directory (its path has the
+    keys of this config with selection.mode full), when one was made; the record reports racing's recall of its
+    top-k lists (randopt/selection/recall.py). Declared as the record's inputs only when they exist, so a full
+    run made later changes the record's inputs and reruns it."""
+    if not RACING:
+        return {}
+    full = config | {"selection": config["selection"] | {"mode": "full"}}
+    folder = layout(round_keys(full, inputs=INPUT_SHA256)[0])["rank"]
+    files = {"full_ranking": f"{folder}/ranking.parquet", "full_topk": f"{folder}/topk.json"}
+    return files if all(os.path.isfile(path) for path in files.values()) else {}
+
+
 def job_threads(gpu_stage=True):
     """A heavy stage's threads: on a local run every core given with --cores, or with --resources
     gpu=N a GPU job's share of them (cores x its GPUs / N, so that N / its GPUs jobs run side by side);

@@ -19,6 +19,8 @@ rule record:
         # distill.enabled: each round's base, vote, bpb, datasets' manifest, and each arm's model manifest and
         # result (rules/common.smk distill_round_files)
         **(distill_record_inputs() if DISTILL_ENABLED else {}),
+        # racing: a full evaluation's ranking of the same population, where one exists (rules/common.smk)
+        **full_ranking_of_race(),
     output:
         record="results/record.json",
     params:
@@ -32,6 +34,8 @@ rule record:
         distill=lambda wildcards, input: " ".join(
             "--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(ROUND_KEYS) + 1)
         ) if DISTILL_ENABLED else "",
+        full_ranking=lambda wildcards, input: (f"--full-ranking {input.full_ranking} --full-topk {input.full_topk}"
+                                               if "full_ranking" in input.keys() else ""),
     log:
         "logs/record.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
@@ -41,4 +45,5 @@ rule record:
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"
-        " --records-md {params.records_md} --engines {params.engines} {params.distill} --out {output.record} 2> {log}"
+        " --records-md {params.records_md} --engines {params.engines} {params.distill} {params.full_ranking}"
+        " --out {output.record} 2> {log}"
