@@ -8,17 +8,18 @@ from randopt.config import (ConfigError, check_engine_installed, check_inputs, d
                             heldout_source, problems_block, problems_key, task_spec, validate)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.code_keys import code_version
-from randopt.keys import key_code, round_keys, short_key
+from randopt.keys import key_code, round_keys, run_keys, short_key
 from randopt.paths import layout
 from randopt.population import Population, sigma_label
 from randopt.scoring.answer_blocks import block_size
+from randopt.selection.auto import SearchShape, SelectionChoice, choose as choose_selection, engine_start_s
 from randopt.selection.plan import RacePlan
 from randopt.io import InputError
 from randopt.engines.base import DEFAULT_MAX_MODEL_LEN
 from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.model import gguf_source
 from randopt.model.shape import resolve_config as resolve_shape_config, weight_bytes as shape_weight_bytes
-from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
+from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit as check_engines_fit, gains, gguf_weight_bytes,
                                           idle_engines_note, resolve as resolve_engines, weight_bytes)
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 from randopt.runtime import cuda_mps, mps_daemon
@@ -34,10 +35,6 @@ try:
 except ConfigError as err:
     raise WorkflowError(f"invalid config: {err}")
 
-# Each round's keys, round 1 first (distill.rounds; a run without distillation has one round): KEYS are
-# round 1's, the run's as they always were.
-ROUND_KEYS = round_keys(config, inputs=INPUT_SHA256)
-KEYS = ROUND_KEYS[0]
 REPO = workflow.basedir
 # Members, shards and k per fraction: one object (randopt/population.py), read by the stages too.
 POPULATION = Population.from_config(config)
@@ -46,6 +43,55 @@ POPULATION = Population.from_config(config)
 TASK = config["task"]["kind"]
 PROBLEMS = problems_block(config)
 DECODE = decode_for(config)
+
+
+def with_mode(config, mode):
+    """The config with another selection.mode (its other selection knobs kept)."""
+    return config | {"selection": config["selection"] | {"mode": mode}}
+
+
+# The prepared model's folder, where the engine layout reads the model's size: its key holds no selection mode,
+# which selection.mode auto decides from that layout before the run's keys (below).
+MODEL = layout(run_keys(with_mode(config, "full"), inputs=INPUT_SHA256))["model"]
+
+include: "engines.smk"
+
+
+def selection_choice():
+    """selection.mode auto (randopt/selection/auto.py): full or racing, from the measured call costs, racing's plan
+    and this host's engine layout (rules/engines.smk), before the keys, which hold the mode under racing; None
+    where the config gives the mode. Where the config's other knobs refuse racing (randopt/config.py), full."""
+    if config["selection"]["mode"] != "auto":
+        return None
+    try:
+        racing = validate(with_mode(config, "racing"))
+    except ConfigError as err:
+        return SelectionChoice("full", f"auto: full; racing is refused here: {err}")
+    gpus = job_gpus()
+    weights = (model_weight_bytes() or 0) / gpus if gpus else 0
+    side_by_side = ENGINES.per_device if SIDE_BY_SIDE else 1
+    shape = SearchShape(config["engine"]["kind"], "cuda" if gpus else "cpu", weights or None, DECODE["max_tokens"],
+                        config["engine"]["batch_size"], slots=ENGINE_SLOTS, engines_per_device=side_by_side,
+                        # engines side by side on a CPU split its cores: no gain measured there
+                        gain=gains(weights, MPS_ON)[0][side_by_side] if side_by_side > 1 and weights else 1.0,
+                        resident=bool(KEEP_LOADED_S), start_s=engine_start_s(config["engine"]["kind"], MPS_ON))
+    shards = [last - first + 1 for _ in POPULATION.sigmas for first, last in POPULATION.shard_ranges()]
+    try:
+        return choose_selection(RacePlan.from_config(racing, parallel=ENGINE_SLOTS), shape, shards)
+    except ValueError as err:
+        raise WorkflowError(f"invalid config: {err}")
+
+
+# What auto chose, in the config from here on: the keys, the rules and the record's config hold that mode, the
+# record's selection.auto says why (rules/record.smk).
+SELECTION = selection_choice()
+if SELECTION:
+    config["selection"]["mode"] = SELECTION.mode
+
+# Each round's keys, round 1 first (distill.rounds; a run without distillation has one round): KEYS are
+# round 1's, the run's as they always were.
+ROUND_KEYS = round_keys(config, inputs=INPUT_SHA256)
+KEYS = ROUND_KEYS[0]
 
 
 # Stage CLIs run as modules of this checkout, whatever directory the workflow runs in; a PYTHONPATH
@@ -85,7 +131,7 @@ DATA_PROBLEMS = PATHS["problems"]
 DATA_GSM8K = DATA_PROBLEMS if TASK == "gsm8k" else "data/gsm8k/unused"
 DATA_TASK = DATA_PROBLEMS if TASK != "gsm8k" else "data/tasks/unused"
 DATA_HELDOUT = PATHS["heldout"]
-MODEL = PATHS["model"]
+assert MODEL == PATHS["model"]   # defined above, before the keys: the model's key holds no selection mode
 SHARDS = PATHS["shards"]
 ANSWER_CACHE = PATHS["answer_cache"]
 RACE = PATHS["race"]
@@ -274,158 +320,6 @@ def get_lm_eval_args():
 localrules: all, freeze_gsm8k, freeze_task, fetch_fineweb, rank, race_round, vote, record, figures
 
 
-def on_cluster():
-    """True when jobs go to a cluster: the submitting process of a cluster executor (no --cores given)
-    and the Snakemake process inside each submitted job (remote execution mode)."""
-    from snakemake_interface_executor_plugins.settings import ExecMode
-    return workflow.resource_settings.cores is None or workflow.exec_mode == ExecMode.REMOTE
-
-
-def job_gpus():
-    """GPUs a GPU stage asks for: the tensor-parallel size under vLLM, one for the torch engine on
-    CUDA, none otherwise (the CPU default asks for none)."""
-    e = config["engine"]
-    if e["kind"] == "vllm":
-        return e["tensor_parallel_size"]
-    return 1 if str(e["device"]).startswith("cuda") else 0
-
-
-def local_gpus():
-    """N of `--resources gpu=N` on a local run with a GPU engine (the GPUs of this host the run may
-    use), else None. Snakemake then runs GPU jobs side by side while their `gpu` resources (each
-    job's GPU count) sum to at most N, and each job claims its own GPUs (randopt/runtime/gpu_slots.py)."""
-    gpus = job_gpus()
-    if on_cluster() or not gpus:
-        return None
-    n = workflow.global_resources.get("gpu").value
-    if n is None:
-        return None
-    if not isinstance(n, int) or n < gpus or n % gpus:
-        raise WorkflowError(f"--resources gpu={n}: each GPU job uses {gpus} GPUs (engine.tensor_parallel_size "
-                            f"under vLLM, 1 for torch on cuda), so give a multiple of {gpus}")
-    return n
-
-
-# The engine stages' flags for sharing this host on a local run (in the shell command, not in params:
-# neither changes a result, so a run with other values finds the same outputs up to date; `snakemake
-# --lint` reports LOCAL_ENGINE as a variable from outside the rule, on purpose). Empty on a cluster.
-#   --gpu-slots N: claim the job's GPUs among N (randopt/runtime/gpu_slots.py); with --resources gpu=N only.
-#   --engines-per-device E: claim one of E engine slots of the job's GPUs (or of the CPU), E from
-#   engine.engines_per_gpu (ENGINES below; randopt/runtime/engine_slots.py); engine_slot resources
-#   then schedule the jobs.
-#   --keep-loaded-s S: use the device's resident engine (randopt/runtime/resident/), so jobs after the first
-#   start no engine; engine.keep_loaded_s, 0 turns it off. The Snakefile's onsuccess/onerror stop them.
-LOCAL_GPUS = local_gpus()
-KEEP_LOADED_S = 0 if on_cluster() else config["engine"]["keep_loaded_s"]
-
-
-def model_weight_bytes():
-    """The model's weight bytes when the DAG is built (for engine.engines_per_gpu auto), or None: the
-    prepared model dir, a local model, or the wheel's GGUF tensor table (read only when needed)."""
-    m = config["model"]
-    if m["source"] == "shape":  # no files: from the config, in its dtype
-        return shape_weight_bytes(resolve_shape_config(m["config"]), m["dtype"])
-    found = weight_bytes(f"{MODEL}/model") or (weight_bytes(m["path"]) if m["source"] == "local" else None)
-    if found is None and m["source"] in ("gguf_wheel", "gguf") and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
-        # the tensor table, read through the parts as one stream (resolvable: checked above)
-        found = gguf_weight_bytes(gguf_source.open_joined(m), m["dtype"])
-    return found
-
-
-def mps_choice():
-    """Whether this run may put its engines under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py): read
-    before the engine layout, since auto sizes engines_per_gpu from MPS's gains where it may. engine.cuda_mps
-    true where MPS cannot serve is a DAG-build error naming what is missing."""
-    try:
-        return cuda_mps.resolve(config["engine"]["cuda_mps"], gpus_per_engine=job_gpus(), on_cluster=on_cluster())
-    except ValueError as err:
-        raise WorkflowError(f"invalid config: {err}")
-
-
-MPS = mps_choice()
-
-
-def engine_layout():
-    """Engines side by side on each device (engine.engines_per_gpu; randopt/runtime/engine_slots.py); under
-    vLLM the layout (tensor_parallel_size x engines) is checked against the card where its size is known
-    (a misfit is a DAG-build error with the numbers and the largest number that fits)."""
-    requested, gpus = config["engine"]["engines_per_gpu"], job_gpus()
-    try:
-        weights = model_weight_bytes() if gpus else None
-        if gpus and not LOCAL_GPUS and not on_cluster():
-            # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
-            if requested not in ("auto", 1):
-                raise WorkflowError(f"invalid config: engine.engines_per_gpu {requested} on GPUs needs --resources "
-                                    f"gpu=N (the GPUs of this host the run may use), so that each engine job claims "
-                                    f"its slot")
-            layout = EngineLayout(1, "no --resources gpu=N: engine jobs claim no GPU slots, so one engine")
-        else:
-            groups = LOCAL_GPUS // gpus if LOCAL_GPUS else 1
-            layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
-                                     members_per_group=-(-POPULATION.size // groups),
-                                     work=PROBLEMS["n_train"] * DECODE["max_tokens"],   # the run's task's
-                                     under_mps=MPS.possible, shard_members=group_shard_members(groups))
-        if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes()):
-            check_engines_fit(layout.per_device, weights / gpus, card, tp=gpus)
-    except ValueError as err:
-        raise WorkflowError(f"invalid config: {err}")
-    return layout
-
-
-def group_shard_members(groups):
-    """Full evaluation: the members of each search shard one GPU group answers, in the order Snakemake hands them
-    out (the shards dealt round the groups); racing: None (its slices are cut to fit the engine slots)."""
-    if config["selection"]["mode"] == "racing":
-        return None
-    sizes = [b - a + 1 for _ in POPULATION.sigmas for a, b in POPULATION.shard_ranges()]
-    return sizes[::groups]
-
-
-def card_bytes():
-    """The memory of the card the engines get, or None (unknown: the engine checks when it starts): on a
-    cluster resources.gpu_model's when it is a known one (randopt/runtime/engine_slots.py CARD_BYTES), else
-    GPU 0's on this host, else (a host without CUDA, e.g. a dry run on a login node) gpu_model's again."""
-    known = CARD_BYTES.get((config["resources"]["gpu_model"] or "").lower())
-    if on_cluster() and known:
-        return known
-    return local_card_bytes() or known
-
-
-def local_card_bytes():
-    """GPU 0's memory on this host, or None (no CUDA here: the engine checks when it starts)."""
-    try:
-        import torch
-        return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
-    except Exception:  # no usable CUDA on the host that builds the DAG
-        return None
-
-
-ENGINES = engine_layout()
-if not on_cluster() and (_shards := group_shard_members(LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)) is not None \
-        and (_note := idle_engines_note(ENGINES.per_device, len(_shards))):
-    print(f"randopt: {_note}", file=sys.stderr)   # not an error: the run is right, only slower than it could be
-# CUDA MPS for this run: a daemon of its own in MPS_DIR (started by the Snakefile's onstart, stopped with the
-# resident engines; randopt/runtime/mps_daemon.py), unless the caller's daemon serves (MPS.external).
-MPS_ON = MPS.enabled(ENGINES.per_device)
-MPS_DIR = mps_daemon.DEFAULT_DIR
-OWN_MPS = MPS_ON and not MPS.external
-# Engine slots of this host: GPU groups x engines each (the CPU: engines); jobs are scheduled over them.
-# On a cluster a job's engines side by side are its own (JOB_ENGINES): one slot a job, as with one engine.
-SIDE_BY_SIDE = ENGINES.per_device > 1 and not on_cluster()
-ENGINE_SLOTS = (LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1) * (ENGINES.per_device if SIDE_BY_SIDE else 1)
-if SIDE_BY_SIDE:
-    workflow.global_resources["engine_slot"] = ENGINE_SLOTS
-LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "") \
-    + (f" --engines-per-device {ENGINES.per_device}" if SIDE_BY_SIDE else "") \
-    + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or SIDE_BY_SIDE else "") \
-    + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "") \
-    + (f" --cuda-mps-dir {MPS_DIR}" if OWN_MPS else "")
-# The train-scoring stages' engines side by side inside each cluster job (randopt/runtime/job_engines.py): the
-# job starts engine.engines_per_gpu engines of its own on its GPU group and stops them when it ends. In the
-# shell command like LOCAL_ENGINE: it changes no answer.
-JOB_ENGINES = f" --engines-in-job {ENGINES.per_device}" if ENGINES.per_device > 1 and on_cluster() else ""
-
-
 def check_engine_here():
     """The run's start (the Snakefile's onstart), before any job: where engine jobs will run on this host, their
     engine must be installed here (engine.kind vllm: vLLM). Not at DAG build: a dry run of a GPU config on a
@@ -496,8 +390,7 @@ def full_ranking_of_race():
     run made later changes the record's inputs and reruns it."""
     if not RACING:
         return {}
-    full = config | {"selection": config["selection"] | {"mode": "full"}}
-    folder = layout(round_keys(full, inputs=INPUT_SHA256)[0])["rank"]
+    folder = layout(run_keys(with_mode(config, "full"), inputs=INPUT_SHA256))["rank"]
     files = {"full_ranking": f"{folder}/ranking.parquet", "full_topk": f"{folder}/topk.json"}
     return files if all(os.path.isfile(path) for path in files.values()) else {}
 

@@ -34,6 +34,8 @@ rule record:
         distill=lambda wildcards, input: " ".join(
             "--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(ROUND_KEYS) + 1)
         ) if DISTILL_ENABLED else "",
+        # selection.mode auto: what it chose and why (rules/common.smk SELECTION; only then, so other runs' params stay)
+        selection_auto=(lambda wildcards: f"--selection-auto {q(SELECTION.as_record())}") if SELECTION else "",
         full_ranking=lambda wildcards, input: (f"--full-ranking {input.full_ranking} --full-topk {input.full_topk}"
                                                if "full_ranking" in input.keys() else ""),
     log:
@@ -46,4 +48,5 @@ rule record:
         " --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"
         " --records-md {params.records_md} --engines {params.engines} {params.distill} {params.full_ranking}"
+        " {params.selection_auto}"
         " --out {output.record} 2> {log}"

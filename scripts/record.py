@@ -32,6 +32,8 @@ def parse_args(argv=None):
                    help="distill.enabled, once per round in order: the round's base model manifest, vote, bpb, "
                         "distill_data's manifest, distill_train's manifest of each arm and evaluate_distilled's "
                         "result of each arm")
+    p.add_argument("--selection-auto", type=json_arg, default=None,
+                   help='JSON: what selection.mode auto chose and why, {"requested": "auto", "mode": ..., "why": ...}')
     p.add_argument("--full-ranking", default=None, help="racing: a full evaluation's ranking of the same population")
     p.add_argument("--full-topk", default=None, help="racing: that full evaluation's topk.json")
     p.add_argument("--out", required=True)

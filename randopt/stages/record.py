@@ -35,7 +35,8 @@ def racing_recall(ranked: dict, full_ranking: str | None, full_topk: str | None)
 def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: str, heldout_manifest: str, topk: str,
         ranking: str, vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
         benchmarks: list[str], records_md: str, out: str, engines: dict | None = None,
-        distill: list[dict] | None = None, full_ranking: str | None = None, full_topk: str | None = None) -> None:
+        distill: list[dict] | None = None, full_ranking: str | None = None, full_topk: str | None = None,
+        selection_auto: dict | None = None) -> None:
     """distill (distill.enabled): per round in order, {"base": the round's base model manifest, "vote", "bpb":
     the round's vote and bpb, "data": distill_data's manifest, "models": [manifest per arm], "results": [result
     per arm]}. full_ranking, full_topk (racing): a full evaluation's ranking and top-k lists of the same
@@ -90,8 +91,10 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
                        "size": population},
         "decode": config["decode"],
         # What the selection spent: problems per member, drops per round, slots and tokens against full;
-        # under racing, its recall of a full evaluation's top-k lists where one exists (else null).
-        "selection": ranked["selection"] | racing_recall(ranked, full_ranking, full_topk),
+        # under racing, its recall of a full evaluation's top-k lists where one exists (else null); under
+        # selection.mode auto, what auto chose and why.
+        "selection": ranked["selection"] | racing_recall(ranked, full_ranking, full_topk)
+        | ({"auto": selection_auto} if selection_auto else {}),
         "topk": [{"fraction": t["fraction"], "k": t["k"],
                   "members": [{k: m[k] for k in ("seed", "sigma", "train_reward")} for m in t["members"]]}
                  for t in ranked["topk"]],
