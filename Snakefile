@@ -10,8 +10,9 @@
 # Output paths carry content keys (randopt/keys.py), so finished work is reused.
 # Inputs (frozen data, prepared models) go to data/, what the search computes to results/.
 #
-# Where each stage's code is: the rule (in rules/<file>), its CLI scripts/<rule>.py (argument parsing),
-# and the library module the CLI calls (tests/test_docs.py checks this table against the code):
+# Where each stage's code is: the rule (in rules/<file>) runs python -m randopt.stages.<stage>, whose main()
+# parses the arguments and whose run() does the work, or calls the library module named (tests/test_docs.py
+# checks this table against the code):
 #   freeze_gsm8k      data.smk      randopt/data/gsm8k.py (write_frozen; task.kind gsm8k, the default)
 #   freeze_task       data.smk      randopt/tasks/freeze.py (write_frozen; every other task: docs/tasks.md)
 #   fetch_fineweb     data.smk      randopt/data/heldout.py (write_heldout)

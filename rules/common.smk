@@ -602,7 +602,7 @@ if DISTILL_ENABLED:
         return {f"distill_round{r}": distill_round_files(r) for r in range(1, len(ROUND_KEYS) + 1)}
 
     def distill_round_files(r):
-        """Round r's files the record reads, in the order of scripts/record.py --distill-round."""
+        """Round r's files the record reads, in the order of randopt/stages/record.py --distill-round."""
         paths = ROUND_PATHS[r - 1]
         return ([f"{paths['model']}/manifest.json", f"{paths['vote']}/vote.json",
                  f"{paths['bpb']}/{ROUND_KEYS[r - 1]['eval']}/{KEYS['population']}/bpb.json",

@@ -25,7 +25,7 @@ rule freeze_gsm8k:
         f"{BENCH}/freeze_gsm8k/{KEYS.get('gsm8k', 'unused')}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
+        "{PY} randopt.stages.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
@@ -50,7 +50,7 @@ rule freeze_task:
         f"{BENCH}/freeze_task/{KEYS.get('task', 'unused')}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.freeze_task --task-json {params.task} --n-train {params.n_train}"
+        "{PY} randopt.stages.freeze_task --task-json {params.task} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
@@ -70,5 +70,5 @@ rule fetch_fineweb:
         f"{BENCH}/fetch_fineweb/{KEYS['heldout']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.fetch_fineweb --source-json {params.source} {params.pin} {params.source_sha256}"
+        "{PY} randopt.stages.fetch_fineweb --source-json {params.source} {params.pin} {params.source_sha256}"
         " --out {output.text} --manifest {output.manifest} 2> {log}"

@@ -40,7 +40,7 @@ rule distill_data:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} scripts.distill_data {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} randopt.stages.distill_data {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode} --train {input.train}"
         " --topk {input.topk} --fraction {params.fraction} --cache-dir {params.cache} --per-problem {params.per_problem}"
         " --control {params.control} --round {params.round} --out-distilled {output.distilled}"
         " --out-control {output.control} --manifest {output.manifest} 2> {log}"
@@ -75,7 +75,7 @@ rule distill_train:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} scripts.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
+        "{PY} randopt.stages.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
         " --arm {wildcards.arm} --round {params.round} --lora {params.lora} --train {params.train}"
         " --device {params.device}{DISTILL_LOCAL} --threads {threads} {params.trust} --compute-dtype {params.compute_dtype}"
         " --out-model {output.model}"
@@ -106,6 +106,6 @@ rule evaluate_distilled:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} scripts.evaluate_distilled {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode}"
+        "{PY} randopt.stages.evaluate_distilled {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode}"
         " --model-manifest {input.model_manifest} --arm {wildcards.arm} --test {input.test} --heldout {input.heldout}"
         " --out-answers {output.answers} --out {output.result} 2> {log}"

@@ -30,7 +30,7 @@ rule evaluate_members:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
+        "{PY} randopt.stages.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
 
@@ -48,7 +48,7 @@ rule vote:
         f"{BENCH}/vote/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
+        "{PY} randopt.stages.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
         " --out {output.vote} 2> {log}"
 
 
@@ -74,5 +74,5 @@ rule score_bpb:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.score_bpb {params.engine}{LOCAL_ENGINE} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
+        "{PY} randopt.stages.score_bpb {params.engine}{LOCAL_ENGINE} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
         " --cache-dir {params.cache} --max-context {params.max_context} --out {output.bpb} 2> {log}"

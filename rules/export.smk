@@ -23,5 +23,5 @@ rule export_member:
         f"logs/export_member/{KEYS['eval']}/{KEYS['population']}/rank{{rank}}.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.export_member --model-dir {input.model} --ranking {input.ranking} --rank {wildcards.rank}"
+        "{PY} randopt.stages.export_member --model-dir {input.model} --ranking {input.ranking} --rank {wildcards.rank}"
         " --noise {params.noise} --out {output.member} > {log} 2>&1"

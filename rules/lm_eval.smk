@@ -25,6 +25,6 @@ rule lm_eval:
         f"{BENCH}/lm_eval/{KEYS['eval']}/{KEYS['population']}/{short_key(LM_EVAL)}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.lm_eval --run-dir . --record {input.record} --ranking {input.ranking} --model-dir {input.model}"
+        "{PY} randopt.stages.lm_eval --run-dir . --record {input.record} --ranking {input.ranking} --model-dir {input.model}"
         " {params.models} --threads {threads} --out {output.results} --table {output.table} {params.lm_eval}"
         " > {log} 2>&1"

@@ -33,7 +33,7 @@ rule prepare_model:
         f"{BENCH}/prepare_model/{KEYS['model']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "OMP_NUM_THREADS={threads} {PY} scripts.prepare_model --source {params.source} --model-id {params.model_id}"
+        "OMP_NUM_THREADS={threads} {PY} randopt.stages.prepare_model --source {params.source} --model-id {params.model_id}"
         " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.gguf} {params.path} {params.revision}"
         " {params.shape} --dtype {params.dtype} {params.pin} {params.source_sha256} --out-dir {output.model}"
         " --manifest {output.manifest} 2> {log}"
@@ -60,5 +60,5 @@ rule round_base:
         f"{BENCH}/round_base/{{mkey}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.prepare_model --source local --model-id {params.model_id}"
+        "{PY} randopt.stages.prepare_model --source local --model-id {params.model_id}"
         " --path {input.distilled} --dtype {params.dtype} --out-dir {output.model} --manifest {output.manifest} 2> {log}"

@@ -40,7 +40,7 @@ rule race_slice:
     # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} randopt.stages.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
         " --plan {params.plan} --round {params.round} --chunk {params.chunk} {params.survivors}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
@@ -60,5 +60,5 @@ rule race_round:
         f"logs/race_round/{KEYS['race']}/round={{round}}.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.race_round --tables {input.tables} {params.survivors} --plan {params.plan}"
+        "{PY} randopt.stages.race_round --tables {input.tables} {params.survivors} --plan {params.plan}"
         " --round {params.round} --out {output.survivors} 2> {log}"

@@ -36,7 +36,7 @@ rule record:
         "logs/record.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.record --config-json {params.config} --repo-dir {params.repo}"
+        "{PY} randopt.stages.record --config-json {params.config} --repo-dir {params.repo}"
         " --model-manifest {input.model} --problems-manifest {input.problems} --heldout-manifest {input.heldout}"
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"

@@ -31,5 +31,5 @@ rule figures:
         "logs/figures.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.figures --record {input.record} --ranking {input.ranking} --vote {input.vote}"
+        "{PY} randopt.stages.figures --record {input.record} --ranking {input.ranking} --vote {input.vote}"
         " --out-dir {params.out_dir} 2> {log}"

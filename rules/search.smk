@@ -34,7 +34,7 @@ rule evaluate_shard:
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
     # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
     shell:
-        "{PY} scripts.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} randopt.stages.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
         " {params.block} --order-seed {params.order_seed} {params.member_batch}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
@@ -60,6 +60,6 @@ rule rank:
         f"{BENCH}/rank/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
+        "{PY} randopt.stages.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
         " --fractions {params.fractions} --n-train {params.n_train} --selection {params.selection}"
         " --rounds {input.rounds} --ranking {output.ranking} --topk {output.topk} 2> {log}"
