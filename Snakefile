@@ -41,6 +41,7 @@
 #   so a conda: directive could be neither resolved nor tested here.
 #   lint: LOCAL_ENGINE in the engine stages' commands (rules/common.smk says why).
 #   lint: PY in every stage's command (rules/common.smk says why).
+# snakefmt formats this file and rules/ (its line length: pyproject.toml; tests/test_snakefmt.py checks it).
 import os
 import sys
 
@@ -68,25 +69,33 @@ include: "rules/common.smk"
 
 
 rule all:
+    default_target: True
     input:
         "results/record.json",
         # the report's figures (rules/report.smk, included below; a function, so it is read then)
         lambda wildcards: rules.figures.output,
         # lm-eval's table of the base and the ensembles, when config lm_eval.tasks names tasks (rules/lm_eval.smk)
         lambda wildcards: rules.lm_eval.output.table if config["lm_eval"]["tasks"] else [],
-    default_target: True
 
 
 include: "rules/data.smk"
 include: "rules/model.smk"
 include: "rules/search.smk"
+
+
 if RACING:  # selection.mode racing: the search's rounds (the rank rule reads their tables)
 
     include: "rules/racing.smk"
+
+
 include: "rules/ensemble.smk"
+
+
 if DISTILL_ENABLED:  # distill.enabled: the top-k vote distilled into a LoRA of the base, and its control
 
     include: "rules/distill.smk"
+
+
 include: "rules/record.smk"
 include: "rules/export.smk"
 include: "rules/report.smk"

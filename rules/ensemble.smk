@@ -15,18 +15,18 @@ rule evaluate_members:
         answers=f"{ROUND_PATTERN['members']}/{KEYS['population']}/answers.parquet",
         timings=f"{ROUND_PATTERN['members']}/{KEYS['population']}/timings.json",
         base_train=f"{ROUND_PATTERN['members']}/{KEYS['population']}/base_train.json",
+    log:
+        "logs/evaluate_members/{ekey}.log",
+    benchmark:
+        f"{BENCH}/evaluate_members/{{ekey}}/{KEYS['population']}.tsv"
+    threads: job_threads()
+    resources:
+        **job_resources("evaluate_members"),
     params:
         engine=round_engine_args(),
         decode=q_text(DECODE),
         cache=round_path("members", "cache"),
         code=key_code("eval"),
-    threads: job_threads()
-    resources:
-        **job_resources("evaluate_members"),
-    log:
-        "logs/evaluate_members/{ekey}.log",
-    benchmark:
-        f"{BENCH}/evaluate_members/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
@@ -59,18 +59,18 @@ rule score_bpb:
         topk=rules.rank.output.topk,
     output:
         bpb=f"{ROUND_PATTERN['bpb']}/{{ekey}}/{KEYS['population']}/bpb.json",
+    log:
+        "logs/score_bpb/{bkey}/{ekey}.log",
+    benchmark:
+        f"{BENCH}/score_bpb/{{bkey}}/{{ekey}}/{KEYS['population']}.tsv"
+    threads: job_threads()
+    resources:
+        **job_resources("score_bpb"),
     params:
         engine=round_engine_args(generating=False, **bpb_engine_options()),
         max_context=config["heldout"]["max_context"],
         cache=round_path("bpb", "cache"),
         code=key_code("bpb"),
-    threads: job_threads()
-    resources:
-        **job_resources("score_bpb"),
-    log:
-        "logs/score_bpb/{bkey}/{ekey}.log",
-    benchmark:
-        f"{BENCH}/score_bpb/{{bkey}}/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
