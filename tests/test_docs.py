@@ -12,7 +12,7 @@ PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\.(?:md|py|smk|yaml|json|txt|sh)
 
 
 def sources():
-    for pattern in ("README.md", "Snakefile", "docs/*.md", "bench/**/*.md", "randopt/kernels/README.md", "config/*.yaml",
+    for pattern in ("README.md", "Snakefile", "docs/*.md", "config/*.md", "bench/**/*.md", "randopt/kernels/README.md", "config/*.yaml",
                     "rules/*.smk", "randopt/**/*.py", "bench/**/*.py", "bench/**/*.sh",
                     "bench/**/*.yaml"):
         yield from REPO.glob(pattern)
