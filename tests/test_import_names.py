@@ -4,7 +4,8 @@ kernels stand alone.
 A top-level folder of the checkout is importable under its folder name by every process that has the
 repo root on sys.path (the stage CLIs, Snakemake, the tests). The perturbation kernels lived in a
 top-level kernels/ until Hugging Face's `kernels` package (which transformers >= 5.25 requires and
-imports) collided with it: randopt then pinned transformers below 5.25. They now live in randopt.kernels.
+imports) collided with it: randopt then pinned transformers below 5.25. They now live in randopt.kernels,
+and the stage commands, once a top-level scripts/ (a name other packages take too), in randopt.stages.
 """
 from __future__ import annotations
 
@@ -23,15 +24,16 @@ KERNELS = sorted(f"randopt.kernels.{p.stem}" for p in (REPO / "randopt" / "kerne
 
 def test_the_checkouts_top_level_packages_are_the_projects_own():
     """Every regular package at the repo root (a folder with __init__.py, which wins over an installed
-    package of its name) is one of the project's names, or the tests. (bench/ has no __init__.py: a
-    namespace folder of scripts, which an installed package of its name would win over, never shadow.)"""
+    package of its name) is randopt, or the tests. (bench/ has no __init__.py: a namespace folder of
+    scripts, which an installed package of its name would win over, never shadow.)"""
+    assert PROJECT == ("randopt",)
     importable = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}
     assert importable <= set(PROJECT) | {"tests"}, (
         f"{sorted(importable - set(PROJECT) - {'tests'})} at the repo root would shadow any installed package of "
         f"that name for every process started from the checkout; put it inside randopt/")
 
 
-@pytest.mark.parametrize("library", ["kernels", "transformers", "vllm", "peft"])
+@pytest.mark.parametrize("library", ["kernels", "scripts", "transformers", "vllm", "peft"])
 def test_a_library_name_never_resolves_into_the_checkout(library):
     """From the repo root, with the root first on sys.path as every stage runs: the library is the
     installed one, or absent, never a folder of this repo."""
