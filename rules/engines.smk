@@ -8,6 +8,7 @@ def on_cluster():
     """True when jobs go to a cluster: the submitting process of a cluster executor (no --cores given)
     and the Snakemake process inside each submitted job (remote execution mode)."""
     from snakemake_interface_executor_plugins.settings import ExecMode
+
     return workflow.resource_settings.cores is None or workflow.exec_mode == ExecMode.REMOTE
 
 
@@ -31,8 +32,10 @@ def local_gpus():
     if n is None:
         return None
     if not isinstance(n, int) or n < gpus or n % gpus:
-        raise WorkflowError(f"--resources gpu={n}: each GPU job uses {gpus} GPUs (engine.tensor_parallel_size "
-                            f"under vLLM, 1 for torch on cuda), so give a multiple of {gpus}")
+        raise WorkflowError(
+            f"--resources gpu={n}: each GPU job uses {gpus} GPUs (engine.tensor_parallel_size "
+            f"under vLLM, 1 for torch on cuda), so give a multiple of {gpus}"
+        )
     return n
 
 
@@ -56,7 +59,12 @@ def model_weight_bytes():
     if m["source"] == "shape":  # no files: from the config, in its dtype
         return shape_weight_bytes(resolve_shape_config(m["config"]), m["dtype"])
     found = weight_bytes(f"{MODEL}/model") or (weight_bytes(m["path"]) if m["source"] == "local" else None)
-    if found is None and m["source"] in ("gguf_wheel", "gguf") and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
+    if (
+        found is None
+        and m["source"] in ("gguf_wheel", "gguf")
+        and job_gpus()
+        and config["engine"]["engines_per_gpu"] == "auto"
+    ):
         # the tensor table, read through the parts as one stream (resolvable: checked above)
         found = gguf_weight_bytes(gguf_source.open_joined(m), m["dtype"])
     return found
@@ -85,16 +93,24 @@ def engine_layout():
         if gpus and not LOCAL_GPUS and not on_cluster():
             # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
             if requested not in ("auto", 1):
-                raise WorkflowError(f"invalid config: engine.engines_per_gpu {requested} on GPUs needs --resources "
-                                    f"gpu=N (the GPUs of this host the run may use), so that each engine job claims "
-                                    f"its slot")
+                raise WorkflowError(
+                    f"invalid config: engine.engines_per_gpu {requested} on GPUs needs --resources "
+                    f"gpu=N (the GPUs of this host the run may use), so that each engine job claims "
+                    f"its slot"
+                )
             layout = EngineLayout(1, "no --resources gpu=N: engine jobs claim no GPU slots, so one engine")
         else:
             groups = LOCAL_GPUS // gpus if LOCAL_GPUS else 1
-            layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
-                                     members_per_group=-(-POPULATION.size // groups),
-                                     work=PROBLEMS["n_train"] * DECODE["max_tokens"],   # the run's task's
-                                     under_mps=MPS.possible, shard_members=group_shard_members(groups))
+            layout = resolve_engines(
+                requested,
+                gpus_per_engine=gpus,
+                on_cluster=on_cluster(),
+                weight_bytes=weights,
+                members_per_group=-(-POPULATION.size // groups),
+                work=PROBLEMS["n_train"] * DECODE["max_tokens"],  # the run's task's
+                under_mps=MPS.possible,
+                shard_members=group_shard_members(groups),
+            )
         if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes()):
             check_engines_fit(layout.per_device, weights / gpus, card, tp=gpus)
     except ValueError as err:
@@ -125,15 +141,19 @@ def local_card_bytes():
     """GPU 0's memory on this host, or None (no CUDA here: the engine checks when it starts)."""
     try:
         import torch
+
         return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
     except Exception:  # no usable CUDA on the host that builds the DAG
         return None
 
 
 ENGINES = engine_layout()
-if not on_cluster() and (_shards := group_shard_members(LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)) is not None \
-        and (_note := idle_engines_note(ENGINES.per_device, len(_shards))):
-    print(f"randopt: {_note}", file=sys.stderr)   # not an error: the run is right, only slower than it could be
+if (
+    not on_cluster()
+    and (_shards := group_shard_members(LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)) is not None
+    and (_note := idle_engines_note(ENGINES.per_device, len(_shards)))
+):
+    print(f"randopt: {_note}", file=sys.stderr)  # not an error: the run is right, only slower than it could be
 # CUDA MPS for this run: a daemon of its own in MPS_DIR (started by the Snakefile's onstart, stopped with the
 # resident engines; randopt/runtime/mps_daemon.py), unless the caller's daemon serves (MPS.external).
 MPS_ON = MPS.enabled(ENGINES.per_device)
@@ -145,11 +165,13 @@ SIDE_BY_SIDE = ENGINES.per_device > 1 and not on_cluster()
 ENGINE_SLOTS = (LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1) * (ENGINES.per_device if SIDE_BY_SIDE else 1)
 if SIDE_BY_SIDE:
     workflow.global_resources["engine_slot"] = ENGINE_SLOTS
-LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "") \
-    + (f" --engines-per-device {ENGINES.per_device}" if SIDE_BY_SIDE else "") \
-    + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or SIDE_BY_SIDE else "") \
-    + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "") \
+LOCAL_ENGINE = (
+    (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "")
+    + (f" --engines-per-device {ENGINES.per_device}" if SIDE_BY_SIDE else "")
+    + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or SIDE_BY_SIDE else "")
+    + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "")
     + (f" --cuda-mps-dir {MPS_DIR}" if OWN_MPS else "")
+)
 # The train-scoring stages' engines side by side inside each cluster job (randopt/runtime/job_engines.py): the
 # job starts engine.engines_per_gpu engines of its own on its GPU group and stops them when it ends. In the
 # shell command like LOCAL_ENGINE: it changes no answer.

@@ -143,11 +143,11 @@ def test_a_dry_run_records_what_auto_chose_and_runs_racing_with_explicit_racings
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-2000:]
-    record = next(line for line in text.splitlines() if "scripts.record " in line)
+    record = next(line for line in text.splitlines() if "randopt.stages.record " in line)
     assert "--selection-auto" in record and '"mode": "racing"' in record and "512 x 64" in record, record
     racing = layout(run_keys(effective_config(overlay | {"selection": {"mode": "racing", "first_slice": 64}})))
     assert f"{racing['rank']}/topk.json" in text and f"{racing['race']}/round=03/chunk_000.parquet" in text
-    assert "scripts.evaluate_shard " not in text
+    assert "randopt.stages.evaluate_shard " not in text
 
 
 def test_status_reads_an_auto_run_as_the_mode_it_took(tmp_path):

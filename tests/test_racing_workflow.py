@@ -117,7 +117,7 @@ def test_a_racing_record_reports_its_recall_of_a_full_run_of_the_same_population
     workdir, paths = race["workdir"], race["paths"]
     again = config_with(tiny_model_dir, RACING | {"miss_budget": 0.3})
     proc = run_workflow(workdir, again, "-n", "-p", "results/record.json")
-    command = next(line for line in proc.stdout.splitlines() if "scripts.record " in line)
+    command = next(line for line in proc.stdout.splitlines() if "randopt.stages.record " in line)
     full_ranking, full_topk = f"{paths['full']['rank']}/ranking.parquet", f"{paths['full']['rank']}/topk.json"
     assert f"--full-ranking {full_ranking} --full-topk {full_topk}" in command
     ranked = read_json(workdir / paths["again"]["rank"] / "topk.json")
