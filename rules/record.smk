@@ -41,7 +41,9 @@ rule record:
         # selection.mode auto: what it chose and why (rules/common.smk SELECTION; only then, so other runs' params stay)
         selection_auto=(lambda wildcards: f"--selection-auto {q(SELECTION.as_record())}") if SELECTION else "",
         full_ranking=lambda wildcards, input: (
-            f"--full-ranking {input.full_ranking} --full-topk {input.full_topk}" if "full_ranking" in input.keys() else ""
+            f"--full-ranking {input.full_ranking} --full-topk {input.full_topk}"
+            if "full_ranking" in input.keys()
+            else ""
         ),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
