@@ -28,7 +28,7 @@ rule evaluate_members:
         cache=round_path("members", "cache"),
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/engines.smk says why).
     shell:
         "{PY} randopt.stages.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
@@ -72,7 +72,7 @@ rule score_bpb:
         cache=round_path("bpb", "cache"),
         code=key_code("bpb"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/engines.smk says why).
     shell:
         "{PY} randopt.stages.score_bpb {params.engine}{LOCAL_ENGINE} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
         " --cache-dir {params.cache} --max-context {params.max_context} --out {output.bpb} 2> {log}"

@@ -31,7 +31,7 @@ rule evaluate_shard:
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
-    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/engines.smk says why: in params, a run
     # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
     shell:
         "{PY} randopt.stages.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
