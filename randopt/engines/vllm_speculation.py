@@ -3,12 +3,16 @@ installed vLLM can take it (asked at DAG build and again when the engine starts)
 
 population uses vLLM's "custom_class" method with randopt's proposer (vllm_population_proposer.py).
 vLLM's own "suffix" method (a global suffix tree of earlier outputs, from Snowflake's
-arctic-inference) would draft from the same answers; it needs arctic_inference.suffix_decoding, which
-arctic-inference 0.3.0 has as a source distribution only (bench/speculation/build_arctic_wheel.sh builds
-its wheel, and bench/speculation/ measures the method before it is an option here). The custom class
-also keys the drafts by prompt, which a global tree does not.
+arctic-inference) would draft from the same answers, but it needs arctic_inference.suffix_decoding,
+which the arctic-inference releases on this project's package index (0.0.1-0.0.4) do not have; the
+custom class also keys the drafts by prompt, which a global tree does not.
 """
 from __future__ import annotations
+
+# Since the docstring was written: arctic-inference 0.3.0 on the index has suffix_decoding, as a source
+# distribution only; bench/speculation/build_arctic_wheel.sh builds its wheel and bench/speculation/ measures
+# vLLM's suffix method before it is an option here. (A comment, not the docstring: docstrings are in the
+# answers' code key, randopt/code_keys.py, and a note must not rerun a search.)
 
 import importlib.util
 
