@@ -10,8 +10,9 @@
 # Output paths carry content keys (randopt/keys.py), so finished work is reused.
 # Inputs (frozen data, prepared models) go to data/, what the search computes to results/.
 #
-# Where each stage's code is: the rule (in rules/<file>), its CLI scripts/<rule>.py (argument parsing),
-# and the library module the CLI calls (tests/test_docs.py checks this table against the code):
+# Where each stage's code is: the rule (in rules/<file>) runs python -m randopt.stages.<stage>, whose main()
+# parses the arguments and whose run() does the work, or calls the library module named (tests/test_docs.py
+# checks this table against the code):
 #   freeze_gsm8k      data.smk      randopt/data/gsm8k.py (write_frozen; task.kind gsm8k, the default)
 #   freeze_task       data.smk      randopt/tasks/freeze.py (write_frozen; every other task: docs/tasks.md)
 #   fetch_fineweb     data.smk      randopt/data/heldout.py (write_heldout)
@@ -40,6 +41,7 @@
 #   so a conda: directive could be neither resolved nor tested here.
 #   lint: LOCAL_ENGINE in the engine stages' commands (rules/common.smk says why).
 #   lint: PY in every stage's command (rules/common.smk says why).
+# snakefmt formats this file and rules/ (its line length: pyproject.toml; tests/test_snakefmt.py checks it).
 import os
 import sys
 
@@ -67,25 +69,33 @@ include: "rules/common.smk"
 
 
 rule all:
+    default_target: True
     input:
         "results/record.json",
         # the report's figures (rules/report.smk, included below; a function, so it is read then)
         lambda wildcards: rules.figures.output,
         # lm-eval's table of the base and the ensembles, when config lm_eval.tasks names tasks (rules/lm_eval.smk)
         lambda wildcards: rules.lm_eval.output.table if config["lm_eval"]["tasks"] else [],
-    default_target: True
 
 
 include: "rules/data.smk"
 include: "rules/model.smk"
 include: "rules/search.smk"
+
+
 if RACING:  # selection.mode racing: the search's rounds (the rank rule reads their tables)
 
     include: "rules/racing.smk"
+
+
 include: "rules/ensemble.smk"
+
+
 if DISTILL_ENABLED:  # distill.enabled: the top-k vote distilled into a LoRA of the base, and its control
 
     include: "rules/distill.smk"
+
+
 include: "rules/record.smk"
 include: "rules/export.smk"
 include: "rules/report.smk"

@@ -1,8 +1,9 @@
 """The code a stage runs, found from its imports, and the hash of it that goes into its content keys.
 
-A stage's code is its CLI (scripts/<stage>.py) and every project module it imports, transitively:
-imports at module level and inside functions alike, read from the syntax tree, so adding an import
-keys the new module without anyone remembering to. Nothing here is a list of files.
+A stage's code is its module (randopt.stages.<stage>: main() parses its command line, run() does the
+work) and every project module it imports, transitively: imports at module level and inside functions
+alike, read from the syntax tree, so adding an import keys the new module without anyone remembering
+to. Nothing here is a list of files.
 
 Three choices, and why:
 
@@ -37,9 +38,11 @@ from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# The top-level names of this project's modules; any other import is a library's. The kernels live
-# inside the package (randopt.kernels): a top-level `kernels` is Hugging Face's, which transformers imports.
-PROJECT = ("randopt", "scripts")
+# The top-level names of this project's modules; any other import is a library's. Everything lives inside
+# the package: a top-level `kernels` is Hugging Face's (which transformers imports), and a top-level folder
+# of the checkout would shadow any installed package of its name (the kernels and the stage CLIs, once
+# kernels/ and scripts/, moved in for that: tests/test_import_names.py).
+PROJECT = ("randopt",)
 # Followed, not hashed (see the module docstring).
 NOT_KEYED = ("randopt.runtime", "randopt.code_keys")
 
@@ -156,8 +159,8 @@ def modules_version(*modules: str, root: Path = REPO) -> str:
 
 
 def code_version(*stages: str, root: Path = REPO) -> str:
-    """sha256 (12 hex) of the code the named stages run: scripts/<stage>.py and what it imports."""
-    return modules_version(*(f"scripts.{s}" for s in stages), root=root)
+    """sha256 (12 hex) of the code the named stages run: randopt/stages/<stage>.py and what it imports."""
+    return modules_version(*(f"randopt.stages.{s}" for s in stages), root=root)
 
 
 def clear_cache() -> None:

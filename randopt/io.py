@@ -100,6 +100,18 @@ def read_json(path: str | os.PathLike) -> Any:
         raise InputError(f"{path}: not valid JSON ({err}); regenerate or fix the file") from err
 
 
+def json_object(text: str, where: str, fix: str = "") -> dict:
+    """text as one JSON object, or an InputError that starts with where it came from (FILE:LINE, an
+    option) and ends with fix."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{where}: malformed JSON ({err.msg} at char {err.pos}){fix}") from err
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(value).__name__}{fix}")
+    return value
+
+
 def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[dict]:
     """Read a JSONL file strictly: a malformed line or a missing key is an error naming the line."""
     path = Path(path)
@@ -111,12 +123,7 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[di
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{path}:{lineno}: malformed JSON line ({err.msg}); fix or remove that line") from err
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            row = json_object(line, f"{path}:{lineno}", "; fix or remove that line")
             missing = [k for k in required if k not in row]
             if missing:
                 raise InputError(f"{path}:{lineno}: missing key(s) {missing}; every row needs {list(required)}")

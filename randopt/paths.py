@@ -1,7 +1,7 @@
 """Where the workflow puts each stage's output, from the run's content keys (randopt/keys.py).
 
 The one definition of the layout: rules/common.smk builds its paths from here, and so do tools that
-find a finished run's files afterwards (python -m scripts.ask). data/ holds the pipeline's inputs
+find a finished run's files afterwards (python -m randopt.stages.ask). data/ holds the pipeline's inputs
 (frozen splits, the held-out slice, prepared models); results/ what the search computes from them.
 """
 from __future__ import annotations

@@ -4,8 +4,18 @@ import os
 import shlex
 import sys
 
-from randopt.config import (ConfigError, check_engine_installed, check_inputs, decode_for, gsm8k_source,
-                            heldout_source, problems_block, problems_key, task_spec, validate)
+from randopt.config import (
+    ConfigError,
+    check_engine_installed,
+    check_inputs,
+    decode_for,
+    gsm8k_source,
+    heldout_source,
+    problems_block,
+    problems_key,
+    task_spec,
+    validate,
+)
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.code_keys import code_version
 from randopt.keys import key_code, round_keys, short_key
@@ -18,8 +28,15 @@ from randopt.engines.base import DEFAULT_MAX_MODEL_LEN
 from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.model import gguf_source
 from randopt.model.shape import resolve_config as resolve_shape_config, weight_bytes as shape_weight_bytes
-from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit as check_engines_fit, gguf_weight_bytes,
-                                          idle_engines_note, resolve as resolve_engines, weight_bytes)
+from randopt.runtime.engine_slots import (
+    CARD_BYTES,
+    EngineLayout,
+    check_fit as check_engines_fit,
+    gguf_weight_bytes,
+    idle_engines_note,
+    resolve as resolve_engines,
+    weight_bytes,
+)
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 from randopt.runtime import cuda_mps, mps_daemon
 
@@ -57,10 +74,18 @@ PY = f"PYTHONPATH={shlex.quote(REPO)}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(
 
 # A round's keys in the round rules' paths (ROUND_PATTERN below): each exactly one of the run's rounds' (mkey: a
 # later round's base model, rule round_base; round 1's is prepare_model's; "(?!)" matches nothing).
-ROUND_KEY_REGEX = {name: "|".join(sorted({keys[key] for keys in ROUND_KEYS[first:] if keys.get(key)})) or "(?!)"
-                   for name, key, first in (("ekey", "eval", 0), ("bkey", "bpb", 0), ("mkey", "model", 1),
-                                            ("dkey", "distill_data", 0), ("tkey", "distill_train", 0),
-                                            ("vkey", "distill_eval", 0))}
+ROUND_KEY_REGEX = {
+    name: "|".join(sorted({keys[key] for keys in ROUND_KEYS[first:] if keys.get(key)})) or "(?!)"
+    for name, key, first in (
+        ("ekey", "eval", 0),
+        ("bkey", "bpb", 0),
+        ("mkey", "model", 1),
+        ("dkey", "distill_data", 0),
+        ("tkey", "distill_train", 0),
+        ("vkey", "distill_eval", 0),
+    )
+}
+
 
 wildcard_constraints:
     ekey=ROUND_KEY_REGEX["ekey"],
@@ -74,6 +99,7 @@ wildcard_constraints:
     chunk=r"\d\d\d",
     first=r"\d\d\d\d+",
     last=r"\d\d\d\d+",
+
 
 # data/ holds the pipeline's inputs (frozen splits, the held-out slice, prepared models); results/ holds
 # what the search computes from them. Both are keyed by content, so either can be kept or deleted alone.
@@ -103,12 +129,17 @@ BENCH = PATHS["benchmarks"]
 # constrained to the run's rounds' keys, so a path names its round, and round_of(wildcards) finds it.
 # ROUND_PATTERN is the layout (randopt/paths.py) over those wildcards, ROUND_PATHS each round's folders.
 ROUND_PATHS = [layout(keys) for keys in ROUND_KEYS]
-ROUND_WILDCARDS = {"eval": "ekey", "bpb": "bkey", "model": "mkey", "distill_data": "dkey", "distill_train": "tkey",
-                   "distill_eval": "vkey"}
+ROUND_WILDCARDS = {
+    "eval": "ekey",
+    "bpb": "bkey",
+    "model": "mkey",
+    "distill_data": "dkey",
+    "distill_train": "tkey",
+    "distill_eval": "vkey",
+}
 ROUND_PATTERN = layout(KEYS | {key: f"{{{name}}}" for key, name in ROUND_WILDCARDS.items() if key in KEYS})
 ROUND_OF_EVAL = {keys["eval"]: r for r, keys in enumerate(ROUND_KEYS, 1)}
 ROUND_OF_MODEL = {keys["model"]: r for r, keys in enumerate(ROUND_KEYS, 1)}
-
 
 
 def round_of(wildcards) -> int:
@@ -118,9 +149,11 @@ def round_of(wildcards) -> int:
 
 def round_path(name, below=None):
     """An input function: the job's round's folder of that name (randopt/paths.py), or a path below it."""
+
     def path(wildcards):
         folder = ROUND_PATHS[round_of(wildcards) - 1][name]
         return f"{folder}/{below}" if below else folder
+
     return path
 
 
@@ -138,6 +171,7 @@ def verify_frozen_files():
     because Snakemake sees the edited file as newer than the shards built on it and would delete
     their outputs before the first job could refuse to run."""
     from randopt.io import InputError, verify_against_manifest
+
     for path in (f"{DATA_PROBLEMS}/train.jsonl", f"{DATA_PROBLEMS}/test.jsonl", f"{DATA_HELDOUT}/heldout.jsonl"):
         if os.path.isfile(path):
             try:
@@ -212,9 +246,11 @@ def get_engine_options():
         if e["torch_decode"] != "eager":  # only when chosen, as the switch
             options["decode"] = e["torch_decode"]
     else:
-        options |= {"tensor_parallel_size": e["tensor_parallel_size"],
-                    "gpu_memory_utilization": e["gpu_memory_utilization"],
-                    "trust_remote_code": config["model"]["trust_remote_code"]}
+        options |= {
+            "tensor_parallel_size": e["tensor_parallel_size"],
+            "gpu_memory_utilization": e["gpu_memory_utilization"],
+            "trust_remote_code": config["model"]["trust_remote_code"],
+        }
         if e["worker_process"]:  # only when chosen: the default's params stay
             options["worker_process"] = True
     if config["perturbation"]["noise"] != "rademacher":  # both engines; only when chosen, as the switch
@@ -225,15 +261,19 @@ def get_engine_options():
 def get_engine_args(model_dir=None, **extra_options):
     """Engine flags of the stage CLIs (the rule's shell adds --threads {threads}); model_dir: the
     prepared model's by default (a later round's base, or evaluate_distilled's fine-tuned model, else)."""
-    return (f"--model-dir {model_dir or f'{MODEL}/model'} --engine {config['engine']['kind']} "
-            f"--engine-options {q(get_engine_options() | extra_options)}")
+    return (
+        f"--model-dir {model_dir or f'{MODEL}/model'} --engine {config['engine']['kind']} "
+        f"--engine-options {q(get_engine_options() | extra_options)}"
+    )
 
 
 def get_generating_engine_args(model_dir=None):
     """Engine flags of the stages that generate answers: engine.speculation reaches only them (score_bpb
     scores given text, where drafts have nothing to do; only when on, so the default's params stay)."""
     e = config["engine"]
-    speculation = {"speculation": e["speculation"], "draft_tokens": e["draft_tokens"]} if e["speculation"] != "none" else {}
+    speculation = (
+        {"speculation": e["speculation"], "draft_tokens": e["draft_tokens"]} if e["speculation"] != "none" else {}
+    )
     return get_engine_args(model_dir, **speculation)
 
 
@@ -248,9 +288,11 @@ def bpb_engine_options():
 
 def round_engine_args(generating=True, **extra_options):
     """A param function: the engine flags on the job's round's base model (round 1: the prepared model)."""
+
     def args(wildcards):
         model_dir = f"{ROUND_PATHS[round_of(wildcards) - 1]['model']}/model"
         return get_generating_engine_args(model_dir) if generating else get_engine_args(model_dir, **extra_options)
+
     return args
 
 
@@ -271,13 +313,23 @@ def get_lm_eval_args():
 
 # Cluster resources (profiles/slurm). Small stages run in the Snakemake process itself; the heavy ones
 # are submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
-localrules: all, freeze_gsm8k, freeze_task, fetch_fineweb, rank, race_round, vote, record, figures
+localrules:
+    all,
+    freeze_gsm8k,
+    freeze_task,
+    fetch_fineweb,
+    rank,
+    race_round,
+    vote,
+    record,
+    figures,
 
 
 def on_cluster():
     """True when jobs go to a cluster: the submitting process of a cluster executor (no --cores given)
     and the Snakemake process inside each submitted job (remote execution mode)."""
     from snakemake_interface_executor_plugins.settings import ExecMode
+
     return workflow.resource_settings.cores is None or workflow.exec_mode == ExecMode.REMOTE
 
 
@@ -301,8 +353,10 @@ def local_gpus():
     if n is None:
         return None
     if not isinstance(n, int) or n < gpus or n % gpus:
-        raise WorkflowError(f"--resources gpu={n}: each GPU job uses {gpus} GPUs (engine.tensor_parallel_size "
-                            f"under vLLM, 1 for torch on cuda), so give a multiple of {gpus}")
+        raise WorkflowError(
+            f"--resources gpu={n}: each GPU job uses {gpus} GPUs (engine.tensor_parallel_size "
+            f"under vLLM, 1 for torch on cuda), so give a multiple of {gpus}"
+        )
     return n
 
 
@@ -326,7 +380,12 @@ def model_weight_bytes():
     if m["source"] == "shape":  # no files: from the config, in its dtype
         return shape_weight_bytes(resolve_shape_config(m["config"]), m["dtype"])
     found = weight_bytes(f"{MODEL}/model") or (weight_bytes(m["path"]) if m["source"] == "local" else None)
-    if found is None and m["source"] in ("gguf_wheel", "gguf") and job_gpus() and config["engine"]["engines_per_gpu"] == "auto":
+    if (
+        found is None
+        and m["source"] in ("gguf_wheel", "gguf")
+        and job_gpus()
+        and config["engine"]["engines_per_gpu"] == "auto"
+    ):
         # the tensor table, read through the parts as one stream (resolvable: checked above)
         found = gguf_weight_bytes(gguf_source.open_joined(m), m["dtype"])
     return found
@@ -355,16 +414,24 @@ def engine_layout():
         if gpus and not LOCAL_GPUS and not on_cluster():
             # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
             if requested not in ("auto", 1):
-                raise WorkflowError(f"invalid config: engine.engines_per_gpu {requested} on GPUs needs --resources "
-                                    f"gpu=N (the GPUs of this host the run may use), so that each engine job claims "
-                                    f"its slot")
+                raise WorkflowError(
+                    f"invalid config: engine.engines_per_gpu {requested} on GPUs needs --resources "
+                    f"gpu=N (the GPUs of this host the run may use), so that each engine job claims "
+                    f"its slot"
+                )
             layout = EngineLayout(1, "no --resources gpu=N: engine jobs claim no GPU slots, so one engine")
         else:
             groups = LOCAL_GPUS // gpus if LOCAL_GPUS else 1
-            layout = resolve_engines(requested, gpus_per_engine=gpus, on_cluster=on_cluster(), weight_bytes=weights,
-                                     members_per_group=-(-POPULATION.size // groups),
-                                     work=PROBLEMS["n_train"] * DECODE["max_tokens"],   # the run's task's
-                                     under_mps=MPS.possible, shard_members=group_shard_members(groups))
+            layout = resolve_engines(
+                requested,
+                gpus_per_engine=gpus,
+                on_cluster=on_cluster(),
+                weight_bytes=weights,
+                members_per_group=-(-POPULATION.size // groups),
+                work=PROBLEMS["n_train"] * DECODE["max_tokens"],  # the run's task's
+                under_mps=MPS.possible,
+                shard_members=group_shard_members(groups),
+            )
         if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes()):
             check_engines_fit(layout.per_device, weights / gpus, card, tp=gpus)
     except ValueError as err:
@@ -395,15 +462,19 @@ def local_card_bytes():
     """GPU 0's memory on this host, or None (no CUDA here: the engine checks when it starts)."""
     try:
         import torch
+
         return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
     except Exception:  # no usable CUDA on the host that builds the DAG
         return None
 
 
 ENGINES = engine_layout()
-if not on_cluster() and (_shards := group_shard_members(LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)) is not None \
-        and (_note := idle_engines_note(ENGINES.per_device, len(_shards))):
-    print(f"randopt: {_note}", file=sys.stderr)   # not an error: the run is right, only slower than it could be
+if (
+    not on_cluster()
+    and (_shards := group_shard_members(LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1)) is not None
+    and (_note := idle_engines_note(ENGINES.per_device, len(_shards)))
+):
+    print(f"randopt: {_note}", file=sys.stderr)  # not an error: the run is right, only slower than it could be
 # CUDA MPS for this run: a daemon of its own in MPS_DIR (started by the Snakefile's onstart, stopped with the
 # resident engines; randopt/runtime/mps_daemon.py), unless the caller's daemon serves (MPS.external).
 MPS_ON = MPS.enabled(ENGINES.per_device)
@@ -415,11 +486,13 @@ SIDE_BY_SIDE = ENGINES.per_device > 1 and not on_cluster()
 ENGINE_SLOTS = (LOCAL_GPUS // job_gpus() if LOCAL_GPUS else 1) * (ENGINES.per_device if SIDE_BY_SIDE else 1)
 if SIDE_BY_SIDE:
     workflow.global_resources["engine_slot"] = ENGINE_SLOTS
-LOCAL_ENGINE = (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "") \
-    + (f" --engines-per-device {ENGINES.per_device}" if SIDE_BY_SIDE else "") \
-    + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or SIDE_BY_SIDE else "") \
-    + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "") \
+LOCAL_ENGINE = (
+    (f" --gpu-slots {LOCAL_GPUS}" if LOCAL_GPUS else "")
+    + (f" --engines-per-device {ENGINES.per_device}" if SIDE_BY_SIDE else "")
+    + (" --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS or SIDE_BY_SIDE else "")
+    + (f" --keep-loaded-s {KEEP_LOADED_S:g} --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S else "")
     + (f" --cuda-mps-dir {MPS_DIR}" if OWN_MPS else "")
+)
 # The train-scoring stages' engines side by side inside each cluster job (randopt/runtime/job_engines.py): the
 # job starts engine.engines_per_gpu engines of its own on its GPU group and stops them when it ends. In the
 # shell command like LOCAL_ENGINE: it changes no answer.
@@ -483,10 +556,12 @@ if RACING:
         raise WorkflowError(f"invalid config: {err}")
     if RACE_PLAN.rounds == 1:
         # Not an error (the run is full evaluation in racing's clothes), but not what racing is for.
-        print(f"randopt: racing has a single round here, so no member can stop: {problems_key(config)}.n_train "
-              f"({PROBLEMS['n_train']}) is within selection.first_slice ({RACE_PLAN.config.first_slice}) or one "
-              f"answer block (engine.batch_size {ANSWER_BLOCK}, torch engine). Lower them, or use selection.mode full.",
-              file=sys.stderr)
+        print(
+            f"randopt: racing has a single round here, so no member can stop: {problems_key(config)}.n_train "
+            f"({PROBLEMS['n_train']}) is within selection.first_slice ({RACE_PLAN.config.first_slice}) or one "
+            f"answer block (engine.batch_size {ANSWER_BLOCK}, torch engine). Lower them, or use selection.mode full.",
+            file=sys.stderr,
+        )
 
 
 def job_threads(gpu_stage=True):
@@ -531,19 +606,30 @@ def get_benchmarks():
     paths = [f"{name}={rule.benchmark}" for name, rule in pairs]
     # every round's (distill.rounds): a stage's time in the record is the sum over the rounds
     for r in range(1, len(ROUND_KEYS) + 1):
-        paths += [f"{name}={at_round(str(rule.benchmark), r)}" for name, rule in
-                  (("rank", rules.rank), ("evaluate_members", rules.evaluate_members), ("vote", rules.vote),
-                   ("score_bpb", rules.score_bpb))]
+        paths += [
+            f"{name}={at_round(str(rule.benchmark), r)}"
+            for name, rule in (
+                ("rank", rules.rank),
+                ("evaluate_members", rules.evaluate_members),
+                ("vote", rules.vote),
+                ("score_bpb", rules.score_bpb),
+            )
+        ]
         if r > 1:
             paths.append(f"round_base={at_round(str(rules.round_base.benchmark), r)}")
         if DISTILL_ENABLED:  # distillation's stages (rules/distill.smk): what distill.enabled adds to the run
             paths += distill_benchmarks(r)
         if not RACING:
-            paths += [f"evaluate_shard={BENCH}/evaluate_shard/{ROUND_KEYS[r - 1]['eval']}/{stem}.tsv"
-                      for stem in POPULATION.shard_stems()]
+            paths += [
+                f"evaluate_shard={BENCH}/evaluate_shard/{ROUND_KEYS[r - 1]['eval']}/{stem}.tsv"
+                for stem in POPULATION.shard_stems()
+            ]
     if RACING:
-        paths += [f"race_slice={BENCH}/race_slice/{KEYS['race']}/{stem}.tsv"
-                  for r in range(RACE_PLAN.rounds) for stem in race_chunk_stems(r)]
+        paths += [
+            f"race_slice={BENCH}/race_slice/{KEYS['race']}/{stem}.tsv"
+            for r in range(RACE_PLAN.rounds)
+            for stem in race_chunk_stems(r)
+        ]
     return paths
 
 
@@ -565,8 +651,10 @@ if DISTILL_ENABLED:
     # prepared yet is checked when distill_train loads it.
     try:
         for r in range(1, len(ROUND_KEYS) + 1):
-            check_model_dir(config["model"]["path"] if config["model"]["source"] == "local" else f"{MODEL}/model",
-                            round_knobs(config, r)["lora"]["target_modules"])
+            check_model_dir(
+                config["model"]["path"] if config["model"]["source"] == "local" else f"{MODEL}/model",
+                round_knobs(config, r)["lora"]["target_modules"],
+            )
     except InputError as err:
         raise WorkflowError(f"invalid config: {err}")
 
@@ -574,8 +662,9 @@ if DISTILL_ENABLED:
     # does (--gpu-slots) and stops the resident engines on it first (--release-resident: their memory is
     # its own engine's, or its fine-tune's); with engines side by side it takes every engine slot, so
     # that none of those engines is serving a job. On the CPU none of this applies.
-    DISTILL_LOCAL = (f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else "") \
-        + (f" --release-resident --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S and job_gpus() else "")
+    DISTILL_LOCAL = (f" --gpu-slots {LOCAL_GPUS} --gpu-lock-dir .snakemake/gpu-locks" if LOCAL_GPUS else "") + (
+        f" --release-resident --resident-dir {RESIDENT_DIR}" if KEEP_LOADED_S and job_gpus() else ""
+    )
 
     def distill_resources():
         res = job_resources("evaluate_members")
@@ -584,17 +673,26 @@ if DISTILL_ENABLED:
     def distill_knob(name):
         """A param function: the job's round's distill knob (randopt/config.py round_knobs); a block as one
         shell word of JSON."""
+
         def knob(wildcards):
             value = round_knobs(config, round_of(wildcards))[name]
             return q(value) if isinstance(value, dict) else value
+
         return knob
 
     def distill_benchmarks(r):
         """RULE=PATH of round r's distillation benchmark files, for the record's stage times (get_benchmarks)."""
-        return ([f"distill_data={at_round(str(rules.distill_data.benchmark), r)}"]
-                + [f"distill_train={at_round(str(rules.distill_train.benchmark), r).replace('{arm}', arm)}" for arm in DISTILL_ARMS]
-                + [f"evaluate_distilled={at_round(str(rules.evaluate_distilled.benchmark), r).replace('{arm}', arm)}"
-                   for arm in DISTILL_ARMS])
+        return (
+            [f"distill_data={at_round(str(rules.distill_data.benchmark), r)}"]
+            + [
+                f"distill_train={at_round(str(rules.distill_train.benchmark), r).replace('{arm}', arm)}"
+                for arm in DISTILL_ARMS
+            ]
+            + [
+                f"evaluate_distilled={at_round(str(rules.evaluate_distilled.benchmark), r).replace('{arm}', arm)}"
+                for arm in DISTILL_ARMS
+            ]
+        )
 
     def distill_record_inputs():
         """What the record reads of distillation, every round's: the datasets' manifest, each arm's model
@@ -602,10 +700,15 @@ if DISTILL_ENABLED:
         return {f"distill_round{r}": distill_round_files(r) for r in range(1, len(ROUND_KEYS) + 1)}
 
     def distill_round_files(r):
-        """Round r's files the record reads, in the order of scripts/record.py --distill-round."""
+        """Round r's files the record reads, in the order of randopt/stages/record.py --distill-round."""
         paths = ROUND_PATHS[r - 1]
-        return ([f"{paths['model']}/manifest.json", f"{paths['vote']}/vote.json",
-                 f"{paths['bpb']}/{ROUND_KEYS[r - 1]['eval']}/{KEYS['population']}/bpb.json",
-                 f"{paths['distill_data']}/manifest.json"]
-                + [f"{paths['distill_train']}/{arm}/manifest.json" for arm in DISTILL_ARMS]
-                + [f"{paths['distill_eval']}/{arm}/result.json" for arm in DISTILL_ARMS])
+        return (
+            [
+                f"{paths['model']}/manifest.json",
+                f"{paths['vote']}/vote.json",
+                f"{paths['bpb']}/{ROUND_KEYS[r - 1]['eval']}/{KEYS['population']}/bpb.json",
+                f"{paths['distill_data']}/manifest.json",
+            ]
+            + [f"{paths['distill_train']}/{arm}/manifest.json" for arm in DISTILL_ARMS]
+            + [f"{paths['distill_eval']}/{arm}/result.json" for arm in DISTILL_ARMS]
+        )

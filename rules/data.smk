@@ -9,23 +9,26 @@ rule freeze_gsm8k:
         train=f"{DATA_GSM8K}/train.jsonl",
         test=f"{DATA_GSM8K}/test.jsonl",
         manifest=f"{DATA_GSM8K}/manifest.json",
+    log:
+        "logs/freeze_gsm8k.log",
+    benchmark:
+        f"{BENCH}/freeze_gsm8k/{KEYS.get('gsm8k', 'unused')}.tsv"
     params:
         source=q(gsm8k_source(config)),
         n_train=PROBLEMS["n_train"],
         n_test=PROBLEMS["n_test"],
         selection_seed=PROBLEMS["selection_seed"],
-        pins=" ".join(f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
-                      for split in ("train", "test") if PROBLEMS[f"{split}_sha256"]),
+        pins=" ".join(
+            f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
+            for split in ("train", "test")
+            if PROBLEMS[f"{split}_sha256"]
+        ),
         # a jsonl source's sha256 at DAG build, which the key holds: other bytes are refused
         source_sha256=source_sha256_arg("problems"),
         code=key_code("gsm8k"),
-    log:
-        "logs/freeze_gsm8k.log",
-    benchmark:
-        f"{BENCH}/freeze_gsm8k/{KEYS.get('gsm8k', 'unused')}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
+        "{PY} randopt.stages.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
@@ -35,22 +38,25 @@ rule freeze_task:
         train=f"{DATA_TASK}/train.jsonl",
         test=f"{DATA_TASK}/test.jsonl",
         manifest=f"{DATA_TASK}/manifest.json",
+    log:
+        "logs/freeze_task.log",
+    benchmark:
+        f"{BENCH}/freeze_task/{KEYS.get('task', 'unused')}.tsv"
     params:
         task=q_text(task_spec(config)),
         n_train=PROBLEMS["n_train"],
         n_test=PROBLEMS["n_test"],
         selection_seed=PROBLEMS["selection_seed"],
-        pins=" ".join(f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
-                      for split in ("train", "test") if PROBLEMS[f"{split}_sha256"]),
+        pins=" ".join(
+            f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
+            for split in ("train", "test")
+            if PROBLEMS[f"{split}_sha256"]
+        ),
         source_sha256=source_sha256_arg("problems"),
         code=key_code("task"),
-    log:
-        "logs/freeze_task.log",
-    benchmark:
-        f"{BENCH}/freeze_task/{KEYS.get('task', 'unused')}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.freeze_task --task-json {params.task} --n-train {params.n_train}"
+        "{PY} randopt.stages.freeze_task --task-json {params.task} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
@@ -59,16 +65,16 @@ rule fetch_fineweb:
     output:
         text=f"{DATA_HELDOUT}/heldout.jsonl",
         manifest=f"{DATA_HELDOUT}/manifest.json",
+    log:
+        "logs/fetch_fineweb.log",
+    benchmark:
+        f"{BENCH}/fetch_fineweb/{KEYS['heldout']}.tsv"
     params:
         source=q(heldout_source(config)),
         pin=f"--pinned-sha256 {config['heldout']['sha256']}" if config["heldout"]["sha256"] else "",
         source_sha256=source_sha256_arg("heldout"),
         code=key_code("heldout"),
-    log:
-        "logs/fetch_fineweb.log",
-    benchmark:
-        f"{BENCH}/fetch_fineweb/{KEYS['heldout']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.fetch_fineweb --source-json {params.source} {params.pin} {params.source_sha256}"
+        "{PY} randopt.stages.fetch_fineweb --source-json {params.source} {params.pin} {params.source_sha256}"
         " --out {output.text} --manifest {output.manifest} 2> {log}"

@@ -8,6 +8,7 @@
 # round_knobs (randopt/config.py) its knobs; round r+1's base model is this rule's distilled model
 # (rule round_base, rules/model.smk).
 
+
 wildcard_constraints:
     arm="distilled|control",
 
@@ -21,6 +22,13 @@ rule distill_data:
         distilled=f"{DISTILL_DATA}/distilled.jsonl",
         control=f"{DISTILL_DATA}/control.jsonl",
         manifest=f"{DISTILL_DATA}/manifest.json",
+    log:
+        "logs/distill_data/{ekey}/{dkey}.log",
+    benchmark:
+        f"{BENCH}/distill_data/{{ekey}}/{{dkey}}.tsv"
+    threads: job_threads()
+    resources:
+        **distill_resources(),
     params:
         engine=round_engine_args(generating=False),
         decode=q_text(DECODE),
@@ -30,17 +38,10 @@ rule distill_data:
         control=distill_knob("control"),
         round=round_of,
         code=key_code("distill_data"),
-    threads: job_threads()
-    resources:
-        **distill_resources(),
-    log:
-        "logs/distill_data/{ekey}/{dkey}.log",
-    benchmark:
-        f"{BENCH}/distill_data/{{ekey}}/{{dkey}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} scripts.distill_data {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} randopt.stages.distill_data {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode} --train {input.train}"
         " --topk {input.topk} --fraction {params.fraction} --cache-dir {params.cache} --per-problem {params.per_problem}"
         " --control {params.control} --round {params.round} --out-distilled {output.distilled}"
         " --out-control {output.control} --manifest {output.manifest} 2> {log}"
@@ -56,6 +57,13 @@ rule distill_train:
         model=directory(f"{DISTILL_TRAIN}/{{arm}}/model"),
         adapter=directory(f"{DISTILL_TRAIN}/{{arm}}/adapter"),
         manifest=f"{DISTILL_TRAIN}/{{arm}}/manifest.json",
+    log:
+        "logs/distill_train/{ekey}/{dkey}/{tkey}/{arm}.log",
+    benchmark:
+        f"{BENCH}/distill_train/{{ekey}}/{{dkey}}/{{tkey}}/{{arm}}.tsv"
+    threads: job_threads(gpu_stage=False)
+    resources:
+        **distill_resources(),
     params:
         lora=distill_knob("lora"),
         train=distill_knob("train"),
@@ -65,17 +73,10 @@ rule distill_train:
         compute_dtype=COMPUTE_DTYPE,
         round=round_of,
         code=key_code("distill_train"),
-    threads: job_threads(gpu_stage=False)
-    resources:
-        **distill_resources(),
-    log:
-        "logs/distill_train/{ekey}/{dkey}/{tkey}/{arm}.log",
-    benchmark:
-        f"{BENCH}/distill_train/{{ekey}}/{{dkey}}/{{tkey}}/{{arm}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} scripts.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
+        "{PY} randopt.stages.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
         " --arm {wildcards.arm} --round {params.round} --lora {params.lora} --train {params.train}"
         " --device {params.device}{DISTILL_LOCAL} --threads {threads} {params.trust} --compute-dtype {params.compute_dtype}"
         " --out-model {output.model}"
@@ -91,21 +92,21 @@ rule evaluate_distilled:
     output:
         answers=f"{DISTILL_EVAL}/{{arm}}/answers.parquet",
         result=f"{DISTILL_EVAL}/{{arm}}/result.json",
+    log:
+        "logs/evaluate_distilled/{ekey}/{dkey}/{tkey}/{vkey}/{arm}.log",
+    benchmark:
+        f"{BENCH}/evaluate_distilled/{{ekey}}/{{dkey}}/{{tkey}}/{{vkey}}/{{arm}}.tsv"
+    threads: job_threads()
+    resources:
+        **distill_resources(),
     params:
         # the base's engine options and the bpb window, on the fine-tuned model dir
         engine=lambda wildcards, input: get_engine_args(input.model, max_context=config["heldout"]["max_context"]),
         decode=q_text(DECODE),
         code=key_code("distill_eval"),
-    threads: job_threads()
-    resources:
-        **distill_resources(),
-    log:
-        "logs/evaluate_distilled/{ekey}/{dkey}/{tkey}/{vkey}/{arm}.log",
-    benchmark:
-        f"{BENCH}/evaluate_distilled/{{ekey}}/{{dkey}}/{{tkey}}/{{vkey}}/{{arm}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} scripts.evaluate_distilled {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode}"
+        "{PY} randopt.stages.evaluate_distilled {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode}"
         " --model-manifest {input.model_manifest} --arm {wildcards.arm} --test {input.test} --heldout {input.heldout}"
         " --out-answers {output.answers} --out {output.result} 2> {log}"

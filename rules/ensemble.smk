@@ -15,22 +15,22 @@ rule evaluate_members:
         answers=f"{ROUND_PATTERN['members']}/{KEYS['population']}/answers.parquet",
         timings=f"{ROUND_PATTERN['members']}/{KEYS['population']}/timings.json",
         base_train=f"{ROUND_PATTERN['members']}/{KEYS['population']}/base_train.json",
+    log:
+        "logs/evaluate_members/{ekey}.log",
+    benchmark:
+        f"{BENCH}/evaluate_members/{{ekey}}/{KEYS['population']}.tsv"
+    threads: job_threads()
+    resources:
+        **job_resources("evaluate_members"),
     params:
         engine=round_engine_args(),
         decode=q_text(DECODE),
         cache=round_path("members", "cache"),
         code=key_code("eval"),
-    threads: job_threads()
-    resources:
-        **job_resources("evaluate_members"),
-    log:
-        "logs/evaluate_members/{ekey}.log",
-    benchmark:
-        f"{BENCH}/evaluate_members/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
+        "{PY} randopt.stages.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
 
@@ -48,7 +48,7 @@ rule vote:
         f"{BENCH}/vote/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
+        "{PY} randopt.stages.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
         " --out {output.vote} 2> {log}"
 
 
@@ -59,20 +59,20 @@ rule score_bpb:
         topk=rules.rank.output.topk,
     output:
         bpb=f"{ROUND_PATTERN['bpb']}/{{ekey}}/{KEYS['population']}/bpb.json",
+    log:
+        "logs/score_bpb/{bkey}/{ekey}.log",
+    benchmark:
+        f"{BENCH}/score_bpb/{{bkey}}/{{ekey}}/{KEYS['population']}.tsv"
+    threads: job_threads()
+    resources:
+        **job_resources("score_bpb"),
     params:
         engine=round_engine_args(generating=False, **bpb_engine_options()),
         max_context=config["heldout"]["max_context"],
         cache=round_path("bpb", "cache"),
         code=key_code("bpb"),
-    threads: job_threads()
-    resources:
-        **job_resources("score_bpb"),
-    log:
-        "logs/score_bpb/{bkey}/{ekey}.log",
-    benchmark:
-        f"{BENCH}/score_bpb/{{bkey}}/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.score_bpb {params.engine}{LOCAL_ENGINE} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
+        "{PY} randopt.stages.score_bpb {params.engine}{LOCAL_ENGINE} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
         " --cache-dir {params.cache} --max-context {params.max_context} --out {output.bpb} 2> {log}"

@@ -14,14 +14,14 @@ rule export_member:
         ranking=f"{RANK}/ranking.parquet",
     output:
         member=directory(f"{EXPORT}/rank{{rank}}"),
+    log:
+        f"logs/export_member/{KEYS['eval']}/{KEYS['population']}/rank{{rank}}.log",
     wildcard_constraints:
         rank=r"[1-9][0-9]*",
     params:
         code=code_version("export_member"),
         noise=config["perturbation"]["noise"],
-    log:
-        f"logs/export_member/{KEYS['eval']}/{KEYS['population']}/rank{{rank}}.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.export_member --model-dir {input.model} --ranking {input.ranking} --rank {wildcards.rank}"
+        "{PY} randopt.stages.export_member --model-dir {input.model} --ranking {input.ranking} --rank {wildcards.rank}"
         " --noise {params.noise} --out {output.member} > {log} 2>&1"

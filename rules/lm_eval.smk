@@ -4,6 +4,7 @@
 # Its outputs are under the run's eval and population keys and a key of the lm_eval block (LM_EVAL_DIR,
 # rules/common.smk); its own code is a param (code_version), so an edit to the harness reruns it.
 
+
 rule lm_eval:
     input:
         record=rules.record.output.record,
@@ -12,19 +13,19 @@ rule lm_eval:
     output:
         results=f"{LM_EVAL_DIR}/lm_eval.json",
         table=report(f"{LM_EVAL_DIR}/lm_eval.tsv", caption="../report/lm_eval.rst", category="Benchmarks"),
-    params:
-        models=" ".join(["--base"] + [f"--ensemble {f!r}" for f in LM_EVAL["ensembles"]]),
-        lm_eval=get_lm_eval_args(),
-        code=code_version("lm_eval"),
-    threads: job_threads()
-    resources:
-        **job_resources("lm_eval"),
     log:
         "logs/lm_eval.log",
     benchmark:
         f"{BENCH}/lm_eval/{KEYS['eval']}/{KEYS['population']}/{short_key(LM_EVAL)}.tsv"
+    threads: job_threads()
+    resources:
+        **job_resources("lm_eval"),
+    params:
+        models=" ".join(["--base"] + [f"--ensemble {f!r}" for f in LM_EVAL["ensembles"]]),
+        lm_eval=get_lm_eval_args(),
+        code=code_version("lm_eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.lm_eval --run-dir . --record {input.record} --ranking {input.ranking} --model-dir {input.model}"
+        "{PY} randopt.stages.lm_eval --run-dir . --record {input.record} --ranking {input.ranking} --model-dir {input.model}"
         " {params.models} --threads {threads} --out {output.results} --table {output.table} {params.lm_eval}"
         " > {log} 2>&1"

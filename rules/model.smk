@@ -7,6 +7,13 @@ rule prepare_model:
     output:
         model=directory(f"{MODEL}/model"),
         manifest=f"{MODEL}/manifest.json",
+    log:
+        "logs/prepare_model.log",
+    benchmark:
+        f"{BENCH}/prepare_model/{KEYS['model']}.tsv"
+    threads: job_threads(gpu_stage=False)
+    resources:
+        **job_resources("prepare_model", gpu_stage=False),
     params:
         source=config["model"]["source"],
         model_id=q(config["model"]["id"]),
@@ -19,21 +26,17 @@ rule prepare_model:
         source_sha256=source_sha256_arg("model"),
         revision=f"--revision {q(config['model']['revision'])}" if config["model"]["revision"] else "",
         # a shape model (model.source shape) only, so other models' params stay as they were
-        shape=(f"--shape-config {q(config['model']['config'])} --init-seed {config['model']['init_seed']}"
-               if config["model"]["source"] == "shape" else ""),
+        shape=(
+            f"--shape-config {q(config['model']['config'])} --init-seed {config['model']['init_seed']}"
+            if config["model"]["source"] == "shape"
+            else ""
+        ),
         dtype=config["model"]["dtype"],
         pin=f"--pinned-sha256 {config['model']['sha256']}" if config["model"]["sha256"] else "",
         code=key_code("model"),
-    threads: job_threads(gpu_stage=False)
-    resources:
-        **job_resources("prepare_model", gpu_stage=False),
-    log:
-        "logs/prepare_model.log",
-    benchmark:
-        f"{BENCH}/prepare_model/{KEYS['model']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "OMP_NUM_THREADS={threads} {PY} scripts.prepare_model --source {params.source} --model-id {params.model_id}"
+        "OMP_NUM_THREADS={threads} {PY} randopt.stages.prepare_model --source {params.source} --model-id {params.model_id}"
         " --wheel-module {params.wheel_module} --gguf-file {params.gguf_file} {params.gguf} {params.path} {params.revision}"
         " {params.shape} --dtype {params.dtype} {params.pin} {params.source_sha256} --out-dir {output.model}"
         " --manifest {output.manifest} 2> {log}"
@@ -50,15 +53,15 @@ rule round_base:
     output:
         model=directory(f"{ROUND_PATTERN['model']}/model"),
         manifest=f"{ROUND_PATTERN['model']}/manifest.json",
-    params:
-        model_id=lambda wildcards: q(f"randopt-distilled-round{ROUND_OF_MODEL[wildcards.mkey] - 1}"),
-        dtype=config["model"]["dtype"],
-        code=key_code("model"),
     log:
         "logs/round_base/{mkey}.log",
     benchmark:
         f"{BENCH}/round_base/{{mkey}}.tsv"
+    params:
+        model_id=lambda wildcards: q(f"randopt-distilled-round{ROUND_OF_MODEL[wildcards.mkey] - 1}"),
+        dtype=config["model"]["dtype"],
+        code=key_code("model"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.prepare_model --source local --model-id {params.model_id}"
+        "{PY} randopt.stages.prepare_model --source local --model-id {params.model_id}"
         " --path {input.distilled} --dtype {params.dtype} --out-dir {output.model} --manifest {output.manifest} 2> {log}"

@@ -20,6 +20,13 @@ rule race_slice:
     output:
         table=f"{RACE}/round={{round}}/chunk_{{chunk}}.parquet",
         timings=f"{RACE}/round={{round}}/chunk_{{chunk}}.timings.json",
+    log:
+        f"logs/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.log",
+    benchmark:
+        f"{BENCH}/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.tsv"
+    threads: job_threads()
+    resources:
+        **job_resources("evaluate_shard"),
     params:
         engine=get_generating_engine_args(),
         decode=q_text(DECODE),
@@ -29,18 +36,11 @@ rule race_slice:
         survivors=lambda wc, input: f"--survivors {input.survivors}" if input.survivors else "",
         cache=ANSWER_CACHE,
         code=key_code("eval"),
-    threads: job_threads()
-    resources:
-        **job_resources("evaluate_shard"),
-    log:
-        f"logs/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.log",
-    benchmark:
-        f"{BENCH}/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} randopt.stages.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
         " --plan {params.plan} --round {params.round} --chunk {params.chunk} {params.survivors}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
@@ -52,13 +52,13 @@ rule race_round:
         survivors=get_previous_survivors,
     output:
         survivors=f"{RACE}/round={{round}}/survivors.json",
+    log:
+        f"logs/race_round/{KEYS['race']}/round={{round}}.log",
     params:
         plan=q(RACE_PLAN.to_json()),
         round=lambda wc: int(wc.round),
         survivors=lambda wc, input: f"--survivors-in {input.survivors}" if input.survivors else "",
-    log:
-        f"logs/race_round/{KEYS['race']}/round={{round}}.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.race_round --tables {input.tables} {params.survivors} --plan {params.plan}"
+        "{PY} randopt.stages.race_round --tables {input.tables} {params.survivors} --plan {params.plan}"
         " --round {params.round} --out {output.survivors} 2> {log}"

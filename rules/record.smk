@@ -3,6 +3,9 @@
 
 rule record:
     input:
+        # distill.enabled: each round's base, vote, bpb, datasets' manifest, and each arm's model manifest and
+        # result (rules/common.smk distill_round_files)
+        **(distill_record_inputs() if DISTILL_ENABLED else {}),
         model=rules.prepare_model.output.manifest,
         problems=f"{DATA_PROBLEMS}/manifest.json",  # freeze_gsm8k's or freeze_task's
         heldout=rules.fetch_fineweb.output.manifest,
@@ -16,11 +19,10 @@ rule record:
         base_train=at_round(rules.evaluate_members.output.base_train, 1),
         # every stage's Snakemake benchmark, whose times the record sums (rules/common.smk get_benchmarks)
         benchmarks=[pair.split("=", 1)[1] for pair in get_benchmarks()],
-        # distill.enabled: each round's base, vote, bpb, datasets' manifest, and each arm's model manifest and
-        # result (rules/common.smk distill_round_files)
-        **(distill_record_inputs() if DISTILL_ENABLED else {}),
     output:
         record="results/record.json",
+    log:
+        "logs/record.log",
     params:
         config=q_text(config),
         repo=q(REPO),
@@ -29,14 +31,14 @@ rule record:
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
         engines=q(ENGINES.as_record() | MPS.as_record(ENGINES.per_device)),
-        distill=lambda wildcards, input: " ".join(
-            "--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(ROUND_KEYS) + 1)
-        ) if DISTILL_ENABLED else "",
-    log:
-        "logs/record.log",
+        distill=lambda wildcards, input: (
+            " ".join("--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(ROUND_KEYS) + 1))
+            if DISTILL_ENABLED
+            else ""
+        ),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.record --config-json {params.config} --repo-dir {params.repo}"
+        "{PY} randopt.stages.record --config-json {params.config} --repo-dir {params.repo}"
         " --model-manifest {input.model} --problems-manifest {input.problems} --heldout-manifest {input.heldout}"
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"

@@ -21,15 +21,17 @@ rule figures:
         ranking=at_round(rules.rank.output.ranking, 1),
         vote=at_round(rules.vote.output.vote, 1),
     output:
-        **{name: report(f"{FIGURES_DIR}/{name}.png", caption=f"../report/{name}.rst", category=category)
-           for name, category in FIGURE_CATEGORIES.items()},
+        **{
+            name: report(f"{FIGURES_DIR}/{name}.png", caption=f"../report/{name}.rst", category=category)
+            for name, category in FIGURE_CATEGORIES.items()
+        },
+    log:
+        "logs/figures.log",
     params:
         # the folder of the declared outputs, taken from them (no second spelling of the path to drift)
         out_dir=lambda wildcards, output: os.path.dirname(output.k_curve),
         code=code_version("figures"),
-    log:
-        "logs/figures.log",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.figures --record {input.record} --ranking {input.ranking} --vote {input.vote}"
+        "{PY} randopt.stages.figures --record {input.record} --ranking {input.ranking} --vote {input.vote}"
         " --out-dir {params.out_dir} 2> {log}"

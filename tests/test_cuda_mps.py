@@ -194,10 +194,10 @@ def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path,
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=_path_with(bin_dir))
         text = proc.stdout + proc.stderr
         assert proc.returncode == 0, text[-2000:]
-        jobs = [line for line in text.splitlines() if "scripts.evaluate_shard " in line]
+        jobs = [line for line in text.splitlines() if "randopt.stages.evaluate_shard " in line]
         assert jobs and all(f"--engines-per-device {engines}" in j for j in jobs)
         assert all(("--cuda-mps-dir .snakemake/mps" in j) == mps for j in jobs)
-        record = next(line for line in text.splitlines() if "scripts.record " in line)
+        record = next(line for line in text.splitlines() if "randopt.stages.record " in line)
         assert f'"cuda_mps": {str(mps).lower()}' in record
         assert ("engine.engines_per_gpu 4 with 4 search shard(s) a GPU group" in text) == mps
         assert not (tmp_path / str(mps) / ".snakemake" / "mps").exists()   # a dry run starts no daemon

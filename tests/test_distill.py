@@ -86,7 +86,7 @@ def test_training_on_an_empty_dataset_is_refused(tmp_path, tiny_model_dir):
     with pytest.raises(InputError, match="dataset is empty"):
         train_lora(str(tiny_model_dir), [], LORA, TRAIN)
     write_jsonl_atomic(tmp_path / "empty.jsonl", [])
-    proc = subprocess.run([sys.executable, "-m", "scripts.distill_train", "--base-dir", str(tiny_model_dir),
+    proc = subprocess.run([sys.executable, "-m", "randopt.stages.distill_train", "--base-dir", str(tiny_model_dir),
                            "--base-manifest", str(base_manifest(tmp_path, tiny_model_dir)), "--data",
                            str(tmp_path / "empty.jsonl"), "--arm", "control", "--lora", json.dumps(LORA), "--train",
                            json.dumps(TRAIN), "--out-model", str(tmp_path / "m"), "--out-adapter", str(tmp_path / "a"),
@@ -199,7 +199,7 @@ def test_a_kill_during_distill_train_leaves_nothing_and_a_rerun_trains_the_same_
     """The chosen resume: the stage reruns whole (no Trainer checkpoints; outputs atomic, manifest last),
     and the seed makes the rerun's weights those of a run never killed."""
     long = TRAIN | {"epochs": 40}  # ~80 steps: long enough to be killed mid-way
-    args = [sys.executable, "-m", "scripts.distill_train", "--base-dir", str(tiny_model_dir),
+    args = [sys.executable, "-m", "randopt.stages.distill_train", "--base-dir", str(tiny_model_dir),
             "--base-manifest", str(base_manifest(tmp_path, tiny_model_dir)), "--data", str(write_dataset(tmp_path)),
             "--arm", "distilled", "--lora", json.dumps(LORA), "--train", json.dumps(long), "--threads", "1"]
     out = tmp_path / "killed"

@@ -7,13 +7,13 @@ import re
 
 from tests.conftest import REPO
 
-TOP = ("randopt", "scripts", "rules", "config", "docs", "bench", "tests", "profiles", "envs")
+TOP = ("randopt", "rules", "config", "docs", "bench", "tests", "profiles", "envs")
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\.(?:md|py|smk|yaml|json|txt|sh))" % "|".join(TOP))
 
 
 def sources():
-    for pattern in ("README.md", "Snakefile", "docs/*.md", "bench/**/*.md", "randopt/kernels/README.md", "config/*.yaml",
-                    "rules/*.smk", "randopt/**/*.py", "scripts/*.py", "bench/**/*.py", "bench/**/*.sh",
+    for pattern in ("README.md", "Snakefile", "docs/*.md", "config/*.md", "bench/**/*.md", "randopt/kernels/README.md", "config/*.yaml",
+                    "rules/*.smk", "randopt/**/*.py", "bench/**/*.py", "bench/**/*.sh",
                     "bench/**/*.yaml"):
         yield from REPO.glob(pattern)
 
@@ -52,7 +52,8 @@ def test_the_readme_map_names_every_room_and_ground_module():
 
 
 def test_the_snakefile_header_maps_every_rule_to_its_code_in_two_hops():
-    """Snakefile -> the library module of each rule, which the rule's CLI really imports."""
+    """Snakefile -> the module of each rule's stage (python -m randopt.stages.<stage>), or the library
+    module that stage's main() calls, which it really imports."""
     from randopt.code_keys import closure
     header = (REPO / "Snakefile").read_text(encoding="utf-8").split("\nimport os", 1)[0]
     rows = re.findall(r"^#   (\w+)\s+(\w+\.smk)\s+(randopt/\S+\.py)", header, re.M)
@@ -60,9 +61,10 @@ def test_the_snakefile_header_maps_every_rule_to_its_code_in_two_hops():
     for smk in (REPO / "rules").glob("*.smk"):
         for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M):
             if "shell:" in body:
-                rules[name] = (smk.name, re.search(r"scripts\.(\w+)", body).group(1))
+                rules[name] = (smk.name, re.search(r"\{PY\} randopt\.stages\.(\w+)", body).group(1))
     assert {r for r, _, _ in rows} == set(rules), "the Snakefile header and rules/*.smk name other rules"
     for rule, smk, module in rows:
         assert rules[rule][0] == smk, f"rule {rule} is in rules/{rules[rule][0]}, the header says {smk}"
-        assert module.removesuffix(".py").replace("/", ".") in closure([f"scripts.{rules[rule][1]}"]), \
-            f"scripts/{rules[rule][1]}.py (rule {rule}) does not import {module}"
+        stage = f"randopt.stages.{rules[rule][1]}"
+        assert module.removesuffix(".py").replace("/", ".") in closure([stage]), \
+            f"{stage} (rule {rule}) does not import {module}"

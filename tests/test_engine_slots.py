@@ -88,7 +88,7 @@ def test_auto_sizes_engines_from_the_runs_own_task_not_gsm8ks(tmp_path):
         cmd = workflow_command(tmp_path / str(len(str(overlay))), overlay, "-n", "-p", "--resources", "gpu=1")
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
-        why = next(line for line in (proc.stdout + proc.stderr).splitlines() if "scripts.record " in line)
+        why = next(line for line in (proc.stdout + proc.stderr).splitlines() if "randopt.stages.record " in line)
         return float(why.split("members a GPU group, about ")[1].split(" s each")[0])
 
     engine = {"kind": "vllm", "device": "cuda", "batch_size": 256}
@@ -111,7 +111,7 @@ def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         text = proc.stdout + proc.stderr
         assert proc.returncode == 0, text[-2000:]
-        jobs = [line for line in text.splitlines() if "scripts.evaluate_shard " in line]
+        jobs = [line for line in text.splitlines() if "randopt.stages.evaluate_shard " in line]
         assert jobs and all((expect in j) if expect else ("--engines-per-device" not in j) for j in jobs)
         if expect:
             assert "engine_slot=1" in text

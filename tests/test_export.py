@@ -99,14 +99,17 @@ def test_a_failure_midway_leaves_no_half_export(tiny_model_dir, tmp_path, monkey
 def test_the_cli_exports_and_refuses_bad_input(tiny_model_dir, tmp_path, capsys):
     """The command as a user runs it (its own process), then a bad sigma through the same main() in this
     process (a second interpreter and torch import would check nothing more)."""
-    from scripts.export_member import main
-    ok = subprocess.run([sys.executable, "-m", "scripts.export_member", "--model-dir", str(tiny_model_dir),
+    from randopt.stages.export_member import main
+    ok = subprocess.run([sys.executable, "-m", "randopt.stages.export_member", "--model-dir", str(tiny_model_dir),
                          "--seed", "5", "--sigma", "0.003", "--out", str(tmp_path / "m")], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["seed"] == 5 and (tmp_path / "m" / "model.safetensors").is_file()
     capsys.readouterr()
     rc = main(["--model-dir", str(tiny_model_dir), "--seed", "5", "--sigma", "-1", "--out", str(tmp_path / "bad")])
     assert rc == 2 and "sigma must be" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    with pytest.raises(SystemExit) as exit:  # a seed without its sigma: a usage error, exit 2 as any bad input
+        main(["--model-dir", str(tiny_model_dir), "--seed", "5", "--out", str(tmp_path / "bad")])
+    assert exit.value.code == 2 and "give either --seed and --sigma, or --ranking and --rank" in capsys.readouterr().err
 
 
 # --- a Gaussian member (perturbation.noise: gaussian) ---------------------------------------------------
@@ -152,7 +155,7 @@ def test_a_gaussian_export_equals_an_independent_reconstruction(tiny_model_dir, 
         assert tensor.dtype == torch.bfloat16
         assert torch.equal(tensor, _gaussian_member_by_hand(base[name], 7, 0.01, name)), name
         assert not torch.equal(tensor, rademacher[name]), name
-    from scripts.export_member import main  # the CLI's --noise reaches the export (its process: the test above)
+    from randopt.stages.export_member import main  # the CLI's --noise reaches the export (its process: the test above)
     assert main(["--model-dir", str(tiny_model_dir), "--seed", "7", "--sigma", "0.01", "--noise", "gaussian",
                  "--out", str(tmp_path / "cli")]) == 0
     assert sha256_file(tmp_path / "cli" / "model.safetensors") == member["weights_sha256"]["model.safetensors"]

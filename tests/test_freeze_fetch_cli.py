@@ -11,7 +11,7 @@ import pytest
 
 from randopt.data import synth
 from randopt.io import sha256_bytes, sha256_file
-from scripts import fetch_fineweb, freeze_gsm8k
+from randopt.stages import fetch_fineweb, freeze_gsm8k
 
 ROOT = Path(__file__).resolve().parents[1]
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -23,7 +23,7 @@ def run_module(module: str, *args: str, env: dict | None = None) -> subprocess.C
                           capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("module", ["scripts.freeze_gsm8k", "scripts.fetch_fineweb"])
+@pytest.mark.parametrize("module", ["randopt.stages.freeze_gsm8k", "randopt.stages.fetch_fineweb"])
 def test_help(module):
     res = run_module(module, "--help")
     assert res.returncode == 0, res.stderr
@@ -64,7 +64,7 @@ def test_freeze_cli_failure_leaves_nothing(tmp_path, capsys, case):
     src = {"kind": "jsonl", "path": str(d)}
     n_train, n_test, extra = 5, 3, []
     expect = {"too_many": "larger than the test pool", "empty": "n_test must be an integer >= 1",
-              "bad_json": "not valid JSON", "missing_dir": "not a directory", "pin_mismatch": "config pins",
+              "bad_json": "--source-json: malformed JSON", "missing_dir": "not a directory", "pin_mismatch": "config pins",
               "bad_line": "test.jsonl:2: malformed"}[case]
     if case == "too_many":
         n_test = 11
@@ -136,22 +136,22 @@ def test_clis_offline_against_hub_cache_subprocess(tmp_path):
     env = {"HF_HUB_CACHE": str(cache)}
 
     hub = {"kind": "hub", "repo": "openai/gsm8k", "config": "main", "revision": REV}
-    res = run_module("scripts.freeze_gsm8k", *freeze_args(hub, tmp_path / "hub"), env=env)
+    res = run_module("randopt.stages.freeze_gsm8k", *freeze_args(hub, tmp_path / "hub"), env=env)
     assert res.returncode == 0, res.stderr
-    res = run_module("scripts.freeze_gsm8k", *freeze_args({"kind": "jsonl", "path": str(gsm_dir(tmp_path))}, tmp_path / "js"))
+    res = run_module("randopt.stages.freeze_gsm8k", *freeze_args({"kind": "jsonl", "path": str(gsm_dir(tmp_path))}, tmp_path / "js"))
     assert res.returncode == 0, res.stderr
     for name in ("train.jsonl", "test.jsonl"):
         assert (tmp_path / "hub" / name).read_bytes() == (tmp_path / "js" / name).read_bytes()
 
     fw = {"kind": "hub", "repo": "HuggingFaceFW/fineweb-edu", "revision": REV,
           "file": "sample/10BT/000_00000.parquet", "start": 10, "n_docs": 5}
-    res = run_module("scripts.fetch_fineweb", "--source-json", json.dumps(fw),
+    res = run_module("randopt.stages.fetch_fineweb", "--source-json", json.dumps(fw),
                      "--out", str(tmp_path / "fw/h.jsonl"), "--manifest", str(tmp_path / "fw/m.json"), env=env)
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in (tmp_path / "fw/h.jsonl").read_text().splitlines()]
     assert rows == [{"id": f"doc-{i}", "text": f"text number {i}"} for i in range(10, 15)]
     # a file missing from the cache: exit 2, a clear message, no output
-    res = run_module("scripts.fetch_fineweb", "--source-json", json.dumps({**fw, "file": "sample/10BT/009_00000.parquet"}),
+    res = run_module("randopt.stages.fetch_fineweb", "--source-json", json.dumps({**fw, "file": "sample/10BT/009_00000.parquet"}),
                      "--out", str(tmp_path / "fw2/h.jsonl"), "--manifest", str(tmp_path / "fw2/m.json"), env=env)
     assert res.returncode == 2 and res.stderr.startswith("error: ") and "009_00000.parquet" in res.stderr
     assert not (tmp_path / "fw2").exists() or not any((tmp_path / "fw2").iterdir())

@@ -144,7 +144,7 @@ def test_cuda_visible_devices_already_set_claims_nothing(claimers, tmp_path):
 STAGE = """
 import json, logging, os, sys
 import randopt.runtime.engine_args as engine_args
-import scripts.evaluate_shard as stage
+import randopt.stages.evaluate_shard as stage
 logging.basicConfig(level=logging.INFO)
 seen = {}
 def fake_engine(kind, model_dir, **options):

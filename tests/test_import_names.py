@@ -4,7 +4,8 @@ kernels stand alone.
 A top-level folder of the checkout is importable under its folder name by every process that has the
 repo root on sys.path (the stage CLIs, Snakemake, the tests). The perturbation kernels lived in a
 top-level kernels/ until Hugging Face's `kernels` package (which transformers >= 5.25 requires and
-imports) collided with it: randopt then pinned transformers below 5.25. They now live in randopt.kernels.
+imports) collided with it: randopt then pinned transformers below 5.25. They now live in randopt.kernels,
+and the stage commands, once a top-level scripts/ (a name other packages take too), in randopt.stages.
 """
 from __future__ import annotations
 
@@ -23,15 +24,16 @@ KERNELS = sorted(f"randopt.kernels.{p.stem}" for p in (REPO / "randopt" / "kerne
 
 def test_the_checkouts_top_level_packages_are_the_projects_own():
     """Every regular package at the repo root (a folder with __init__.py, which wins over an installed
-    package of its name) is one of the project's names, or the tests. (bench/ has no __init__.py: a
-    namespace folder of scripts, which an installed package of its name would win over, never shadow.)"""
+    package of its name) is randopt, or the tests. (bench/ has no __init__.py: a namespace folder of
+    scripts, which an installed package of its name would win over, never shadow.)"""
+    assert PROJECT == ("randopt",)
     importable = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}
     assert importable <= set(PROJECT) | {"tests"}, (
         f"{sorted(importable - set(PROJECT) - {'tests'})} at the repo root would shadow any installed package of "
         f"that name for every process started from the checkout; put it inside randopt/")
 
 
-@pytest.mark.parametrize("library", ["kernels", "transformers", "vllm", "peft"])
+@pytest.mark.parametrize("library", ["kernels", "scripts", "transformers", "vllm", "peft"])
 def test_a_library_name_never_resolves_into_the_checkout(library):
     """From the repo root, with the root first on sys.path as every stage runs: the library is the
     installed one, or absent, never a folder of this repo."""
@@ -39,7 +41,7 @@ def test_a_library_name_never_resolves_into_the_checkout(library):
                           f"print(s.origin if s and s.origin else (list(s.submodule_search_locations) if s else None))"],
                          cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, capture_output=True,
                          text=True, check=True).stdout.strip()
-    assert str(REPO) not in out, f"import {library} from the checkout finds {out}"
+    assert str(REPO / library) not in out, f"import {library} from the checkout finds {out}"   # (a venv may lie inside)
 
 
 @pytest.mark.parametrize("module", KERNELS)
@@ -58,4 +60,4 @@ def test_hugging_faces_kernels_and_transformers_import_beside_randopt():
     code = ("import kernels, transformers; from transformers import AutoModelForCausalLM; "
             "from randopt.kernels.noise_ref import reconstruct_reference_; print(kernels.__file__)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    assert str(REPO) not in out
+    assert str(REPO / "kernels") not in out

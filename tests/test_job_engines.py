@@ -27,7 +27,7 @@ def train_file(tmp_path):
 def shard(tmp_path, model_dir, name: str, *flags: str, options=None) -> subprocess.CompletedProcess:
     out = tmp_path / name
     return subprocess.run(
-        [sys.executable, "-m", "scripts.evaluate_shard", "--model-dir", str(model_dir), "--engine", "torch",
+        [sys.executable, "-m", "randopt.stages.evaluate_shard", "--model-dir", str(model_dir), "--engine", "torch",
          "--engine-options", json.dumps(options or {"device": "cpu", "batch_size": 4}), "--threads", "2",
          "--decode", json.dumps({"max_tokens": 6}), "--train", str(train_file(tmp_path)), "--sigma", "0.05",
          "--first-seed", "0", "--last-seed", "5", "--cache-dir", str(out / "cache"), "--out", str(out / "s.parquet"),
@@ -85,7 +85,7 @@ def test_a_racing_slice_with_two_engines_inside_its_job_is_the_one_engine_slice(
     def race(name: str, *flags: str) -> pd.DataFrame:
         out = tmp_path / name
         proc = subprocess.run(
-            [sys.executable, "-m", "scripts.race_slice", "--model-dir", str(tiny_model_dir), "--engine", "torch",
+            [sys.executable, "-m", "randopt.stages.race_slice", "--model-dir", str(tiny_model_dir), "--engine", "torch",
              "--engine-options", json.dumps({"device": "cpu", "batch_size": plan.answer_block}), "--threads", "2",
              "--decode", json.dumps({"max_tokens": 4}), "--train", str(train), "--plan", plan.to_json(),
              "--round", "0", "--chunk", "0", "--cache-dir", str(out / "cache"), "--out", str(out / "t.parquet"),

@@ -78,7 +78,7 @@ def run_dir(tmp_path_factory, request) -> Path:
 
 @pytest.fixture(scope="module")
 def harness(run_dir):
-    """One engine for every model of the module, as scripts.lm_eval shares it."""
+    """One engine for every model of the module, as randopt.stages.lm_eval shares it."""
     from randopt.harness.model import RandoptLM, load_engine
     run = Run.open(run_dir)
     engine = load_engine(run, threads=2)
@@ -235,7 +235,7 @@ def test_three_members_mix_probabilities_and_vote_on_answers(harness, direct, ge
 # ---------------------------------------------------------------------------------------- bad input
 
 def run_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scripts.lm_eval", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "randopt.stages.lm_eval", *args], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
@@ -280,7 +280,7 @@ def test_a_task_lm_eval_does_not_know_fails_before_any_engine(tmp_path, tiny_mod
 # ------------------------------------------------------------------- the command, the vote, the config
 
 def test_the_command_writes_results_with_a_header_and_a_table(tmp_path, tiny_model_dir):
-    """scripts.lm_eval end to end on the tiny model: one engine for two models, lm-eval's results of
+    """randopt.stages.lm_eval end to end on the tiny model: one engine for two models, lm-eval's results of
     each beside the header naming the members, their sigmas and the run's record sha256."""
     from randopt.io import sha256_file
     (tiny_model_dir.parent / "manifest.json").write_text(json.dumps({"sha256": "tiny"}))

@@ -14,7 +14,7 @@ from tests.conftest import REPO
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "scripts.prepare_model", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "randopt.stages.prepare_model", *args], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, **(env or {})})
 
 

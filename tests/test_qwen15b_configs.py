@@ -114,3 +114,22 @@ def test_overlay_builds_its_dag_offline(kind, tmp_path):
         decode = json.loads(args[args.index("--decode") + 1])
         assert decode["max_tokens"] == 512 and decode["stop"] == []
         assert decode["system"] == REASONING[kind]["system"] and "prompt_style" not in decode
+
+
+def test_the_distill_overlay_adds_distillation_to_the_gsm8k_run_and_nothing_else():
+    """config/qwen15b_distill.yaml over the GSM8K overlay: the same search keys, distillation's on the top 10 %."""
+    from snakemake.utils import update_config
+
+    from randopt.config import load_yaml, validate
+    from randopt.keys import run_keys
+    base = config_of("gsm8k")
+    raw = load_yaml(REPO / "config" / "config.yaml")
+    for name in (OVERLAYS["gsm8k"], "qwen15b_distill.yaml"):
+        update_config(raw, load_yaml(REPO / "config" / name))
+    both = validate(raw)
+    assert both["distill"]["enabled"] and both["distill"]["fraction"] in both["topk"]["fractions"]
+    inputs = {"problems": "0" * 64}   # the GSM8K file's bytes key both alike
+    with_distill, without = run_keys(both, inputs=inputs), run_keys(base, inputs=inputs)
+    assert {k: with_distill[k] for k in without} == without   # the search is the GSM8K run's
+    assert {"distill_data", "distill_train", "distill_eval"} <= set(with_distill)
+

@@ -565,7 +565,7 @@ def forced(killed, base_config, tmp_path_factory):
     dry = run_workflow(workdir, base_config, "-p", "-n", "--forcerun", "rank")
     # Snakemake 9 prints "Shell command: <command>" (older versions: the command on its own line)
     commands = [line.split("Shell command:", 1)[-1].strip() for line in output(dry).splitlines()
-                if " -m scripts.rank " in line]
+                if " -m randopt.stages.rank " in line]
     step = run_step(workdir, base_config, "--forcerun", "rank")
     after = {"ranking": pd.read_parquet(workdir / paths.ranking),
              "topk": json.loads((workdir / paths.topk).read_text())}

@@ -9,13 +9,13 @@ import yaml
 from tests.conftest import REPO
 from tests.support.workflow import SESSION_MEMO
 
-STAGES = ["fetch_fineweb", "freeze_gsm8k", "prepare_model", "evaluate_shard", "race_slice", "race_round", "rank",
-          "evaluate_members", "vote", "score_bpb", "record", "figures"]
+# Every stage module (randopt/stages/_args.py is their shared arguments, no stage).
+STAGES = sorted(p.stem for p in (REPO / "randopt" / "stages").glob("*.py") if not p.stem.startswith("_"))
 
 
-# `python -m scripts.<stage> --help` for every stage, in one Python process: each stage's module is run
+# `python -m randopt.stages.<stage> --help` for every stage, in one Python process: each stage's module is run
 # as __main__ (runpy, as -m does) with its own argv, its exit status and output kept apart. One
-# process, not twelve: each start would import torch and the library again (seconds each on 2 cores).
+# process, not one a stage: each start would import torch and the library again (seconds each on 2 cores).
 HELP_ALL = """
 import contextlib, io, json, runpy, sys
 results = {}
@@ -25,7 +25,7 @@ for stage in sys.argv[1:]:
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            runpy.run_module(f"scripts.{stage}", run_name="__main__", alter_sys=True)
+            runpy.run_module(f"randopt.stages.{stage}", run_name="__main__", alter_sys=True)
         except SystemExit as exit:
             code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
         except BaseException as error:
@@ -46,7 +46,19 @@ def helps() -> dict:
 def test_stage_cli_help(stage, helps):
     result = helps[stage]
     assert result["returncode"] == 0, result["stderr"]
-    assert "usage: python -m scripts." in result["stdout"]
+    assert "usage: python -m randopt.stages." in result["stdout"]
+
+
+def test_stage_kwargs_leave_out_exactly_the_engine_arguments():
+    """An engine stage's run() takes every parsed argument but the engine's (ENGINE_FLAGS): a flag that
+    add_engine_args adds and ENGINE_FLAGS misses would reach run() as an unknown keyword."""
+    import argparse
+    from randopt.runtime.engine_args import ENGINE_FLAGS, add_engine_args, stage_kwargs
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    p.add_argument("--out")
+    assert {a.dest for a in p._actions} - {"help", "out"} == set(ENGINE_FLAGS)
+    assert stage_kwargs(p.parse_args(["--model-dir", "m", "--out", "o"])) == {"out": "o"}
 
 
 @pytest.mark.slow  # each runs Snakemake
@@ -90,7 +102,7 @@ def train_file(tmp_path):
 ])
 def test_engine_stage_cli_checks_decode_and_engine_options(tmp_path, capsys, decode, options, says):
     """Checked before any engine loads (the model dir here does not even exist): exit 2, one line."""
-    from scripts import evaluate_shard
+    from randopt.stages import evaluate_shard
     out = tmp_path / "o" / "shard.parquet"
     rc = evaluate_shard.main(["--model-dir", str(tmp_path / "no-model"), "--engine", "torch",
                               "--engine-options", json.dumps(options), "--decode", json.dumps(decode),
@@ -102,7 +114,7 @@ def test_engine_stage_cli_checks_decode_and_engine_options(tmp_path, capsys, dec
 
 
 def test_data_cli_checks_source_json_with_the_schema(tmp_path, capsys):
-    from scripts import fetch_fineweb
+    from randopt.stages import fetch_fineweb
     out = tmp_path / "o" / "heldout.jsonl"
     rc = fetch_fineweb.main(["--source-json", json.dumps({"kind": "synthetic", "n_docs": 4, "sede": 1}),
                              "--out", str(out), "--manifest", str(tmp_path / "o" / "m.json")])
@@ -181,7 +193,7 @@ def test_vllm_missing_here_fails_at_the_runs_start_not_under_a_dry_run(tmp_path)
 
 
 def engine_commands(proc) -> list[str]:
-    stages = ("scripts.evaluate_shard", "scripts.evaluate_members", "scripts.score_bpb")
+    stages = ("randopt.stages.evaluate_shard", "randopt.stages.evaluate_members", "randopt.stages.score_bpb")
     return [line for line in proc.stdout.splitlines() if any(s in line for s in stages)]
 
 
@@ -212,7 +224,7 @@ def test_delta_switch_reaches_the_engine_stages_and_its_drift_is_recorded(tmp_pa
     default), the stage walks its seeds in place and its timings carry the drift it measured; the
     record's summary takes the worst stage."""
     from randopt.report.record import switch_summary
-    from scripts import evaluate_shard
+    from randopt.stages import evaluate_shard
     check_reaches_engine_stages(tmp_path, tiny_model_dir, {"perturbation": {"switch": "delta"}}, "switch", "delta")
 
     out = tmp_path / "o"

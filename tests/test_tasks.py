@@ -186,7 +186,7 @@ def test_bad_completions_get_0_with_their_reason_and_touch_nothing(human_eval, t
 # ----------------------------------------------------------------------------------- score_answers
 
 def test_score_answers_prints_one_row_per_completion(tmp_path, capsys):
-    from scripts import score_answers
+    from randopt.stages import score_answers
     problems = write_jsonl(tmp_path / "p.jsonl", [{"id": "a", "numbers": [3, 5, 2], "target": 16, "answer": "(3+5)*2"},
                                                   {"id": "b", "numbers": [1, 2], "target": 3, "answer": "1+2"}])
     completions = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "completion": "#### (3 + 5) * 2"},
@@ -209,12 +209,12 @@ def test_score_answers_prints_one_row_per_completion(tmp_path, capsys):
 
 
 def test_score_answers_names_the_file_and_line_of_a_bad_row_and_warns_on_an_empty_file(tmp_path, capsys):
-    """Through the CLI's process (python -m scripts.score_answers) for the two cases the issue found (a
+    """Through the CLI's process (python -m randopt.stages.score_answers) for the two cases the issue found (a
     problem without the field the reward reads crashed with a KeyError; an empty file passed unseen),
     through main() for the other bad rows."""
     import subprocess
     import sys
-    from scripts import score_answers
+    from randopt.stages import score_answers
     problems = write_jsonl(tmp_path / "p.jsonl", [{"id": "a", "question": "1+1?", "answer": "#### 2"}, {},
                                                   {"id": "b", "question": "2+2?"}])
     problems.write_text(problems.read_text().replace("{}\n", "\n"))  # a blank line: rows keep their line numbers
@@ -223,7 +223,7 @@ def test_score_answers_names_the_file_and_line_of_a_bad_row_and_warns_on_an_empt
     empty.write_text("\n")
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "scripts.score_answers", "--task", "gsm8k", *args],
+        return subprocess.run([sys.executable, "-m", "randopt.stages.score_answers", "--task", "gsm8k", *args],
                               cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
     bad = cli("--problems", str(problems), "--completions", str(completions))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
@@ -237,7 +237,7 @@ def test_score_answers_names_the_file_and_line_of_a_bad_row_and_warns_on_an_empt
         '{"id": "a", "completion": "#### 2"}\n{"id": "a", "completion": 2}\n': "c.jsonl:2: \"completion\" is a int",
         '{"id": "a", "completion": "#### 2"}\n{"id": "zz", "completion": "#### 2"}\n': "c.jsonl:2: id 'zz' is not in",
         '{"id": "a", "completion": "#### 2"}\n\n{"id": "a"}\n': "c.jsonl:3: missing key(s) ['completion']",
-        '{"id": "a", "completion": "#### 2"\n': "c.jsonl:1: malformed JSON line",
+        '{"id": "a", "completion": "#### 2"\n': "c.jsonl:1: malformed JSON (",
     }
     for text, error in cases.items():
         completions.write_text(text)
@@ -249,7 +249,7 @@ def test_score_answers_names_the_file_and_line_of_a_bad_row_and_warns_on_an_empt
 
 
 def test_ask_scores_given_completions_with_the_runs_task_and_votes_as_the_vote_stage():
-    """scripts.ask's answers, rewards and vote (randopt/ensemble/ask.py) on given completions of a
+    """randopt.stages.ask's answers, rewards and vote (randopt/ensemble/ask.py) on given completions of a
     Countdown run (no engine): Countdown's extraction and reward, its problems rendered from their fields,
     members pooled by value, the winner's own reward; a question without a reference is not rewarded,
     and one whose reward needs a field it lacks is an error naming it. (Through the engine, on a real

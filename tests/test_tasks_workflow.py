@@ -32,7 +32,7 @@ def test_a_task_runs_end_to_end_and_its_record_names_it(task_runs_started, kind)
 
 
 def test_ask_answers_and_rewards_with_the_runs_task(task_runs_started, tmp_path):
-    """python -m scripts.ask on the Countdown run's own test problems: each member's completion is the
+    """python -m randopt.stages.ask on the Countdown run's own test problems: each member's completion is the
     one evaluate_members wrote, its answer is Countdown's extraction and its reward Countdown's (1 where
     the table says correct), and the ensemble is the vote stage's (pooled by value, right when the
     winner was). The same problems given as bare fields (numbers, target) render to the same prompts."""
@@ -44,7 +44,7 @@ def test_ask_answers_and_rewards_with_the_runs_task(task_runs_started, tmp_path)
     from randopt.io import read_json, read_jsonl
     from randopt.keys import run_keys
     from randopt.paths import layout
-    from scripts.ask import main as ask_main
+    from randopt.stages.ask import main as ask_main
 
     runs = task_runs_started.result()
     if "error" in runs["countdown"]:

@@ -110,7 +110,7 @@ def test_vote_stage_gives_members_to_the_vote_in_rank_order(tmp_path):
     members = [{"seed": best[0], "sigma": best[1], "train_reward": 0.5, "rank": 1},
                {"seed": second[0], "sigma": second[1], "train_reward": 0.5, "rank": 2}]
     write_json_atomic(tmp_path / "topk.json", {"topk": [{"fraction": 0.5, "k": 2, "members": members}]})
-    proc = subprocess.run([sys.executable, "-m", "scripts.vote", "--answers", str(tmp_path / "answers.parquet"),
+    proc = subprocess.run([sys.executable, "-m", "randopt.stages.vote", "--answers", str(tmp_path / "answers.parquet"),
                            "--topk", str(tmp_path / "topk.json"), "--test", str(test), "--out", str(tmp_path / "v.json")],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

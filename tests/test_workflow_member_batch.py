@@ -17,7 +17,7 @@ def test_a_member_batched_run_ranks_with_the_answers_of_one_seed_at_a_time(membe
     runs = member_batch_runs_started.result()
     for mb in (4, 1):   # the rule passes the knob only above 1
         printed = runs[mb]["proc"].stdout + runs[mb]["proc"].stderr
-        (shard_line,) = [line for line in printed.splitlines() if "scripts.evaluate_shard" in line]
+        (shard_line,) = [line for line in printed.splitlines() if "randopt.stages.evaluate_shard" in line]
         assert ("--member-batch 4" in shard_line) == (mb == 4) and "--member-batch 1" not in shard_line
     keys = {mb: run_keys(effective_config(runs[mb]["config"])) for mb in (4, 1)}
     assert keys[4]["eval"] != keys[1]["eval"] and keys[4]["bpb"] == keys[1]["bpb"]

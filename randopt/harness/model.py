@@ -56,7 +56,7 @@ def split_pair(context: str, continuation: str) -> tuple[str, str]:
 @register_model("randopt")
 class RandoptLM(LM):
     """lm-eval's --model randopt --model_args run_dir=DIR,choice=ensemble:0.1 (randopt/harness/run.py
-    CHOICE_HELP); scripts/lm_eval.py builds it on an engine it shares between several choices."""
+    CHOICE_HELP); randopt/stages/lm_eval.py builds it on an engine it shares between several choices."""
 
     def __init__(self, run_dir: str = ".", choice: str = "base", record: str | None = None,
                  ranking: str | None = None, model_dir: str | None = None, threads: int | None = None,

@@ -17,7 +17,7 @@ PACKAGES = ["torch", "transformers", "snakemake", "numpy", "pandas", "pyarrow", 
 
 
 # The code a run executes: what a record's code_sha256 hashes (relative to the code dir).
-CODE_GLOBS = ("Snakefile", "rules/*.smk", "scripts/*.py", "randopt/**/*.py", "config/*.yaml",
+CODE_GLOBS = ("Snakefile", "rules/*.smk", "randopt/**/*.py", "config/*.yaml",
               "profiles/**/*.yaml", "envs/*.txt", "pyproject.toml")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from randopt.runtime.cli import json_arg
+from randopt.stages._args import json_arg
 from randopt.runtime.log import log
 from randopt.schema import check_engine_options
 from randopt.runtime import resident
@@ -48,6 +48,17 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--release-resident", action="store_true",
                    help="before loading this job's own engine, stop the resident engines on its GPUs (in --resident-dir), "
                         "whose memory it needs; the workflow passes it to distillation's GPU jobs")
+
+
+# The dests add_engine_args adds: what the engine is made from, never a stage's own argument.
+ENGINE_FLAGS = ("model_dir", "engine", "engine_options", "threads", "gpu_slots", "gpu_lock_dir", "gpu_wait",
+                "engines_per_device", "keep_loaded_s", "resident_dir", "cuda_mps_dir", "engines_in_job",
+                "release_resident")
+
+
+def stage_kwargs(args) -> dict:
+    """The parsed arguments but the engine's (ENGINE_FLAGS): the stage's run() takes them as keywords."""
+    return {k: v for k, v in vars(args).items() if k not in ENGINE_FLAGS}
 
 
 def engine_makers_from_args(args) -> list:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from randopt.distill import data
@@ -19,10 +20,28 @@ from randopt.io import (InputError, read_json, read_jsonl, sha256_file, verify_a
 from randopt.runtime.log import log
 from randopt.scoring.scorer import DecodeSpec, build_prompts, score_completions
 from randopt.tasks import registry
+from randopt.runtime.cli import run_stage
+from randopt.runtime.engine_args import add_engine_args, engine_from_args, stage_kwargs
+from randopt.stages._args import json_arg, stage_parser
 
 RULE = ("per train problem, the correct completions of the top-k members, best-ranked member first, identical "
         "texts once, at most per_problem; the control: the base model's correct samples by the same rule, "
         "resampled (seeded) to the distilled size")
+
+
+def parse_args(argv=None):
+    p = stage_parser("distill_data", __doc__, "--decode", "--train", "--topk")
+    add_engine_args(p)
+    p.add_argument("--fraction", type=float, required=True, help="the top-k list distilled (one of its fractions)")
+    p.add_argument("--cache-dir", required=True, help="the search's answer cache (results/shards/<eval key>/cache)")
+    p.add_argument("--per-problem", type=int, required=True, help="completions kept per train problem at most")
+    p.add_argument("--control", type=json_arg, required=True,
+                   help='JSON: the config\'s distill.control block, {"temperature", "seed", "samples_per_problem"}')
+    p.add_argument("--round", dest="round_index", type=int, default=1, help="the distillation round (for messages)")
+    p.add_argument("--out-distilled", required=True, help="JSONL: the distilled dataset")
+    p.add_argument("--out-control", required=True, help="JSONL: the control's dataset")
+    p.add_argument("--manifest", required=True, help="JSON: both files' sha256, sizes and the rule")
+    return p.parse_args(argv)
 
 
 def topk_list(topk: str, fraction: float) -> dict:
@@ -86,3 +105,12 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, train: str, topk: st
         "seconds": time.perf_counter() - start,
     }
     write_json_atomic(manifest, summary)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    return run_stage("distill_data", partial(run, make_engine=partial(engine_from_args, args), **stage_kwargs(args)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,7 +13,31 @@ from randopt.distill.merge import write_adapter, write_merged
 from randopt.distill.train import train_lora
 from randopt.io import read_json, read_jsonl, sha256_file, verify_against_manifest, write_json_atomic
 from randopt.model.prepare import combined_sha256
+from randopt.runtime.cli import run_stage
+from randopt.runtime.gpu_job import add_gpu_job_args, claim_gpu
 from randopt.runtime.log import log
+from randopt.stages._args import json_arg, stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("distill_train", __doc__)
+    p.add_argument("--base-dir", required=True, help="the base model dir (prepare_model's)")
+    p.add_argument("--base-manifest", required=True, help="its manifest (its weights' sha256)")
+    p.add_argument("--data", required=True, help="JSONL: distill_data's distilled or control dataset")
+    p.add_argument("--arm", required=True, choices=["distilled", "control"])
+    p.add_argument("--round", dest="round_index", type=int, default=1)
+    p.add_argument("--lora", type=json_arg, required=True, help="JSON: the config's distill.lora block")
+    p.add_argument("--train", type=json_arg, required=True, help="JSON: the config's distill.train block")
+    p.add_argument("--device", default="cpu", help="where the fine-tune runs: cpu, cuda (under vLLM too), auto")
+    add_gpu_job_args(p)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--compute-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the engine's resolved compute dtype (rules/common.smk): bfloat16 trains under bf16 autocast")
+    p.add_argument("--out-model", required=True, help="the merged model dir")
+    p.add_argument("--out-adapter", required=True, help="the adapter dir (peft)")
+    p.add_argument("--manifest", required=True)
+    return p.parse_args(argv)
 
 
 def run(*, base_dir: str, base_manifest: str, data: str, arm: str, round_index: int, lora: dict, train: dict,
@@ -33,3 +57,12 @@ def run(*, base_dir: str, base_manifest: str, data: str, arm: str, round_index: 
         "sha256": combined_sha256(weights), "weights": weights, "adapter_sha256": adapter_sha256,
         "dtype": str(trained.checkpoint_dtype).removeprefix("torch."), "lora": lora, "train": train,
         "compute_dtype": compute_dtype, "steps": trained.steps, "train_loss": trained.train_loss, "seconds": time.perf_counter() - start})
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    return run_stage("distill_train", lambda: run(**claim_gpu(args, args.device)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

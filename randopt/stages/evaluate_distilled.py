@@ -6,6 +6,7 @@ merged model dir loaded as a base), prompts, decoding, extraction (randopt/scori
 from __future__ import annotations
 
 import time
+from functools import partial
 from collections.abc import Callable
 
 from randopt.engines.base import Engine
@@ -15,6 +16,19 @@ from randopt.population import BASE
 from randopt.runtime.log import log
 from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights
 from randopt.tasks import registry
+from randopt.runtime.cli import run_stage
+from randopt.runtime.engine_args import add_engine_args, engine_from_args, stage_kwargs
+from randopt.stages._args import stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("evaluate_distilled", __doc__, "--decode", "--test", "--heldout")
+    add_engine_args(p)
+    p.add_argument("--model-manifest", required=True, help="distill_train's manifest of the model in --model-dir")
+    p.add_argument("--arm", required=True, choices=["distilled", "control"])
+    p.add_argument("--out-answers", required=True, help="parquet: one row per test problem")
+    p.add_argument("--out", required=True, help="JSON: test accuracy, per-problem correctness, bpb")
+    return p.parse_args(argv)
 
 
 def run(*, make_engine: Callable[[], Engine], model_manifest: str, arm: str, decode: dict, test: str, heldout: str,
@@ -37,3 +51,12 @@ def run(*, make_engine: Callable[[], Engine], model_manifest: str, arm: str, dec
         "n_test": len(problems), "test_accuracy": float(frame["correct"].mean()),
         "problem_ids": frame["problem_id"].tolist(), "correct": [bool(c) for c in frame["correct"]],
         "bpb": bpb, "gen_tokens": int(frame["n_tokens"].sum()), "seconds": time.perf_counter() - start})
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    return run_stage("evaluate_distilled", partial(run, make_engine=partial(engine_from_args, args), **stage_kwargs(args)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

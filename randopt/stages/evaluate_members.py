@@ -6,6 +6,7 @@ Members already evaluated under the same key are read from the member cache, not
 from __future__ import annotations
 
 import time
+from functools import partial
 from collections.abc import Callable
 
 import pandas as pd
@@ -19,6 +20,20 @@ from randopt.population import BASE
 from randopt.scoring.member_cache import member_path, plan_members
 from randopt.runtime.progress import progress
 from randopt.tasks import registry
+from randopt.runtime.cli import run_stage
+from randopt.runtime.engine_args import add_engine_args, engine_from_args, stage_kwargs
+from randopt.stages._args import stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("evaluate_members", __doc__, "--decode", "--test", "--topk", "--timings")
+    add_engine_args(p)
+    p.add_argument("--train", required=True, help="frozen train split (JSONL): the base model answers it too")
+    p.add_argument("--base-train-out", required=True,
+                   help="JSON: the base model's train accuracy, the reference for the members' train rewards")
+    p.add_argument("--cache-dir", required=True, help="content-addressed per-member results")
+    p.add_argument("--out", required=True, help="parquet: one row per (member, problem)")
+    return p.parse_args(argv)
 
 
 def evaluate_base_on_train(engine: Engine | None, make_engine: Callable[[], Engine], spec: DecodeSpec,
@@ -67,3 +82,12 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, test: str, train: st
     with atomic_path(out) as tmp:
         table.to_parquet(tmp, index=False)
     write_json_atomic(timings, {"stage": "evaluate_members", **timing, "seconds": time.perf_counter() - start})
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    return run_stage("evaluate_members", partial(run, make_engine=partial(engine_from_args, args), **stage_kwargs(args)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

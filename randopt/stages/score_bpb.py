@@ -3,6 +3,7 @@ member (cached per member), then bits per byte for the base and for each top-k e
 from __future__ import annotations
 
 import time
+from functools import partial
 from collections.abc import Callable
 
 import numpy as np
@@ -15,6 +16,19 @@ from randopt.engines.switch import switch_weights
 from randopt.population import BASE
 from randopt.scoring.member_cache import member_label, member_path, plan_members
 from randopt.runtime.progress import progress
+from randopt.runtime.cli import run_stage
+from randopt.runtime.engine_args import add_engine_args, engine_from_args, stage_kwargs
+from randopt.stages._args import stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("score_bpb", __doc__, "--heldout", "--topk")
+    add_engine_args(p)
+    p.add_argument("--cache-dir", required=True, help="content-addressed per-member log-probabilities")
+    p.add_argument("--out", required=True, help="JSON")
+    p.add_argument("--max-context", type=int, default=None,
+                   help="scoring window in tokens (heldout.max_context; default: the engine's own max_context)")
+    return p.parse_args(argv)
 
 
 def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir: str, out: str,
@@ -46,3 +60,12 @@ def run(*, make_engine: Callable[[], Engine], heldout: str, topk: str, cache_dir
         result["ensemble"][repr(lst["fraction"])] = model_bpb(ensemble_logprobs(chosen), n_bytes)
     result["seconds"] = time.perf_counter() - start
     write_json_atomic(out, result)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    return run_stage("score_bpb", partial(run, make_engine=partial(engine_from_args, args), **stage_kwargs(args)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,6 +3,7 @@ per-problem results and the k-curve that the record's statistics are computed fr
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import pandas as pd
 
@@ -11,6 +12,15 @@ from randopt.population import BASE
 from randopt.io import read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.report.statistics import per_problem_results
 from randopt.tasks import registry
+from randopt.runtime.cli import run_stage
+from randopt.stages._args import stage_parser
+
+
+def parse_args(argv=None):
+    p = stage_parser("vote", __doc__, "--topk", "--test")
+    p.add_argument("--answers", required=True, help="evaluate_members parquet")
+    p.add_argument("--out", required=True, help="JSON")
+    return p.parse_args(argv)
 
 
 def run(*, answers: str, topk: str, test: str, out: str) -> None:
@@ -40,3 +50,11 @@ def run(*, answers: str, topk: str, test: str, out: str) -> None:
     result |= details
     result["seconds"] = time.perf_counter() - start
     write_json_atomic(out, result)
+
+
+def main(argv=None) -> int:
+    return run_stage("vote", partial(run, **vars(parse_args(argv))))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Score given completions with a task's reward (python -m scripts.score_answers): check an extraction
+"""Score given completions with a task's reward (python -m randopt.stages.score_answers): check an extraction
 on your own data, or score another system's answers in a bench, with no model and no workflow."""
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-r"""Fetch the held-out text slice for bits-per-byte: {"id", "text"} JSONL + manifest.
+r"""fetch_fineweb: the held-out text slice for bits-per-byte, {"id", "text"} JSONL and a manifest
+(randopt/data/heldout.py write_heldout).
 
-    python -m scripts.fetch_fineweb --source-json '{"kind": "hub", "repo": "HuggingFaceFW/fineweb-edu",
+    python -m randopt.stages.fetch_fineweb --source-json '{"kind": "hub", "repo": "HuggingFaceFW/fineweb-edu",
         "revision": "<40-hex commit>", "file": "sample/10BT/000_00000.parquet", "start": 0, "n_docs": 256}' \
         --out data/heldout/mine/heldout.jsonl --manifest data/heldout/mine/manifest.json
 
@@ -11,25 +12,21 @@ input (or a --pinned-sha256 mismatch) exits 2 with "error: ...".
 """
 from __future__ import annotations
 
-import argparse
-
-from randopt.runtime.cli import add_source_sha256_arg, run_stage, source_json_arg
 from randopt.data.heldout import write_heldout
+from randopt.runtime.cli import run_stage
+from randopt.stages._args import source_json_arg, stage_parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m scripts.fetch_fineweb", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--source-json", required=True, help="the held-out source, a JSON object (see below)")
-    parser.add_argument("--pinned-sha256", help="expected sha256 of the written JSONL; a mismatch is an error")
-    add_source_sha256_arg(parser)
-    parser.add_argument("--out", required=True, help="held-out JSONL path")
-    parser.add_argument("--manifest", required=True, help="manifest JSON path")
-    return parser
+def parse_args(argv=None):
+    p = stage_parser("fetch_fineweb", __doc__, "--source-sha256", "--manifest")
+    p.add_argument("--source-json", required=True, help="the held-out source, a JSON object (see below)")
+    p.add_argument("--pinned-sha256", help="expected sha256 of the written JSONL; a mismatch is an error")
+    p.add_argument("--out", required=True, help="held-out JSONL path")
+    return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv=None) -> int:
+    args = parse_args(argv)
 
     def body():
         manifest = write_heldout(source_json_arg(args.source_json), out=args.out, manifest=args.manifest,

@@ -1,20 +1,19 @@
 """lm_eval: a finished run's base model, members or top-k ensembles on any lm-evaluation-harness task,
-through the "randopt" lm-eval model (randopt/harness/, docs/lm_eval.md). Arguments this parser does not
-know are lm-eval's own (--tasks, --limit, --num_fewshot, --include_path, --gen_kwargs, ...).
+through the "randopt" lm-eval model (randopt/harness/evaluate.py, docs/lm_eval.md). Arguments this parser
+does not know are lm-eval's own (--tasks, --limit, --num_fewshot, --include_path, --gen_kwargs, ...).
 
-  python -m scripts.lm_eval --run-dir . --base --ensemble 0.1 --tasks randopt_arith,randopt_arith_choice --out lm_eval.json
+  python -m randopt.stages.lm_eval --run-dir . --base --ensemble 0.1 --tasks randopt_arith,randopt_arith_choice --out lm_eval.json
 """
 from __future__ import annotations
 
-import argparse
-
 from randopt.harness.run import CHOICE_HELP
 from randopt.runtime.cli import run_stage
+from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m scripts.lm_eval", description=__doc__, allow_abbrev=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    """This stage's arguments, and the rest (lm-eval's own)."""
+    p = stage_parser("lm_eval", __doc__, allow_abbrev=False)
     p.add_argument("--run-dir", default=".", help="the directory the workflow ran in (default: here)")
     models = p.add_argument_group("models (one or more, evaluated in this order on one engine)")
     models.add_argument("--base", dest="choices", action="append_const", const="base", help="the base model")

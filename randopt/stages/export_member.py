@@ -1,17 +1,18 @@
 """export_member: one member (seed, sigma) of a search as a Hugging Face model dir, rebuilt bit-exact
-from the prepared base (safetensors in the checkpoint dtype, config, tokenizer, randopt_member.json)."""
+from the prepared base (safetensors in the checkpoint dtype, config, tokenizer, randopt_member.json;
+randopt/model/export.py). Prints what it wrote, as JSON."""
 from __future__ import annotations
 
-import argparse
 import json
 
 from randopt.kernels.noise_kinds import KINDS, RADEMACHER
-from randopt.runtime.cli import run_stage
 from randopt.model.export import export_member, export_rank
+from randopt.runtime.cli import run_stage
+from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m scripts.export_member", description=__doc__)
+    p = stage_parser("export_member", __doc__)
     p.add_argument("--model-dir", required=True, help="the prepared base model dir (prepare_model's output)")
     p.add_argument("--seed", type=int, help="the member's seed (with --sigma)")
     p.add_argument("--sigma", type=float, help="the member's sigma (with --seed)")
@@ -20,14 +21,15 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="the new model dir (written atomically)")
     p.add_argument("--noise", default=RADEMACHER, choices=KINDS,
                    help="the run's perturbation.noise (default: %(default)s); a member is its seed under that noise")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.ranking is None) == (args.seed is None) or (args.seed is None) != (args.sigma is None) \
+            or (args.ranking is None) != (args.rank is None):
+        p.error("give either --seed and --sigma, or --ranking and --rank")
+    return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if (args.ranking is None) == (args.seed is None) or (args.seed is None) != (args.sigma is None) \
-            or (args.ranking is None) != (args.rank is None):
-        raise SystemExit("give either --seed and --sigma, or --ranking and --rank")
     return run_stage("export_member", lambda: print(json.dumps(
         export_rank(args.model_dir, args.ranking, args.rank, args.out, args.noise) if args.ranking
         else export_member(args.model_dir, args.seed, args.sigma, args.out, args.noise), indent=2)))

@@ -1,18 +1,18 @@
 """ask: a finished run's top-k ensemble answers new questions (majority answer and every member's),
-through the run's own engine, prompt, decoding and task (its extraction, and its reward where a
-question comes with its reference)."""
+through the run's own engine, prompt, decoding and task: its extraction, and its reward where a
+question comes with its reference (randopt/ensemble/ask.py). A tool, no rule of the workflow."""
 from __future__ import annotations
 
-import argparse
 import json
 
 from randopt.ensemble.ask import ask, default_model_dir, read_questions
-from randopt.runtime.cli import run_stage
 from randopt.io import write_text_atomic
+from randopt.runtime.cli import run_stage
+from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m scripts.ask", description=__doc__)
+    p = stage_parser("ask", __doc__)
     p.add_argument("questions", nargs="*", help="questions (or use --questions)")
     p.add_argument("--record", default="results/record.json", help="the run's record")
     p.add_argument("--fraction", type=float, required=True, help="which top-k list (a fraction in topk.fractions)")
