@@ -124,6 +124,18 @@ class EnginePlan:
         """The train-scoring stages' engines side by side inside each cluster job (randopt/runtime/job_engines.py)."""
         return f" --engines-in-job {self.per_device}" if self.per_device > 1 and self.on_cluster else ""
 
+    def distill_flags(self, resident_dir: str) -> str:
+        """distillation's GPU jobs hold no resident engine: each claims its GPU as an engine stage does and stops
+        the resident engines on it first (their memory is its own engine's, or its fine-tune's)."""
+        return ((f" --gpu-slots {self.local_gpus} --gpu-lock-dir {GPU_LOCK_DIR}" if self.local_gpus else "")
+                + (f" --release-resident --resident-dir {resident_dir}" if self.keep_loaded_s and self.gpus_per_job else ""))
+
+    def distill_resources(self, config: dict) -> dict:
+        """A distillation job's resources: evaluate_members', and every engine slot with engines side by side, so
+        that none of those engines is serving a job while it runs."""
+        res = self.resources(config, "evaluate_members")
+        return res | ({"engine_slot": self.slots} if "engine_slot" in res else {})
+
     def threads(self, config: dict, cores: int | None, gpu_stage: bool = True) -> int:
         """A heavy stage's threads: on a local run every core, or an engine slot's share of them; on a cluster
         the CPUs its job asks for (the same number at submission and inside the job)."""

@@ -62,6 +62,8 @@ class RunPlan:
         racing = config["selection"]["mode"] == "racing"
         engines = plan_engines(config, host, population, work=problems["n_train"] * decode["max_tokens"],
                                model_dir=f"{rounds.paths(1)['model']}/model", racing=racing)
+        if config["distill"]["enabled"]:
+            check_lora_targets(config, rounds)
         notes = list(engines.notes())
         race = RacePlan.from_config(config, parallel=engines.slots) if racing else None
         if race is not None and race.rounds == 1:
@@ -167,6 +169,31 @@ class RunPlan:
         return {"max_context": window} if self.config["engine"]["kind"] == "vllm" and \
             window + 1 > DEFAULT_MAX_MODEL_LEN else {}
 
+    # ---- distillation (distill.enabled, rules/distill.smk) ---------------------------------------------------
+    DISTILL_ARMS = ("distilled", "control")
+
+    @property
+    def distill_device(self) -> str:
+        """distill_train's device: the engine's, except that under vLLM (generation only) the fine-tune runs in
+        transformers on the GPU (and claims one, as the vLLM engine's jobs do)."""
+        e = self.config["engine"]
+        return "cuda" if e["kind"] == "vllm" else e["device"]
+
+    def distill_round_files(self, r: int) -> list[str]:
+        """Round r's files the record reads, in the order of randopt/stages/record.py --distill-round: the round's
+        base model manifest, vote and bpb, the datasets' manifest, each arm's model manifest and result."""
+        paths = self.rounds.paths(r)
+        return ([f"{paths['model']}/manifest.json", f"{paths['vote']}/vote.json",
+                 f"{paths['bpb']}/{self.rounds.keys[r - 1]['eval']}/{self.keys['population']}/bpb.json",
+                 f"{paths['distill_data']}/manifest.json"]
+                + [f"{paths['distill_train']}/{arm}/manifest.json" for arm in self.DISTILL_ARMS]
+                + [f"{paths['distill_eval']}/{arm}/result.json" for arm in self.DISTILL_ARMS])
+
+    def distill_record_inputs(self) -> dict[str, list[str]]:
+        """What the record reads of distillation, every round's (none without it)."""
+        return {f"distill_round{r}": self.distill_round_files(r) for r in range(1, self.rounds.count + 1)} \
+            if self.distill else {}
+
     # ---- lm-evaluation-harness after the record (rules/lm_eval.smk) --------------------------------------
     @property
     def lm_eval_dir(self) -> str:
@@ -180,3 +207,16 @@ class RunPlan:
         args += ["--num_fewshot", str(block["num_fewshot"])] if block["num_fewshot"] is not None else []
         args += ["--include_path", block["include_path"]] if block["include_path"] else []
         return " ".join(shlex.quote(a) for a in args + list(block["args"]))
+
+
+def check_lora_targets(config: dict, rounds: Rounds) -> None:
+    """distill.enabled: a LoRA target module the model lacks (read from config.json, no weights) is an error at
+    DAG build, not after the search; each round's targets (a later round's model has round 1's modules). A model
+    not prepared yet is checked when distill_train loads it."""
+    from randopt.config import round_knobs
+    from randopt.distill.lora import check_model_dir
+    m = config["model"]
+    model_dir = m["path"] if m["source"] == "local" else f"{rounds.paths(1)['model']}/model"
+    for r in range(1, rounds.count + 1):
+        check_model_dir(model_dir, round_knobs(config, r)["lora"]["target_modules"])
+
