@@ -83,7 +83,7 @@ include: "rules/model.smk"
 include: "rules/search.smk"
 
 
-if RACING:  # selection.mode racing: the search's rounds (the rank rule reads their tables)
+if PLAN.racing:  # selection.mode racing: the search's rounds (the rank rule reads their tables)
 
     include: "rules/racing.smk"
 
@@ -91,7 +91,7 @@ if RACING:  # selection.mode racing: the search's rounds (the rank rule reads th
 include: "rules/ensemble.smk"
 
 
-if DISTILL_ENABLED:  # distill.enabled: the top-k vote distilled into a LoRA of the base, and its control
+if PLAN.distill:  # distill.enabled: the top-k vote distilled into a LoRA of the base, and its control
 
     include: "rules/distill.smk"
 

@@ -12,19 +12,19 @@ rule freeze_gsm8k:
     log:
         "logs/freeze_gsm8k.log",
     benchmark:
-        f"{BENCH}/freeze_gsm8k/{KEYS.get('gsm8k', 'unused')}.tsv"
+        f"{PATHS['benchmarks']}/freeze_gsm8k/{KEYS.get('gsm8k', 'unused')}.tsv"
     params:
         source=q(gsm8k_source(config)),
-        n_train=PROBLEMS["n_train"],
-        n_test=PROBLEMS["n_test"],
-        selection_seed=PROBLEMS["selection_seed"],
+        n_train=PLAN.problems["n_train"],
+        n_test=PLAN.problems["n_test"],
+        selection_seed=PLAN.problems["selection_seed"],
         pins=" ".join(
-            f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
+            f"--pinned-{split}-sha256 {PLAN.problems[f'{split}_sha256']}"
             for split in ("train", "test")
-            if PROBLEMS[f"{split}_sha256"]
+            if PLAN.problems[f"{split}_sha256"]
         ),
         # a jsonl source's sha256 at DAG build, which the key holds: other bytes are refused
-        source_sha256=source_sha256_arg("problems"),
+        source_sha256=PLAN.source_sha256_arg("problems"),
         code=key_code("gsm8k"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
@@ -41,18 +41,18 @@ rule freeze_task:
     log:
         "logs/freeze_task.log",
     benchmark:
-        f"{BENCH}/freeze_task/{KEYS.get('task', 'unused')}.tsv"
+        f"{PATHS['benchmarks']}/freeze_task/{KEYS.get('task', 'unused')}.tsv"
     params:
         task=q_text(task_spec(config)),
-        n_train=PROBLEMS["n_train"],
-        n_test=PROBLEMS["n_test"],
-        selection_seed=PROBLEMS["selection_seed"],
+        n_train=PLAN.problems["n_train"],
+        n_test=PLAN.problems["n_test"],
+        selection_seed=PLAN.problems["selection_seed"],
         pins=" ".join(
-            f"--pinned-{split}-sha256 {PROBLEMS[f'{split}_sha256']}"
+            f"--pinned-{split}-sha256 {PLAN.problems[f'{split}_sha256']}"
             for split in ("train", "test")
-            if PROBLEMS[f"{split}_sha256"]
+            if PLAN.problems[f"{split}_sha256"]
         ),
-        source_sha256=source_sha256_arg("problems"),
+        source_sha256=PLAN.source_sha256_arg("problems"),
         code=key_code("task"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
@@ -63,16 +63,16 @@ rule freeze_task:
 
 rule fetch_fineweb:
     output:
-        text=f"{DATA_HELDOUT}/heldout.jsonl",
-        manifest=f"{DATA_HELDOUT}/manifest.json",
+        text=f"{PATHS['heldout']}/heldout.jsonl",
+        manifest=f"{PATHS['heldout']}/manifest.json",
     log:
         "logs/fetch_fineweb.log",
     benchmark:
-        f"{BENCH}/fetch_fineweb/{KEYS['heldout']}.tsv"
+        f"{PATHS['benchmarks']}/fetch_fineweb/{KEYS['heldout']}.tsv"
     params:
         source=q(heldout_source(config)),
         pin=f"--pinned-sha256 {config['heldout']['sha256']}" if config["heldout"]["sha256"] else "",
-        source_sha256=source_sha256_arg("heldout"),
+        source_sha256=PLAN.source_sha256_arg("heldout"),
         code=key_code("heldout"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:

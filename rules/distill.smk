@@ -3,12 +3,9 @@
 # the same size, fine-tune another (the control). Both merged models answer the test split and score bpb
 # as the base does, and the record compares them with the base and the ensemble. Included by the
 # Snakefile only when enabled, so a run without it has the rules, keys and paths it always had.
-# Its folders, knobs and the DAG-build check of the LoRA targets: rules/common.smk (DISTILL_*). Every round
-# (distill.rounds) has its own jobs: {ekey}, {dkey}, {tkey}, {vkey} in a path are the round's keys, and
-# round_knobs (randopt/config.py) its knobs; round r+1's base model is this rule's distilled model
-# (rule round_base, rules/model.smk).
-
-
+# The LoRA targets are checked at DAG build (randopt/plan/run.py). Every round (distill.rounds) has its own
+# jobs: {ekey}, {dkey}, {tkey}, {vkey} in a path are the round's keys, and round_knobs (randopt/config.py) its
+# knobs; round r+1's base model is this rule's distilled model (rule round_base, rules/model.smk).
 wildcard_constraints:
     arm="distilled|control",
 
@@ -16,19 +13,19 @@ wildcard_constraints:
 rule distill_data:
     input:
         model=round_path("model", "manifest.json"),
-        train=f"{DATA_PROBLEMS}/train.jsonl",
+        train=f"{PATHS['problems']}/train.jsonl",
         topk=rules.rank.output.topk,
     output:
-        distilled=f"{DISTILL_DATA}/distilled.jsonl",
-        control=f"{DISTILL_DATA}/control.jsonl",
-        manifest=f"{DISTILL_DATA}/manifest.json",
+        distilled=f"{ROUND['distill_data']}/distilled.jsonl",
+        control=f"{ROUND['distill_data']}/control.jsonl",
+        manifest=f"{ROUND['distill_data']}/manifest.json",
     log:
         "logs/distill_data/{ekey}/{dkey}.log",
     benchmark:
-        f"{BENCH}/distill_data/{{ekey}}/{{dkey}}.tsv"
+        f"{PATHS['benchmarks']}/distill_data/{{ekey}}/{{dkey}}.tsv"
     threads: job_threads()
     resources:
-        **distill_resources(),
+        **ENGINES.distill_resources(config),
     params:
         engine=round_engine_args(generating=False),
         decode=q_text(DECODE),
@@ -51,26 +48,26 @@ rule distill_train:
     input:
         base=round_path("model", "model"),
         base_manifest=round_path("model", "manifest.json"),
-        data=f"{DISTILL_DATA}/{{arm}}.jsonl",
+        data=f"{ROUND['distill_data']}/{{arm}}.jsonl",
         data_manifest=rules.distill_data.output.manifest,
     output:
-        model=directory(f"{DISTILL_TRAIN}/{{arm}}/model"),
-        adapter=directory(f"{DISTILL_TRAIN}/{{arm}}/adapter"),
-        manifest=f"{DISTILL_TRAIN}/{{arm}}/manifest.json",
+        model=directory(f"{ROUND['distill_train']}/{{arm}}/model"),
+        adapter=directory(f"{ROUND['distill_train']}/{{arm}}/adapter"),
+        manifest=f"{ROUND['distill_train']}/{{arm}}/manifest.json",
     log:
         "logs/distill_train/{ekey}/{dkey}/{tkey}/{arm}.log",
     benchmark:
-        f"{BENCH}/distill_train/{{ekey}}/{{dkey}}/{{tkey}}/{{arm}}.tsv"
+        f"{PATHS['benchmarks']}/distill_train/{{ekey}}/{{dkey}}/{{tkey}}/{{arm}}.tsv"
     threads: job_threads(gpu_stage=False)
     resources:
-        **distill_resources(),
+        **ENGINES.distill_resources(config),
     params:
         lora=distill_knob("lora"),
         train=distill_knob("train"),
-        device=DISTILL_DEVICE,
+        device=PLAN.distill_device,
         trust="--trust-remote-code" if config["model"]["trust_remote_code"] else "",
         # the engine's resolved dtype (in the eval key, so in this one): bfloat16 trains under bf16 autocast
-        compute_dtype=COMPUTE_DTYPE,
+        compute_dtype=PLAN.compute_dtype,
         round=round_of,
         code=key_code("distill_train"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
@@ -87,21 +84,23 @@ rule evaluate_distilled:
     input:
         model=rules.distill_train.output.model,
         model_manifest=rules.distill_train.output.manifest,
-        test=f"{DATA_PROBLEMS}/test.jsonl",
-        heldout=f"{DATA_HELDOUT}/heldout.jsonl",
+        test=f"{PATHS['problems']}/test.jsonl",
+        heldout=f"{PATHS['heldout']}/heldout.jsonl",
     output:
-        answers=f"{DISTILL_EVAL}/{{arm}}/answers.parquet",
-        result=f"{DISTILL_EVAL}/{{arm}}/result.json",
+        answers=f"{ROUND['distill_eval']}/{{arm}}/answers.parquet",
+        result=f"{ROUND['distill_eval']}/{{arm}}/result.json",
     log:
         "logs/evaluate_distilled/{ekey}/{dkey}/{tkey}/{vkey}/{arm}.log",
     benchmark:
-        f"{BENCH}/evaluate_distilled/{{ekey}}/{{dkey}}/{{tkey}}/{{vkey}}/{{arm}}.tsv"
+        f"{PATHS['benchmarks']}/evaluate_distilled/{{ekey}}/{{dkey}}/{{tkey}}/{{vkey}}/{{arm}}.tsv"
     threads: job_threads()
     resources:
-        **distill_resources(),
+        **ENGINES.distill_resources(config),
     params:
         # the base's engine options and the bpb window, on the fine-tuned model dir
-        engine=lambda wildcards, input: get_engine_args(input.model, max_context=config["heldout"]["max_context"]),
+        engine=lambda wildcards, input: PLAN.engine_args(
+            input.model, generating=False, max_context=config["heldout"]["max_context"]
+        ),
         decode=q_text(DECODE),
         code=key_code("distill_eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

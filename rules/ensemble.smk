@@ -8,17 +8,17 @@
 rule evaluate_members:
     input:
         model=round_path("model", "manifest.json"),
-        test=f"{DATA_PROBLEMS}/test.jsonl",
-        train=f"{DATA_PROBLEMS}/train.jsonl",
+        test=f"{PATHS['problems']}/test.jsonl",
+        train=f"{PATHS['problems']}/train.jsonl",
         topk=rules.rank.output.topk,
     output:
-        answers=f"{ROUND_PATTERN['members']}/{KEYS['population']}/answers.parquet",
-        timings=f"{ROUND_PATTERN['members']}/{KEYS['population']}/timings.json",
-        base_train=f"{ROUND_PATTERN['members']}/{KEYS['population']}/base_train.json",
+        answers=f"{ROUND['members']}/{KEYS['population']}/answers.parquet",
+        timings=f"{ROUND['members']}/{KEYS['population']}/timings.json",
+        base_train=f"{ROUND['members']}/{KEYS['population']}/base_train.json",
     log:
         "logs/evaluate_members/{ekey}.log",
     benchmark:
-        f"{BENCH}/evaluate_members/{{ekey}}/{KEYS['population']}.tsv"
+        f"{PATHS['benchmarks']}/evaluate_members/{{ekey}}/{KEYS['population']}.tsv"
     threads: job_threads()
     resources:
         **job_resources("evaluate_members"),
@@ -28,7 +28,7 @@ rule evaluate_members:
         cache=round_path("members", "cache"),
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/engines.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
@@ -39,13 +39,13 @@ rule vote:
     input:
         answers=rules.evaluate_members.output.answers,
         topk=rules.rank.output.topk,
-        test=f"{DATA_PROBLEMS}/test.jsonl",
+        test=f"{PATHS['problems']}/test.jsonl",
     output:
-        vote=f"{ROUND_PATTERN['vote']}/vote.json",
+        vote=f"{ROUND['vote']}/vote.json",
     log:
         "logs/vote/{ekey}.log",
     benchmark:
-        f"{BENCH}/vote/{{ekey}}/{KEYS['population']}.tsv"
+        f"{PATHS['benchmarks']}/vote/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
@@ -55,24 +55,24 @@ rule vote:
 rule score_bpb:
     input:
         model=round_path("model", "manifest.json"),
-        heldout=f"{DATA_HELDOUT}/heldout.jsonl",
+        heldout=f"{PATHS['heldout']}/heldout.jsonl",
         topk=rules.rank.output.topk,
     output:
-        bpb=f"{ROUND_PATTERN['bpb']}/{{ekey}}/{KEYS['population']}/bpb.json",
+        bpb=f"{ROUND['bpb']}/{{ekey}}/{KEYS['population']}/bpb.json",
     log:
         "logs/score_bpb/{bkey}/{ekey}.log",
     benchmark:
-        f"{BENCH}/score_bpb/{{bkey}}/{{ekey}}/{KEYS['population']}.tsv"
+        f"{PATHS['benchmarks']}/score_bpb/{{bkey}}/{{ekey}}/{KEYS['population']}.tsv"
     threads: job_threads()
     resources:
         **job_resources("score_bpb"),
     params:
-        engine=round_engine_args(generating=False, **bpb_engine_options()),
+        engine=round_engine_args(generating=False, **PLAN.bpb_engine_options()),
         max_context=config["heldout"]["max_context"],
         cache=round_path("bpb", "cache"),
         code=key_code("bpb"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/engines.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.score_bpb {params.engine}{LOCAL_ENGINE} --threads {threads} --heldout {input.heldout} --topk {input.topk}"
         " --cache-dir {params.cache} --max-context {params.max_context} --out {output.bpb} 2> {log}"

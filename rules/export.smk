@@ -5,15 +5,15 @@
 
 rule export:
     input:
-        [f"{EXPORT}/rank{r}" for r in config["export"]["ranks"]],
+        [f"{PATHS['export']}/rank{r}" for r in config["export"]["ranks"]],
 
 
 rule export_member:
     input:
-        model=f"{MODEL}/model",
-        ranking=f"{RANK}/ranking.parquet",
+        model=f"{PATHS['model']}/model",
+        ranking=f"{PATHS['rank']}/ranking.parquet",
     output:
-        member=directory(f"{EXPORT}/rank{{rank}}"),
+        member=directory(f"{PATHS['export']}/rank{{rank}}"),
     log:
         f"logs/export_member/{KEYS['eval']}/{KEYS['population']}/rank{{rank}}.log",
     wildcard_constraints:

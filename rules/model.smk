@@ -5,12 +5,12 @@
 
 rule prepare_model:
     output:
-        model=directory(f"{MODEL}/model"),
-        manifest=f"{MODEL}/manifest.json",
+        model=directory(f"{PATHS['model']}/model"),
+        manifest=f"{PATHS['model']}/manifest.json",
     log:
         "logs/prepare_model.log",
     benchmark:
-        f"{BENCH}/prepare_model/{KEYS['model']}.tsv"
+        f"{PATHS['benchmarks']}/prepare_model/{KEYS['model']}.tsv"
     threads: job_threads(gpu_stage=False)
     resources:
         **job_resources("prepare_model", gpu_stage=False),
@@ -23,7 +23,7 @@ rule prepare_model:
         # model.source gguf only, so other sources' params stay as they were
         gguf=f"--gguf {q(config['model']['gguf'])}" if config["model"]["source"] == "gguf" else "",
         # the GGUF's (or local dir's) sha256 at DAG build, which the model key holds: other bytes are refused
-        source_sha256=source_sha256_arg("model"),
+        source_sha256=PLAN.source_sha256_arg("model"),
         revision=f"--revision {q(config['model']['revision'])}" if config["model"]["revision"] else "",
         # a shape model (model.source shape) only, so other models' params stay as they were
         shape=(
@@ -48,17 +48,17 @@ rule prepare_model:
 # that made it (randopt/keys.py later_rounds), so it is content-addressed like round 1's.
 rule round_base:
     input:
-        distilled=lambda wildcards: f"{ROUND_PATHS[ROUND_OF_MODEL[wildcards.mkey] - 2]['distill_train']}/distilled/model",
-        manifest=lambda wildcards: f"{ROUND_PATHS[ROUND_OF_MODEL[wildcards.mkey] - 2]['distill_train']}/distilled/manifest.json",
+        distilled=lambda wildcards: f"{PLAN.rounds.paths(PLAN.rounds.of_model(wildcards.mkey) - 1)['distill_train']}/distilled/model",
+        manifest=lambda wildcards: f"{PLAN.rounds.paths(PLAN.rounds.of_model(wildcards.mkey) - 1)['distill_train']}/distilled/manifest.json",
     output:
-        model=directory(f"{ROUND_PATTERN['model']}/model"),
-        manifest=f"{ROUND_PATTERN['model']}/manifest.json",
+        model=directory(f"{ROUND['model']}/model"),
+        manifest=f"{ROUND['model']}/manifest.json",
     log:
         "logs/round_base/{mkey}.log",
     benchmark:
-        f"{BENCH}/round_base/{{mkey}}.tsv"
+        f"{PATHS['benchmarks']}/round_base/{{mkey}}.tsv"
     params:
-        model_id=lambda wildcards: q(f"randopt-distilled-round{ROUND_OF_MODEL[wildcards.mkey] - 1}"),
+        model_id=lambda wildcards: q(f"randopt-distilled-round{PLAN.rounds.of_model(wildcards.mkey) - 1}"),
         dtype=config["model"]["dtype"],
         code=key_code("model"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

@@ -9,36 +9,36 @@
 def get_previous_survivors(wildcards):
     """Round 0 races the whole population; round r the survivors of round r-1."""
     r = int(wildcards.round)
-    return [race_survivors(r - 1)] if r > 0 else []
+    return [PLAN.race_survivors(r - 1)] if r > 0 else []
 
 
 rule race_slice:
     input:
-        model=f"{MODEL}/manifest.json",
-        train=f"{DATA_PROBLEMS}/train.jsonl",
+        model=f"{PATHS['model']}/manifest.json",
+        train=f"{PATHS['problems']}/train.jsonl",
         survivors=get_previous_survivors,
     output:
-        table=f"{RACE}/round={{round}}/chunk_{{chunk}}.parquet",
-        timings=f"{RACE}/round={{round}}/chunk_{{chunk}}.timings.json",
+        table=f"{PATHS['race']}/round={{round}}/chunk_{{chunk}}.parquet",
+        timings=f"{PATHS['race']}/round={{round}}/chunk_{{chunk}}.timings.json",
     log:
         f"logs/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.log",
     benchmark:
-        f"{BENCH}/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.tsv"
+        f"{PATHS['benchmarks']}/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.tsv"
     threads: job_threads()
     resources:
         **job_resources("evaluate_shard"),
     params:
-        engine=get_generating_engine_args(),
+        engine=PLAN.engine_args(),
         decode=q_text(DECODE),
-        plan=q(RACE_PLAN.to_json()),
+        plan=q(PLAN.race.to_json()),
         round=lambda wc: int(wc.round),
         chunk=lambda wc: int(wc.chunk),
         survivors=lambda wc, input: f"--survivors {input.survivors}" if input.survivors else "",
-        cache=ANSWER_CACHE,
+        cache=PATHS["answer_cache"],
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
-    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/engines.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
         " --plan {params.plan} --round {params.round} --chunk {params.chunk} {params.survivors}"
@@ -48,14 +48,16 @@ rule race_slice:
 rule race_round:
     input:
         # this round's tables and every earlier round's: a decision reads all answers so far
-        tables=lambda wc: [f"{RACE}/{stem}.parquet" for r in range(int(wc.round) + 1) for stem in race_chunk_stems(r)],
+        tables=lambda wc: [
+            f"{PATHS['race']}/{stem}.parquet" for r in range(int(wc.round) + 1) for stem in PLAN.race_chunk_stems(r)
+        ],
         survivors=get_previous_survivors,
     output:
-        survivors=f"{RACE}/round={{round}}/survivors.json",
+        survivors=f"{PATHS['race']}/round={{round}}/survivors.json",
     log:
         f"logs/race_round/{KEYS['race']}/round={{round}}.log",
     params:
-        plan=q(RACE_PLAN.to_json()),
+        plan=q(PLAN.race.to_json()),
         round=lambda wc: int(wc.round),
         survivors=lambda wc, input: f"--survivors-in {input.survivors}" if input.survivors else "",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

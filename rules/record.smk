@@ -4,21 +4,21 @@
 rule record:
     input:
         # distill.enabled: each round's base, vote, bpb, datasets' manifest, and each arm's model manifest and
-        # result (rules/common.smk distill_round_files)
-        **(distill_record_inputs() if DISTILL_ENABLED else {}),
-        # racing: a full evaluation's ranking of the same population, where one exists (rules/common.smk)
-        **full_ranking_of_race(),
+        # result (randopt/plan/run.py distill_round_files)
+        **PLAN.distill_record_inputs(),
+        # racing: a full evaluation's ranking of the same population, where one exists (randopt/plan/run.py)
+        **PLAN.full_ranking_of_race(),
         model=rules.prepare_model.output.manifest,
-        problems=f"{DATA_PROBLEMS}/manifest.json",  # freeze_gsm8k's or freeze_task's
+        problems=f"{PATHS['problems']}/manifest.json",  # freeze_gsm8k's or freeze_task's
         heldout=rules.fetch_fineweb.output.manifest,
         # round 1's search and ensemble (a later round's are in its distill block)
-        topk=at_round(rules.rank.output.topk, 1),
-        ranking=at_round(rules.rank.output.ranking, 1),
-        vote=at_round(rules.vote.output.vote, 1),
-        bpb=at_round(rules.score_bpb.output.bpb, 1),
-        shard_timings=get_search_tables(".timings.json"),
-        members_timings=at_round(rules.evaluate_members.output.timings, 1),
-        base_train=at_round(rules.evaluate_members.output.base_train, 1),
+        topk=PLAN.rounds.at(rules.rank.output.topk, 1),
+        ranking=PLAN.rounds.at(rules.rank.output.ranking, 1),
+        vote=PLAN.rounds.at(rules.vote.output.vote, 1),
+        bpb=PLAN.rounds.at(rules.score_bpb.output.bpb, 1),
+        shard_timings=PLAN.search_tables(".timings.json"),
+        members_timings=PLAN.rounds.at(rules.evaluate_members.output.timings, 1),
+        base_train=PLAN.rounds.at(rules.evaluate_members.output.base_train, 1),
         # every stage's Snakemake benchmark, whose times the record sums (rules/common.smk get_benchmarks)
         benchmarks=[pair.split("=", 1)[1] for pair in get_benchmarks()],
     output:
@@ -27,19 +27,23 @@ rule record:
         "logs/record.log",
     params:
         config=q_text(config),
-        repo=q(REPO),
+        repo=q(workflow.basedir),
         benchmarks=" ".join(get_benchmarks()),
         records_md=q(config["records_md"]),
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
-        engines=q(ENGINES.as_record() | MPS.as_record(ENGINES.per_device)),
+        engines=q(ENGINES.layout.as_record() | ENGINES.mps.as_record(ENGINES.per_device)),
         distill=lambda wildcards, input: (
-            " ".join("--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(ROUND_KEYS) + 1))
-            if DISTILL_ENABLED
+            " ".join(
+                "--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(PLAN.rounds.keys) + 1)
+            )
+            if PLAN.distill
             else ""
         ),
-        # selection.mode auto: what it chose and why (rules/common.smk SELECTION; only then, so other runs' params stay)
-        selection_auto=(lambda wildcards: f"--selection-auto {q(SELECTION.as_record())}") if SELECTION else "",
+        # selection.mode auto: what it took and why (randopt/plan/selection.py; only then, so other runs' params stay)
+        selection_auto=(
+            (lambda wildcards: f"--selection-auto {q(PLAN.selection.as_record())}") if PLAN.selection else ""
+        ),
         full_ranking=lambda wildcards, input: (
             f"--full-ranking {input.full_ranking} --full-topk {input.full_topk}"
             if "full_ranking" in input.keys()

@@ -11,15 +11,15 @@ FIGURE_CATEGORIES = {
     "train_vs_test": "Ensemble",
     "bits_per_byte": "Ensemble",
     "stage_times": "Run",
-} | ({"distill": "Distillation"} if DISTILL_ENABLED else {})
+} | ({"distill": "Distillation"} if PLAN.distill else {})
 FIGURES_DIR = "results/figures"
 
 
 rule figures:
     input:
         record=rules.record.output.record,
-        ranking=at_round(rules.rank.output.ranking, 1),
-        vote=at_round(rules.vote.output.vote, 1),
+        ranking=PLAN.rounds.at(rules.rank.output.ranking, 1),
+        vote=PLAN.rounds.at(rules.vote.output.vote, 1),
     output:
         **{
             name: report(f"{FIGURES_DIR}/{name}.png", caption=f"../report/{name}.rst", category=category)

@@ -6,14 +6,14 @@
 rule evaluate_shard:
     input:
         model=round_path("model", "manifest.json"),
-        train=f"{DATA_PROBLEMS}/train.jsonl",
+        train=f"{PATHS['problems']}/train.jsonl",
     output:
-        table=f"{ROUND_PATTERN['shards']}/{SHARD_STEM}.parquet",
-        timings=f"{ROUND_PATTERN['shards']}/{SHARD_STEM}.timings.json",
+        table=f"{ROUND['shards']}/{SHARD_STEM}.parquet",
+        timings=f"{ROUND['shards']}/{SHARD_STEM}.timings.json",
     log:
         f"logs/evaluate_shard/{{ekey}}/{SHARD_STEM}.log",
     benchmark:
-        f"{BENCH}/evaluate_shard/{{ekey}}/{SHARD_STEM}.tsv"
+        f"{PATHS['benchmarks']}/evaluate_shard/{{ekey}}/{SHARD_STEM}.tsv"
     threads: job_threads()
     resources:
         **job_resources("evaluate_shard"),
@@ -24,14 +24,16 @@ rule evaluate_shard:
         last=lambda wc: int(wc.last),
         cache=round_path("answer_cache"),
         # absent: one answer block (randopt/scoring/answer_blocks.py)
-        block=f"--block-size {ANSWER_BLOCK}" if ANSWER_BLOCK else "",
-        order_seed=ORDER_SEED,
+        block=f"--block-size {PLAN.answer_block}" if PLAN.answer_block else "",
+        order_seed=config["selection"]["order_seed"],
         # absent: one seed at a time (engine.member_batch 1)
-        member_batch=f"--member-batch {MEMBER_BATCH}" if MEMBER_BATCH > 1 else "",
+        member_batch=(
+            f"--member-batch {config['engine']['member_batch']}" if config["engine"]["member_batch"] > 1 else ""
+        ),
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
-    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/engines.smk says why: in params, a run
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
     # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
     shell:
         "{PY} randopt.stages.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
@@ -42,22 +44,22 @@ rule evaluate_shard:
 
 rule rank:
     input:
-        shards=lambda wildcards: get_search_tables(r=round_of(wildcards)),
-        rounds=get_race_rounds(),
+        shards=lambda wildcards: PLAN.search_tables(r=round_of(wildcards)),
+        rounds=PLAN.race_rounds(),
     output:
-        ranking=f"{ROUND_PATTERN['rank']}/ranking.parquet",
-        topk=f"{ROUND_PATTERN['rank']}/topk.json",
+        ranking=f"{ROUND['rank']}/ranking.parquet",
+        topk=f"{ROUND['rank']}/topk.json",
     log:
         "logs/rank/{ekey}.log",
     benchmark:
-        f"{BENCH}/rank/{{ekey}}/{KEYS['population']}.tsv"
+        f"{PATHS['benchmarks']}/rank/{{ekey}}/{KEYS['population']}.tsv"
     params:
         n_seeds=config["population"]["n_seeds"],
         sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
         fractions=" ".join(map(repr, config["topk"]["fractions"])),
-        n_train=PROBLEMS["n_train"],
+        n_train=PLAN.problems["n_train"],
         # full evaluation: only the mode, so that racing knobs left in a config rerun nothing
-        selection=q(config["selection"] if RACING else {"mode": "full"}),
+        selection=q(config["selection"] if PLAN.racing else {"mode": "full"}),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"

@@ -163,3 +163,28 @@ def test_status_reads_an_auto_run_as_the_mode_it_took(tmp_path):
     assert as_run(tmp_path, config)["selection"]["mode"] == "racing"
     with pytest.raises(ValueError, match="auto has no keys of its own"):
         run_keys(config)
+
+
+def test_the_plan_decides_auto_before_the_keys_and_takes_racings_keys_where_it_races():
+    """randopt/plan/run.py: the engines first, then auto's mode, then the keys: an auto plan that races has
+    explicit racing's keys and race plan; one that does not, full evaluation's (the embedded default: one round)."""
+    from snakemake.utils import update_config
+
+    from randopt.config import load_yaml
+    from randopt.plan import Host, RunPlan
+
+    def plan(overlay, **host):
+        config = load_yaml(REPO / "config" / "config.yaml")
+        update_config(config, overlay)
+        return RunPlan.from_config(config, Host(**host))
+    cpu = plan({"selection": {"mode": "auto"}}, cores=2)
+    assert cpu.selection.mode == "full" and "single round" in cpu.selection.why and not cpu.racing
+    assert cpu.keys == plan({}, cores=2).keys
+    gpu = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 512}, "gsm8k": {"n_train": 512},
+           "decode": {"max_tokens": 64}, "topk": {"fractions": [0.05, 0.1]},
+           "population": {"n_seeds": 256, "sigmas": [0.008, 0.016], "shard_size": 768}}
+    host = dict(cores=16, gpus=1, mps_binary="/usr/bin/nvidia-cuda-mps-control", mps_modes=("Default",), env={})
+    auto = plan(gpu | {"selection": {"mode": "auto", "first_slice": 64}}, **host)
+    racing = plan(gpu | {"selection": {"mode": "racing", "first_slice": 64}}, **host)
+    assert auto.selection.mode == "racing" and auto.racing and racing.selection is None
+    assert auto.keys == racing.keys and auto.race == racing.race and auto.config == racing.config

@@ -1,5 +1,5 @@
 """`snakemake --lint` on the workflow: no lint but the three justified where they stand (Snakefile:
-no conda: environment, whose channels cannot be reached here; rules/common.smk and rules/engines.smk: PY in every stage's
+no conda: environment, whose channels cannot be reached here; rules/common.smk: PY in every stage's
 command, LOCAL_ENGINE in the GPU stages' commands and JOB_ENGINES in the train-scoring ones, all kept out of params
 on purpose). Any other lint, or one of these on a rule without
 its justifying comment, fails."""

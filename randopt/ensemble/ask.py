@@ -38,7 +38,7 @@ def topk_members(record: dict, fraction: float) -> list[dict]:
 
 
 def engine_options(record: dict) -> dict:
-    """The engine the run used, as the workflow built it (rules/common.smk get_engine_options), with
+    """The engine the run used, as the workflow built it (randopt/plan/run.py RunPlan.engine_options), with
     the run's noise kind (a record written before perturbation.noise existed is Rademacher's)."""
     e, model = record["engine"], record["config"]["model"]
     options = {"device": e["device"], "batch_size": e["batch_size"], "trust_remote_code": model["trust_remote_code"]}

@@ -17,7 +17,7 @@ gains) and a member's time scaled from theirs by train problems x max_tokens (me
 shorter starts are MPS's.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
-is answered by one engine. It is in no key and no rule's params (rules/engines.smk passes it in the
+is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
 shell command), so changing it reruns nothing.
 """
 from __future__ import annotations

@@ -57,7 +57,7 @@ class GpuSlotError(ValueError):
 
 def engine_gpus(kind: str, options: dict) -> int:
     """GPUs one engine uses: its tensor_parallel_size under vLLM, one for torch on CUDA, else none
-    (the same rule as job_gpus in rules/engines.smk)."""
+    (the same rule as job_gpus in rules/common.smk)."""
     if kind == "vllm":
         return int(options.get("tensor_parallel_size", 1))
     return 1 if str(options.get("device", "auto")).startswith("cuda") else 0

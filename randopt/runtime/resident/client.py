@@ -259,7 +259,7 @@ def release(directory: str | Path = DEFAULT_DIR, timeout: float = 60.0) -> int:
     """Stop the resident engines on this job's GPUs (device_name(); every one when the job is on the CPU or
     sees all GPUs): for a GPU job that holds no resident engine but needs the memory they hold
     (distillation's fine-tune, its own engines on other models). Its claim makes them idle (its GPU
-    slots, and every engine slot: rules/engines.smk). Returns how many were stopped."""
+    slots, and every engine slot: rules/common.smk). Returns how many were stopped."""
     directory = Path(directory)
     if not directory.is_dir():
         return 0

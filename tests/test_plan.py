@@ -1,0 +1,119 @@
+"""The plan of a run (randopt/plan/), read without Snakemake: a config and a host in, every decision the
+workflow makes out. (tests/test_engine_slots.py and test_cuda_mps.py cover the engine counts themselves;
+the dry runs elsewhere show that rules/common.smk passes the plan's decisions to the jobs.)"""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from snakemake.utils import update_config
+
+from randopt.config import ConfigError, load_yaml
+from randopt.keys import round_keys, run_keys
+from randopt.plan import Host, PlanError, RunPlan
+from tests.conftest import REPO
+
+H200 = 150_754_820_096
+# a GPU host where CUDA MPS could serve: the control program found, the GPU in the Default compute mode
+GPU_HOST = dict(cards=None, mps_binary="/usr/bin/nvidia-cuda-mps-control", mps_modes=("Default",), env={})
+
+
+def plan(overlay: dict | None = None, **host) -> RunPlan:
+    config = load_yaml(REPO / "config" / "config.yaml")
+    update_config(config, overlay or {})
+    host = {**({} if "gpus" not in host else {k: v for k, v in GPU_HOST.items() if k != "cards"}), **host}
+    return RunPlan.from_config(config, Host(**host))
+
+
+VLLM = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256}}
+
+
+def test_the_default_on_a_cpu_host():
+    p = plan(cores=2)
+    assert p.keys == run_keys(p.config, inputs=p.inputs)
+    assert (p.task, p.problems["n_train"], p.decode["max_tokens"]) == ("gsm8k", 16, 32)
+    assert (p.engines.per_device, p.engines.slots, p.engines.side_by_side) == (1, 1, False)
+    assert p.engines.local_flags("R", "M") == " --keep-loaded-s 300 --resident-dir R" and p.engines.job_flags() == ""
+    assert p.engines.threads(p.config, 2) == 2 and p.engines.resources(p.config, "evaluate_shard")["gpu"] == 0
+    assert len(p.shards()) == p.population.size // p.config["population"]["shard_size"]
+    assert p.search_tables() == p.shards() and p.race_rounds() == [] and not p.racing and not p.notes
+    args = shlex.split(p.engine_args())
+    assert args[:4] == ["--model-dir", f"{p.paths['model']}/model", "--engine", "torch"]
+    assert json.loads(args[5]) == {"device": "cpu", "batch_size": 64, "trust_remote_code": False,
+                                   "compute_dtype": p.compute_dtype}
+
+
+def test_engines_side_by_side_on_a_gpu_host_take_engine_slots_under_mps():
+    p = plan(VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": 3}}, cores=16, gpus=2, card_bytes=H200)
+    e = p.engines
+    assert (e.per_device, e.groups, e.slots, e.side_by_side, e.mps_on, e.own_mps) == (3, 2, 6, True, True, True)
+    assert e.local_flags("R", "M") == (" --gpu-slots 2 --engines-per-device 3 --gpu-lock-dir .snakemake/gpu-locks"
+                                       " --keep-loaded-s 300 --resident-dir R --cuda-mps-dir M")
+    assert e.resources(p.config, "evaluate_shard") == {"mem_mb": p.config["resources"]["mem_mb"]["evaluate_shard"],
+                                                       "runtime": p.config["resources"]["runtime"]["evaluate_shard"],
+                                                       "engine_slot": 1, "gpu": 0}
+    assert e.threads(p.config, 16) == 16 // 6 and e.threads(p.config, 16, gpu_stage=False) == 16
+    # the caller's own MPS daemon serves: the run starts none
+    theirs = plan(VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": 3}}, cores=16, gpus=1, card_bytes=H200,
+                  env={"CUDA_MPS_PIPE_DIRECTORY": "/tmp/theirs"})
+    assert theirs.engines.mps_on and not theirs.engines.own_mps
+
+
+def test_a_cluster_job_runs_its_engines_inside_it():
+    p = plan(VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": 2}}, on_cluster=True, cores=None)
+    assert (p.engines.per_device, p.engines.side_by_side, p.engines.slots) == (2, False, 1)
+    assert p.engines.job_flags() == " --engines-in-job 2" and p.engines.local_flags("R", "M") == ""
+    r = p.config["resources"]
+    assert p.engines.threads(p.config, None) == r["cpus_per_gpu"]
+    assert p.engines.resources(p.config, "evaluate_shard") | {"mem_mb": 0, "runtime": 0} == \
+        {"mem_mb": 0, "runtime": 0, "gpu": 1, "cpus_per_gpu": r["cpus_per_gpu"], "nodes": 1}
+
+
+def test_the_command_line_and_the_config_are_each_named_when_they_cannot_be_honoured():
+    tp2 = VLLM | {"engine": {**VLLM["engine"], "tensor_parallel_size": 2}}
+    with pytest.raises(PlanError, match=r"--resources gpu=3: each GPU job uses 2 GPUs .* give a multiple of 2"):
+        plan(tp2, cores=16, gpus=3)
+    with pytest.raises(ConfigError, match=r"engines_per_gpu 3 on GPUs needs --resources gpu=N"):
+        plan(VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": 3}}, cores=16)
+    with pytest.raises(ConfigError, match=r"engine.cuda_mps is true, but .* is not on PATH"):
+        plan(VLLM | {"engine": {**VLLM["engine"], "cuda_mps": True}}, cores=16, gpus=1, mps_binary="")
+    # twelve engines of SmolLM2 fit an H200; 200 do not, and the message says how many do
+    with pytest.raises(ConfigError, match=r"engine.engines_per_gpu 200 does not fit the card.* holds \d+ such engine"):
+        plan(VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": 200}}, cores=16, gpus=1, card_bytes=H200)
+
+
+def test_a_member_of_the_runs_own_task_sizes_auto():
+    """The work behind a member's estimated time is the run's task's train problems x max_tokens."""
+    gpu = dict(cores=16, gpus=1, card_bytes=H200)
+    population = {"population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": 64}}
+    seconds = {}
+    for n_train in (16, 512):
+        p = plan(VLLM | population | {"decode": {"max_tokens": 64},
+                                      "task": {"kind": "countdown", "countdown": {"n_train": n_train, "n_test": 16}}},
+                 **gpu)
+        seconds[n_train] = float(p.engines.layout.why.split("about ")[1].split(" s each")[0])
+    assert seconds[512] == pytest.approx(seconds[16] * 32, rel=0.05)
+
+
+def test_racing_plans_its_rounds_at_build_time():
+    racing = {"selection": {"mode": "racing"}, "gsm8k": {"n_train": 64}, "engine": {"batch_size": 8}}
+    p = plan(racing, cores=2)
+    assert p.racing and p.race.rounds > 1 and p.keys["race"]
+    assert p.search_tables() == [f"{p.paths['race']}/round={k:02d}/chunk_{c:03d}.parquet"
+                                 for k in range(p.race.rounds) for c in range(p.race.chunks)]
+    assert p.race_rounds()[0] == f"{p.paths['race']}/round=00/survivors.json"
+    single = plan({"selection": {"mode": "racing"}}, cores=2)   # 16 train problems: one block, one round
+    assert single.race.rounds == 1 and any("single round" in note for note in single.notes)
+
+
+def test_distillation_rounds_name_their_round_in_a_path():
+    p = plan({"distill": {"enabled": True, "rounds": 2}}, cores=2)
+    assert p.rounds.count == 2 and p.distill
+    assert list(p.rounds.keys) == round_keys(p.config, inputs=p.inputs)
+    second = p.rounds.keys[1]
+    assert p.rounds.of_eval(second["eval"]) == 2 and p.rounds.of_model(second["model"]) == 2
+    assert p.rounds.at(p.rounds.pattern()["vote"], 2) == p.rounds.paths(2)["vote"]
+    regex = p.rounds.key_regex()
+    assert regex["ekey"] == "|".join(sorted(k["eval"] for k in p.rounds.keys))
+    assert regex["mkey"] == second["model"]   # round 1's model is prepare_model's, not round_base's
