@@ -136,6 +136,10 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
                           "code": key_code("bpb", root)})
     evaluation = evaluation_of(model)
     selection = config.get("selection") or {"mode": "full"}  # records written before racing had none
+    if selection["mode"] == "auto":
+        # auto is decided where the engine layout is known (rules/common.smk); a record's config holds its choice
+        raise ValueError("selection.mode auto has no keys of its own: resolve it first (randopt/selection/auto.py, "
+                         "at the workflow's DAG build), or give full or racing")
     racing = selection["mode"] == "racing"
     # Racing's knobs decide which members are ranked complete, so they key the population (only under
     # racing: full evaluation's keys stay as they were).

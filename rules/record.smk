@@ -6,6 +6,8 @@ rule record:
         # distill.enabled: each round's base, vote, bpb, datasets' manifest, and each arm's model manifest and
         # result (randopt/plan/run.py distill_round_files)
         **PLAN.distill_record_inputs(),
+        # racing: a full evaluation's ranking of the same population, where one exists (randopt/plan/run.py)
+        **PLAN.full_ranking_of_race(),
         model=rules.prepare_model.output.manifest,
         problems=f"{PATHS['problems']}/manifest.json",  # freeze_gsm8k's or freeze_task's
         heldout=rules.fetch_fineweb.output.manifest,
@@ -38,6 +40,15 @@ rule record:
             if PLAN.distill
             else ""
         ),
+        # selection.mode auto: what it took and why (randopt/plan/selection.py; only then, so other runs' params stay)
+        selection_auto=(
+            (lambda wildcards: f"--selection-auto {q(PLAN.selection.as_record())}") if PLAN.selection else ""
+        ),
+        full_ranking=lambda wildcards, input: (
+            f"--full-ranking {input.full_ranking} --full-topk {input.full_topk}"
+            if "full_ranking" in input.keys()
+            else ""
+        ),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.record --config-json {params.config} --repo-dir {params.repo}"
@@ -45,4 +56,5 @@ rule record:
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"
-        " --records-md {params.records_md} --engines {params.engines} {params.distill} --out {output.record} 2> {log}"
+        " --records-md {params.records_md} --engines {params.engines} {params.distill} {params.full_ranking}"
+        " {params.selection_auto} --out {output.record} 2> {log}"

@@ -181,3 +181,20 @@ def test_the_vllm_options_name_the_proposer_class_that_exists():
     assert getattr(importlib.import_module(module), name).__name__ == name
     with pytest.raises(ValueError, match="engine.speculation 'suffix'"):
         speculative_config("suffix", 8)
+
+
+def test_the_speculation_bench_asks_vllm_for_its_suffix_method_only_when_told(monkeypatch, tmp_path):
+    """bench/speculation/speculation.py --speculation suffix (issue 48 item 5): vLLM's own suffix method, for that
+    bench's process only; the engine's options for none and population stay as they were."""
+    from bench.speculation import speculation as bench
+    from randopt.engines import vllm_engine
+    monkeypatch.setattr(vllm_engine, "speculative_config", vllm_engine.speculative_config)   # restored after
+
+    def spec(speculation):
+        return vllm_engine.llm_options(str(tmp_path), tensor_parallel_size=1, gpu_memory_utilization=0.5,
+                                       enforce_eager=False, trust_remote_code=False, max_model_len=1024,
+                                       batch_size=256, speculation=speculation, draft_tokens=6).get("speculative_config")
+    before = {s: spec(s) for s in ("none", "population")}
+    bench.use_suffix_decoding()
+    assert spec("suffix") == {"method": "suffix", "num_speculative_tokens": 6}
+    assert {s: spec(s) for s in ("none", "population")} == before

@@ -242,6 +242,10 @@ def test_a_round_splits_its_members_over_every_job_that_can_run_side_by_side():
     assert [len(chunk_members(racing[:1], c, 100, parallel=2)) for c in range(2)] == [1, 0]
     with pytest.raises(InputError):
         chunk_members(racing, 0, 4, parallel=0)
+    from randopt.selection.chunks import chunk_sizes   # what selection.mode auto estimates a round with
+    for n, size, parallel in ((10, 4, 1), (5, 4, 1), (10, 100, 2), (1, 100, 2), (10, 4, 2)):
+        taken = [len(chunk_members(racing[:n], c, size, parallel)) for c in range(4)]
+        assert chunk_sizes(n, size, parallel) == [t for t in taken if t]
 
 
 @pytest.mark.parametrize("n_problems,first_slice,growth,block,marks", [

@@ -105,3 +105,12 @@ def test_call_cost_refuses_bad_arguments_before_any_engine(argv, message, capsys
     with pytest.raises(SystemExit) as exit_:
         vllm_call_cost.bench(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_call_cost_refuses_a_train_split_shorter_than_its_largest_call(tmp_path, capsys):
+    from bench.vllm import vllm_call_cost
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"question": f"q{i}", "answer": "#### 1"}) + "\n" for i in range(10)))
+    with pytest.raises(SystemExit) as exit_:
+        vllm_call_cost.bench(["--model", "smollm2", "--prompts", "8", "16", "--train", str(train)])
+    assert exit_.value.code == 2 and "has 10 problems, fewer than the largest --prompts 16" in capsys.readouterr().err

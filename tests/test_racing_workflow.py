@@ -104,3 +104,23 @@ def test_status_reports_the_rounds_of_a_race(race, tiny_model_dir):
     text = report(race["workdir"], effective_config(config_with(tiny_model_dir, RACING)))
     assert text.splitlines()[0] == "racing: 3/3 rounds decided, 4 of 8 members racing, search finished"
     assert "round 0:     6 problems seen,      8 racing,      4 stopped" in text
+
+
+def test_a_racing_record_reports_its_recall_of_a_full_run_of_the_same_population(race, tiny_model_dir):
+    """The first racing run had no full evaluation beside it: recall_of_full is null. After the full run in
+    the same directory, a racing run's record takes the full ranking as its input, and reports both recalls
+    (randopt/selection/recall.py) of each top-k list."""
+    from randopt.io import read_json
+    from randopt.stages.record import racing_recall
+    from tests.support.workflow import run_workflow
+    assert race["record"]["selection"]["recall_of_full"] is None
+    workdir, paths = race["workdir"], race["paths"]
+    again = config_with(tiny_model_dir, RACING | {"miss_budget": 0.3})
+    proc = run_workflow(workdir, again, "-n", "-p", "results/record.json")
+    command = next(line for line in proc.stdout.splitlines() if "randopt.stages.record " in line)
+    full_ranking, full_topk = f"{paths['full']['rank']}/ranking.parquet", f"{paths['full']['rank']}/topk.json"
+    assert f"--full-ranking {full_ranking} --full-topk {full_topk}" in command
+    ranked = read_json(workdir / paths["again"]["rank"] / "topk.json")
+    recall = racing_recall(ranked, str(workdir / full_ranking), str(workdir / full_topk))["recall_of_full"]
+    assert {f: (r["k"], r["recall"], r["recall_plain"]) for f, r in recall.items()} == {"0.25": (2, 1.0, 1.0),
+                                                                                        "0.5": (4, 1.0, 1.0)}

@@ -30,9 +30,10 @@ run directories and is what tests/test_racing_bench.py checks):
   throughput.seeds_per_s) and as this script measures it (population over the `--until rank` call),
   generated tokens and member x problem slots on the train split (sums over the ranking table, whose
   partial members count their n_problems only), engine jobs of the search (Snakemake's job counts);
-- the recall of the full top-k by the racing top-k for each top-k fraction, with ties at the cut: a
-  racing top-k member counts as recalled when its FULL-evaluation train reward is at or above the
-  full ranking's k-th reward; beside it each sigma's reward spread in the full ranking, and a miss's
+- the recall of the full top-k by the racing top-k for each top-k fraction (randopt/selection/recall.py):
+  with ties at the cut ("recall": a racing top-k member counts as recalled when its FULL-evaluation train
+  reward is at or above the full ranking's k-th reward) and plain ("recall_plain": the same members as the
+  full list, its tie-break included); beside them each sigma's reward spread in the full ranking, and a miss's
   two causes apart: members at or above the k-th that racing stopped (its decisions), and complete
   members the two arms rewarded differently (answer_agreement: how often the same (member, problem)
   got another completion in the other arm, where the engine's greedy answer depends on which prompts
@@ -74,6 +75,7 @@ from randopt.report import record as rec  # noqa: E402
 from bench.jobstats import job_counts  # noqa: E402
 from randopt.config import ConfigError, effective_config, load_schema, load_yaml  # noqa: E402
 from randopt.population import sigma_label, topk_size  # noqa: E402
+from randopt.selection.recall import at_or_above, kth_reward, recall  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.io import InputError, read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from randopt.keys import run_keys  # noqa: E402
@@ -123,43 +125,19 @@ def full_rewards(full_ranking: pd.DataFrame) -> pd.Series:
     return rewards
 
 
-def kth_reward(rewards: pd.Series, k: int) -> float:
-    if not 1 <= k <= len(rewards):
-        raise ValueError(f"k = {k} is outside 1..{len(rewards)} (the population)")
-    return float(np.sort(rewards.to_numpy())[::-1][k - 1])
-
-
-def recall_with_ties(rewards: pd.Series, racing_topk: list[tuple[int, float]], k: int,
-                     stopped: set[tuple[int, float]] = frozenset()) -> dict:
-    """Recall of the full top-k by the racing top-k, ties at the cut counted as recalled.
-
-    rewards: every member's full-evaluation train reward; racing_topk: the racing arm's top-k members
-    (seed, sigma), best first; stopped: the members racing stopped early. A member is recalled when its
-    full reward is at or above the full ranking's k-th reward; recall = recalled / k (a racing list
-    shorter than k loses the rest).
+def stopped_recall(rewards: pd.Series, full_topk: list[tuple[int, float]], racing_topk: list[tuple[int, float]],
+                   k: int, stopped: set[tuple[int, float]] = frozenset()) -> dict:
+    """Both recalls of the full top-k by the racing top-k (randopt/selection/recall.py: plain, and with ties
+    at the cut, which "recall" is), and how many members racing stopped at or above the full k-th reward.
 
     A miss has two possible causes, counted apart: racing stopped a member at or above the k-th
     (stopped_at_or_above_kth: its decisions), or racing ranked its complete members otherwise than the
     full arm did (the missed members are complete ones: their rewards differ between the arms when the
     engine's answers depend on which problems share a batch; see answer_agreement)."""
-    kth = kth_reward(rewards, k)
-    if len(racing_topk) > k:
-        raise ValueError(f"the racing top-{k} list has {len(racing_topk)} members")
-    unknown = [m for m in racing_topk if m not in rewards.index]
-    if unknown:
-        raise InputError(f"racing top-k members {unknown[:3]} are not in the full ranking: the arms ran "
-                         f"different populations")
-    got = [float(rewards[m]) for m in racing_topk]
-    recalled = sum(r >= kth - REWARD_ATOL for r in got)
-    full_strict = set(rewards.sort_values(ascending=False, kind="mergesort").index[:k])
-    return {"k": k, "kth_reward": kth, "recall": recalled / k, "recalled": int(recalled),
-            "members_at_or_above_kth": int((rewards >= kth - REWARD_ATOL).sum()),
-            "stopped_at_or_above_kth": int(sum(rewards[m] >= kth - REWARD_ATOL for m in stopped)),
-            "missed": [{"seed": s, "sigma": g, "full_reward": r}
-                       for (s, g), r in zip(racing_topk, got) if r < kth - REWARD_ATOL],
-            # The same lists member for member (no credit for ties): how much of the difference is
-            # only which of several equally rewarded members made the cut.
-            "same_members": len(full_strict & set(racing_topk)) / k}
+    full = {member: float(r) for member, r in rewards.items()}
+    result = recall(full, full_topk, racing_topk, k)
+    reached = at_or_above([full[m] for m in stopped], result["kth_reward"])
+    return result | {"stopped_at_or_above_kth": int(reached.sum())}
 
 
 def sigma_spread(rewards: pd.Series, ks: dict[str, int], racing: pd.DataFrame) -> dict:
@@ -176,11 +154,11 @@ def sigma_spread(rewards: pd.Series, ks: dict[str, int], racing: pd.DataFrame) -
         per_fraction = {}
         for fraction, k in ks.items():
             kth = kth_reward(rewards, k)
-            at_or_above = [m for m, r in zip(members, values) if r >= kth - REWARD_ATOL]
+            reaching = [m for m, ok in zip(members, at_or_above(values, kth)) if ok]
             per_fraction[fraction] = {
                 "kth_reward_within_sigma": float(ordered[min(k, len(ordered)) - 1]),
-                "at_or_above_full_kth": len(at_or_above),
-                "stopped_by_racing": sum(m in stopped for m in at_or_above)}
+                "at_or_above_full_kth": len(reaching),
+                "stopped_by_racing": sum(m in stopped for m in reaching)}
         out[sigma_label(sigma)] = {
             "n": int(values.size), "reward_mean": float(values.mean()),
             "reward_sd": float(values.std(ddof=1)) if values.size > 1 else None,
@@ -276,7 +254,8 @@ def compare(full: ArmResult, racing: ArmResult) -> dict:
         if in_topk_stopped:
             raise InputError(f"racing top-k list {fraction} holds members that stopped early {in_topk_stopped[:3]}; "
                              f"top-k lists take complete members only")
-        recall[fraction] = recall_with_ties(rewards, racing_topk, k, stopped)
+        full_topk = [(int(m["seed"]), float(m["sigma"])) for m in full_lists[fraction]["members"]]
+        recall[fraction] = stopped_recall(rewards, full_topk, racing_topk, k, stopped)
     n_train = int(full.ranking["n_problems"].iloc[0])
     return {
         "population": len(rewards), "n_train": n_train,
@@ -588,7 +567,8 @@ def print_summary(report: dict) -> None:
         acc = report["accuracy"][fraction]
         lo, hi = acc["difference_ci95"]
         print(f"top {fraction}: k {rc['k']} recall {rc['recall']:.3f} (k-th reward {rc['kth_reward']:.3f}; racing "
-              f"stopped {rc['stopped_at_or_above_kth']} of the {rc['members_at_or_above_kth']} at or above it); test "
+              f"stopped {rc['stopped_at_or_above_kth']} of the {rc['members_at_or_above_kth']} at or above it; plain "
+              f"{rc['recall_plain']:.3f}); test "
               f"full {acc['full_test']:.3f} racing {acc['racing_test']:.3f}, racing - full {acc['difference']:+.3f} "
               f"[{lo:+.3f}, {hi:+.3f}]; inside full's interval {acc['full_ci95']}: {acc['racing_inside_full_ci95']}")
     bound = report["oracle_bound"]

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from randopt.io import write_json_atomic  # noqa: E402
 from randopt.selection.plan import RacingConfig, plan_rounds  # noqa: E402
 from randopt.selection.rules import race  # noqa: E402
+from randopt.selection.recall import kth_reward, recall_with_ties  # noqa: E402
 
 N_MEMBERS, N_PROBLEMS, K = 512, 200, 20
 
@@ -89,11 +90,9 @@ def sample_table(scenario: dict, rng: np.random.Generator) -> np.ndarray:
     return (latent > 0).astype(np.int8)
 
 
-def recall_with_ties(rewards: np.ndarray, finished: np.ndarray, k: int) -> float:
-    """Share of the racing top-k (best k finished members) at or above the full k-th reward."""
-    threshold = np.sort(rewards)[::-1][k - 1]
-    finished_rewards = np.sort(rewards[finished])[::-1][:k]
-    return float((finished_rewards >= threshold).sum() / k)
+def finished_recall(rewards: np.ndarray, finished: np.ndarray, k: int) -> float:
+    """Recall with ties (randopt/selection/recall.py) of the racing top-k, the best k finished members."""
+    return recall_with_ties(np.sort(rewards[finished])[::-1][:k], kth_reward(rewards, k), k)
 
 
 def successive_halving(table: np.ndarray, k: int, first_slice: int, keep_fraction: float,
@@ -185,13 +184,13 @@ def run(reps: int, seed: int) -> dict:
                 # whose full reward is at or above the full k-th (the event pi_i is about)
                 at_or_above = rewards >= np.sort(rewards)[::-1][K - 1]
                 racing_runs[i].append({"speedup": total_slots / result.slots,
-                                       "recall": recall_with_ties(rewards, result.finished, K),
+                                       "recall": finished_recall(rewards, result.finished, K),
                                        "expected_misses": sum(r["expected_topk_misses"] or 0.0 for r in result.rounds),
                                        "dropped_at_or_above_kth": int((at_or_above & ~result.finished).sum())})
             order = np.concatenate(plan_rounds(N_PROBLEMS, RacingConfig(first_slice=N_PROBLEMS, order_seed=rep)))
             for i, knobs in enumerate(SH_GRID):
                 finished, slots = successive_halving(table, K, knobs["first_slice"], knobs["keep_fraction"], order)
-                sh_runs[i].append({"speedup": total_slots / slots, "recall": recall_with_ties(rewards, finished, K)})
+                sh_runs[i].append({"speedup": total_slots / slots, "recall": finished_recall(rewards, finished, K)})
         racing_rows = [{**RACING_GRID[i], **summarize(r)} for i, r in racing_runs.items()]
         bayes_rows = [r for r in racing_rows if r["rule"] == "bayes"]
         exact_rows = [r for r in racing_rows if r["rule"] == "exact"]

@@ -1,4 +1,5 @@
-"""Members/s with and without engine.speculation: population (issue 31), and what it does to answers.
+"""Members/s with and without engine.speculation: population (issue 31), vLLM's own suffix method (issue 48,
+--speculation suffix: this bench only, with the arctic-inference wheel), and what each does to answers.
 
 One ARM per call: one vLLM engine of randopt (randopt.engines.make_engine: resident base copy,
 in-place switch, CUDA graphs on) answers --prompts real GSM8K train prompts for --members members in
@@ -40,6 +41,17 @@ def draft_stats(engine) -> dict:
     through the worker extension (randopt/engines/vllm_worker.py); only this bench reads them."""
     return engine.llm.collective_rpc("randopt_draft_stats")[0]
 
+def use_suffix_decoding() -> None:
+    """engine.speculation "suffix" for this process: vLLM's suffix method (a suffix tree of the prompt and of
+    earlier answers, arctic_inference.suffix_decoding, which needs the arctic-inference wheel built by
+    bench/speculation/build_arctic_wheel.sh), --draft-tokens drafted at most a step. Only this bench asks for it."""
+    from randopt.engines import vllm_engine
+    plain = vllm_engine.speculative_config
+    vllm_engine.speculative_config = lambda speculation, draft_tokens: (
+        {"method": "suffix", "num_speculative_tokens": int(draft_tokens)} if speculation == "suffix"
+        else plain(speculation, draft_tokens))
+
+
 def arm(args) -> None:
     os.environ.update(VLLM_ENV)
     from randopt.engines.factory import make_engine
@@ -47,6 +59,8 @@ def arm(args) -> None:
     from randopt.population import BASE
     from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights
 
+    if args.speculation == "suffix":  # vLLM's own method (issue 48 item 5), measured here before it is an engine option
+        use_suffix_decoding()
     if args.no_async_scheduling:  # attribution only: what vLLM's async scheduling is worth without speculation
         from randopt.engines import vllm_engine
         plain = vllm_engine.llm_options
@@ -54,7 +68,9 @@ def arm(args) -> None:
     # the scorer keys answers by the frozen split's canonical id ("train-<row>", randopt/data/gsm8k.py);
     # a raw GSM8K file has none
     problems = [{"id": f"train-{i}", **row} for i, row in enumerate(read_jsonl(args.train)[:args.prompts])]
-    spec = DecodeSpec.from_config({"max_tokens": args.max_tokens})
+    decode = json.loads(Path(args.decode_json).read_text()) if args.decode_json else {}
+    spec = DecodeSpec.from_config({k: decode[k] for k in ("system", "examples", "stop") if k in decode}
+                                  | {"max_tokens": args.max_tokens})
     t0 = time.perf_counter()
     engine = make_engine("vllm", args.model_dir, batch_size=args.batch_size, speculation=args.speculation,
                          draft_tokens=args.draft_tokens)
@@ -150,7 +166,10 @@ def main(argv=None) -> None:
     a.add_argument("--sigma", type=float, default=1e-3)
     a.add_argument("--max-tokens", type=int, default=512)
     a.add_argument("--batch-size", type=int, default=256)
-    a.add_argument("--speculation", default="none", choices=["none", "population"])
+    a.add_argument("--speculation", default="none", choices=["none", "population", "suffix"],
+                   help="suffix: vLLM's own suffix-tree method (needs arctic-inference; this bench only)")
+    a.add_argument("--decode-json", default=None,
+                   help="a decode block as JSON (system, examples, stop; e.g. a record's \"decode\"); default: the schema's")
     a.add_argument("--draft-tokens", type=int, default=8)
     a.add_argument("--no-async-scheduling", action="store_true",
                    help="vLLM's async scheduling off (speculation by a custom proposer turns it off too)")

@@ -9,12 +9,16 @@ and every member pays one call at least. This measures c(m) for one model:
     python bench/vllm/vllm_call_cost.py --model smollm2 --prompts 8 16 32 64 128 256 --tokens 64 --out $OUT
     python bench/vllm/vllm_call_cost.py --model qwen7b --prompts 8 16 32 64 128 256 --tokens 256 --out $OUT
     python bench/vllm/vllm_call_cost.py --model-dir data/models/<key>/model --tokens 1024 --out $OUT
+    python bench/vllm/vllm_call_cost.py --model-dir <the prepared 1.5B> --train data/gsm8k/<key>/train.jsonl \
+        --decode-json decode.json --prompts 8 16 20 32 40 48 64 96 128 --tokens 512 --sigmas 0.001 --tag qwen15b --out $OUT
     python bench/vllm/vllm_call_cost.py --model-dir /tmp/s72/model --tensor-parallel-size 8 \
         --prompts 8 16 32 64 128 200 --tokens 1024 --out $OUT      # the standard's 72B shape on 8 GPUs
 
 Per problem count m and member (seed, sigma): switch the weights (as evaluate_weights does), then one
 generate call on the first m problems of a fixed set (synthetic GSM8K-style problems, the protocol's
-chat prompt with the default decode block's system line and worked example). Two modes:
+chat prompt with the default decode block's system line and worked example; or, with --train and --decode-json,
+a frozen split's first problems under a run's decode block, e.g. a record's "decode": its prompt style's system
+line, examples and stop strings). Two modes:
   fixed    ignore_eos, exactly --tokens new tokens per problem: the engine's own curve;
   natural  the protocol's stop strings and --tokens as max_tokens, at each --sigmas: broken members
            ramble to the limit (not for qwen7b: a random model's answers never stop).
@@ -92,6 +96,12 @@ def bench(argv: list[str] | None = None) -> None:
                         help="natural mode's scales (smollm2): narrow members stop early, broken ones ramble")
     parser.add_argument("--tensor-parallel-size", type=int, default=1,
                         help="the engine's GPUs (a 72B needs 4 or 8; a shape model from prepare_model --source shape)")
+    parser.add_argument("--train", default=None,
+                        help="a frozen train split (JSONL with question): its first problems instead of synthetic ones")
+    parser.add_argument("--decode-json", default=None,
+                        help="a decode block as JSON (system, examples, stop; e.g. a record's \"decode\"): the prompt, "
+                             "and natural mode's stop strings; default: the schema's")
+    parser.add_argument("--tag", default=None, help="the JSON's name: call_cost_<tag>.json (default: the model's)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args(argv)
     if (args.model is None) == (args.model_dir is None):
@@ -101,12 +111,20 @@ def bench(argv: list[str] | None = None) -> None:
                      "(e.g. data/models/<key>/model after prepare_model)")
     if sorted(set(args.prompts)) != args.prompts or args.prompts[0] < 1:
         parser.error("--prompts must be distinct positive counts in increasing order")
+    from randopt.io import read_jsonl
+    from randopt.scoring.scorer import DecodeSpec
+    # the problems and the prompt, checked before any engine starts
+    problems = read_jsonl(args.train)[:max(args.prompts)] if args.train else None
+    if problems is not None and len(problems) < max(args.prompts):
+        parser.error(f"--train {args.train} has {len(problems)} problems, fewer than the largest --prompts {max(args.prompts)}")
+    decode = json.loads(Path(args.decode_json).read_text()) if args.decode_json else {}
+    spec = DecodeSpec.from_config({k: decode[k] for k in ("system", "examples", "stop") if k in decode})
     import torch
 
     from bench.vllm.vllm_bench import build_random_7b
     from randopt.data.synth import generate_problems
     from randopt.engines.factory import make_engine
-    from randopt.scoring.scorer import DecodeSpec, build_prompts
+    from randopt.scoring.scorer import build_prompts
     from randopt.io import write_json_atomic
 
     t0 = time.perf_counter()
@@ -121,8 +139,7 @@ def bench(argv: list[str] | None = None) -> None:
     engine = make_engine("vllm", str(model_dir), batch_size=max(args.prompts), max_context=2048,
                          tensor_parallel_size=args.tensor_parallel_size)
     start_s = time.perf_counter() - t0
-    spec = DecodeSpec.from_config({})
-    prompts = build_prompts(engine, generate_problems(max(args.prompts), 5, "easy"), spec)
+    prompts = build_prompts(engine, problems or generate_problems(max(args.prompts), 5, "easy"), spec)
     curves, rows = {}, {}
     # a random model (the 7B one, or a shape model's dummy weights) never stops: its natural curve is its fixed one
     from randopt.model import shape
@@ -141,11 +158,12 @@ def bench(argv: list[str] | None = None) -> None:
               "engine": json.loads(json.dumps(engine.setup, default=str)), "build_model_s": build_s, "engine_start_s": start_s,
               "tensor_parallel_size": args.tensor_parallel_size,
               "protocol": {"prompts": args.prompts, "tokens": args.tokens, "seeds": args.seeds,
-                           "system": spec.system, "stop": list(spec.stop)},
+                           "system": spec.system, "stop": list(spec.stop), "examples": len(spec.examples),
+                           "train": args.train},
               "curves": curves, "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / f"call_cost_{args.model or model_dir.name}.json", result)
+    write_json_atomic(out / f"call_cost_{args.tag or args.model or model_dir.name}.json", result)
 
 
 def main() -> int:

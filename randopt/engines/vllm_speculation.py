@@ -9,6 +9,11 @@ custom class also keys the drafts by prompt, which a global tree does not.
 """
 from __future__ import annotations
 
+# Since the docstring was written: arctic-inference 0.3.0 on the index has suffix_decoding, as a source
+# distribution only; bench/speculation/build_arctic_wheel.sh builds its wheel and bench/speculation/ measures
+# vLLM's suffix method before it is an option here. (A comment, not the docstring: docstrings are in the
+# answers' code key, randopt/code_keys.py, and a note must not rerun a search.)
+
 import importlib.util
 
 from randopt.engines.vllm_population_proposer import PopulationProposer

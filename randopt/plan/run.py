@@ -16,12 +16,15 @@ from randopt.config import ConfigError, check_inputs, decode_for, problems_block
 from randopt.engines.base import DEFAULT_MAX_MODEL_LEN
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.io import verify_against_manifest
-from randopt.keys import round_keys, short_key
+from randopt.keys import round_keys, run_keys, short_key
 from randopt.plan.engines import EnginePlan, plan_engines
 from randopt.plan.host import Host, PlanError
 from randopt.plan.rounds import Rounds
+from randopt.plan.selection import plan_selection, with_mode
 from randopt.population import Population
 from randopt.scoring.answer_blocks import block_size
+from randopt.paths import layout
+from randopt.selection.auto import SelectionChoice
 from randopt.selection.plan import RacePlan
 
 
@@ -39,6 +42,7 @@ class RunPlan:
     engines: EnginePlan
     race: RacePlan | None         # selection.mode racing: the rounds, known at DAG build
     notes: tuple[str, ...] = field(default=())   # right, but slower than it could be: printed, never an error
+    selection: SelectionChoice | None = None     # selection.mode auto: what it took and why (config holds the mode)
 
     @classmethod
     def from_config(cls, config: dict, host: Host, input_cache=None) -> "RunPlan":
@@ -55,13 +59,22 @@ class RunPlan:
     @classmethod
     def _plan(cls, config: dict, host: Host, input_cache) -> "RunPlan":
         inputs = {name: digest.sha256 for name, digest in check_inputs(config, input_cache).items()}
-        rounds = Rounds(tuple(round_keys(config, inputs=inputs)))
         population = Population.from_config(config)
         problems, decode = problems_block(config), decode_for(config)
         dtype, why = compute_dtype_for_config(config)
-        racing = config["selection"]["mode"] == "racing"
+        # The engines come before the keys: selection.mode auto is decided from them, and the mode is in the keys
+        # under racing. The prepared model's folder, where they read the model's size, has a key without it.
+        model_dir = f"{layout(run_keys(with_mode(config, 'full'), inputs=inputs))['model']}/model"
         engines = plan_engines(config, host, population, work=problems["n_train"] * decode["max_tokens"],
-                               model_dir=f"{rounds.paths(1)['model']}/model", racing=racing)
+                               model_dir=model_dir, racing=config["selection"]["mode"] == "racing")
+        selection = plan_selection(config, engines, population, decode["max_tokens"], model_dir)
+        if selection:  # the keys, the rules and the record's config hold the mode auto took
+            config = with_mode(config, selection.mode)
+        racing = config["selection"]["mode"] == "racing"
+        if selection and racing:  # from here an auto run that races is a racing run: its engines sized as racing's
+            engines = plan_engines(config, host, population, work=problems["n_train"] * decode["max_tokens"],
+                                   model_dir=model_dir, racing=True)
+        rounds = Rounds(tuple(round_keys(config, inputs=inputs)))
         if config["distill"]["enabled"]:
             check_lora_targets(config, rounds)
         notes = list(engines.notes())
@@ -72,7 +85,7 @@ class RunPlan:
                          f"one answer block (engine.batch_size {block_size(config['engine'])}, torch engine). Lower "
                          f"them, or use selection.mode full.")
         return cls(config, inputs, rounds, population, config["task"]["kind"], problems, decode, dtype, why,
-                   engines, race, tuple(notes))
+                   engines, race, tuple(notes), selection)
 
     # ---- keys and folders ----------------------------------------------------------------------------
     @property
@@ -123,6 +136,17 @@ class RunPlan:
             return self.shards(suffix, r)
         return [f"{self.paths['race']}/{stem}{suffix}" for k in range(self.race.rounds)
                 for stem in self.race_chunk_stems(k)]
+
+    def full_ranking_of_race(self) -> dict[str, str]:
+        """Racing: the rank outputs of a full evaluation of the same population in this directory (at the keys of
+        this config with selection.mode full), when one was made; the record reports racing's recall of its top-k
+        lists (randopt/selection/recall.py). The record's inputs only where they exist, so a full run made later
+        changes its inputs and reruns it."""
+        if not self.racing:
+            return {}
+        folder = layout(run_keys(with_mode(self.config, "full"), inputs=self.inputs))["rank"]
+        files = {"full_ranking": f"{folder}/ranking.parquet", "full_topk": f"{folder}/topk.json"}
+        return files if all(Path(path).is_file() for path in files.values()) else {}
 
     def race_rounds(self) -> list[str]:
         """Racing: each round's survivors file, round 0 first (rank reads their reports); else none."""

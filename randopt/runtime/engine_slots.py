@@ -81,10 +81,11 @@ class EngineLayout:
         return {"engines_per_gpu": self.per_device, "why": self.why}
 
 
-def _between(weight_bytes: float, points: list[Measured]) -> tuple[Measured, Measured, float]:
+def between(weight_bytes: float, points: list) -> tuple:
     """The measured models either side of weight_bytes and where it lies between them on a log scale (0: the
     smaller, 1: the larger); outside them, or within 20 % of one (a GGUF's tensor table counts a tied output
-    layer twice), the nearest one alone."""
+    layer twice), the nearest one alone. points: anything with weight_bytes (MEASURED here; the call-cost
+    curves of randopt/selection/auto.py)."""
     points = sorted(points, key=lambda m: m.weight_bytes)
     near = min(points, key=lambda m: abs(math.log(weight_bytes / m.weight_bytes)))
     if abs(math.log(weight_bytes / near.weight_bytes)) < math.log(1.2):
@@ -102,7 +103,7 @@ def gains(weight_bytes: float, under_mps: bool) -> tuple[dict[int, float], str]:
     come from: the measured models' gains (MEASURED), interpolated on log weight bytes between the two either
     side (an engine count one of them lacks keeps that model's largest count's gain); past the largest, its."""
     kind = "gain_mps" if under_mps else "gain"
-    low, high, at = _between(weight_bytes, [m for m in MEASURED if getattr(m, kind)])
+    low, high, at = between(weight_bytes, [m for m in MEASURED if getattr(m, kind)])
     a, b = getattr(low, kind), getattr(high, kind)
     counts = range(1, max(max(a), max(b)) + 1)
     table = {n: a.get(n, a[max(a)]) + at * (b.get(n, b[max(b)]) - a.get(n, a[max(a)])) for n in counts}
@@ -113,7 +114,7 @@ def gains(weight_bytes: float, under_mps: bool) -> tuple[dict[int, float], str]:
 def member_seconds(weight_bytes: float, work: int) -> float:
     """One member's seconds on one engine alone: the measured models' (MEASURED), scaled to the work (train
     problems x max_tokens) and interpolated on log-log scales between the two either side."""
-    low, high, at = _between(weight_bytes, list(MEASURED))
+    low, high, at = between(weight_bytes, list(MEASURED))
     per_work = [m.member_s / m.work for m in (low, high)]
     return math.exp(math.log(per_work[0]) + at * (math.log(per_work[1]) - math.log(per_work[0]))) * work
 

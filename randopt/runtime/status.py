@@ -102,7 +102,19 @@ def racing_report(run_dir: Path, config: dict) -> str:
     return "\n".join(lines)
 
 
+def as_run(run_dir: Path, config: dict) -> dict:
+    """The config with the mode the run took: selection.mode auto is decided at the workflow's DAG build
+    (randopt/selection/auto.py), and a run that races has its rounds' folder; else it is full evaluation."""
+    if config["selection"]["mode"] != "auto":
+        return config
+    racing = config | {"selection": config["selection"] | {"mode": "racing"}}
+    keys = run_keys(racing)
+    raced = (run_dir / "results" / "race" / keys["eval"] / keys["race"]).is_dir()
+    return racing if raced else config | {"selection": config["selection"] | {"mode": "full"}}
+
+
 def report(run_dir: Path, config: dict) -> str:
+    config = as_run(run_dir, config)
     if config["selection"]["mode"] == "racing":
         return racing_report(run_dir, config)
     shards = collect(run_dir, config)

@@ -12,6 +12,7 @@ from randopt.report import record as rec
 from randopt.population import population_size
 from randopt.io import read_json, write_json_atomic
 from randopt.report.statistics import record_statistics
+from randopt.selection.recall import recall_of_full_run
 from randopt.distill.summary import distill_round
 from randopt.model.shape import NOT_A_RESULT, shape_weights
 from randopt.runtime.cli import run_stage
@@ -37,6 +38,10 @@ def parse_args(argv=None):
                    help="distill.enabled, once per round in order: the round's base model manifest, vote, bpb, "
                         "distill_data's manifest, distill_train's manifest of each arm and evaluate_distilled's "
                         "result of each arm")
+    p.add_argument("--selection-auto", type=json_arg, default=None,
+                   help='JSON: what selection.mode auto chose and why, {"requested": "auto", "mode": ..., "why": ...}')
+    p.add_argument("--full-ranking", default=None, help="racing: a full evaluation's ranking of the same population")
+    p.add_argument("--full-topk", default=None, help="racing: that full evaluation's topk.json")
     return p.parse_args(argv)
 
 
@@ -45,13 +50,26 @@ def by_arm(paths: list[str]) -> dict[str, dict]:
     return {item["arm"]: item for item in map(read_json, paths)}
 
 
+def racing_recall(ranked: dict, full_ranking: str | None, full_topk: str | None) -> dict:
+    """Under racing: recall_of_full, both recalls of each top-k list (randopt/selection/recall.py) against
+    the full evaluation's, or None where no full evaluation of the population was made; else nothing."""
+    if ranked["selection"]["mode"] != "racing":
+        return {}
+    if full_ranking is None:
+        return {"recall_of_full": None}
+    return {"recall_of_full": recall_of_full_run(pd.read_parquet(full_ranking), read_json(full_topk)["topk"],
+                                                 ranked["topk"])}
+
+
 def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: str, heldout_manifest: str, topk: str,
         ranking: str, vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
         benchmarks: list[str], records_md: str, out: str, engines: dict | None = None,
-        distill: list[dict] | None = None) -> None:
+        distill: list[dict] | None = None, full_ranking: str | None = None, full_topk: str | None = None,
+        selection_auto: dict | None = None) -> None:
     """distill (distill.enabled): per round in order, {"base": the round's base model manifest, "vote", "bpb":
     the round's vote and bpb, "data": distill_data's manifest, "models": [manifest per arm], "results": [result
-    per arm]}."""
+    per arm]}. full_ranking, full_topk (racing): a full evaluation's ranking and top-k lists of the same
+    population, when one was made in the run's directory; the record then reports racing's recall of them."""
     model, problems, heldout = (read_json(p) for p in (model_manifest, problems_manifest, heldout_manifest))
     kind = (config.get("task") or {}).get("kind", "gsm8k")  # a config from before tasks: GSM8K
     ranked, voted, scored = read_json(topk), read_json(vote), read_json(bpb)
@@ -101,8 +119,11 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         "population": {"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
                        "size": population},
         "decode": config["decode"],
-        # What the selection spent: problems per member, drops per round, slots and tokens against full.
-        "selection": ranked["selection"],
+        # What the selection spent: problems per member, drops per round, slots and tokens against full;
+        # under racing, its recall of a full evaluation's top-k lists where one exists (else null); under
+        # selection.mode auto, what auto chose and why.
+        "selection": ranked["selection"] | racing_recall(ranked, full_ranking, full_topk)
+        | ({"auto": selection_auto} if selection_auto else {}),
         "topk": [{"fraction": t["fraction"], "k": t["k"],
                   "members": [{k: m[k] for k in ("seed", "sigma", "train_reward")} for m in t["members"]]}
                  for t in ranked["topk"]],

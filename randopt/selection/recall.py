@@ -1,0 +1,92 @@
+"""How much of the full run's top-k a racing run's top-k holds: recall, plain and with ties at the cut.
+
+Racing (docs/racing.md) protects the full ranking's rewards, not its tie-break: rewards move in steps of
+1/n_train, so many members share the k-th reward, and which of them the full list holds is decided by
+fewer generated tokens, then sigma and seed (randopt/selection/rank.py). Two measures, for one top-k
+size k, racing's list R and the full run's list F (both of k members), and every member's reward over
+all train problems in the full run, full(m):
+
+- plain recall: |R ∩ F| / k, the same members, tie-break included;
+- recall with ties: |{m in R : full(m) >= r_k}| / k, where r_k is the k-th largest full reward. A member
+  of R tied at the cut with a member of F is no miss. It is never below the plain recall (every member of
+  F has full(m) >= r_k), and it is what racing's guarantees are about.
+
+A member's full reward comes from the full run, not the racing run: under the torch engine both answer
+the same blocks, but an engine whose answers depend on a batch's other prompts can reward a member
+differently in the two runs (bench/racing/racing.py answer_agreement shows how often).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from randopt.io import InputError
+from randopt.report.statistics import REWARD_ATOL
+
+Member = tuple[int, float]
+
+
+def kth_reward(rewards, k: int) -> float:
+    """r_k: the k-th largest of the rewards."""
+    values = np.asarray(rewards, dtype=np.float64)
+    if not 1 <= k <= values.size:
+        raise InputError(f"k = {k} is outside 1..{values.size} (the population)")
+    return float(np.sort(values)[::-1][k - 1])
+
+
+def at_or_above(rewards, kth: float) -> np.ndarray:
+    """Which rewards reach the k-th one (ties included, to REWARD_ATOL)."""
+    return np.asarray(rewards, dtype=np.float64) >= kth - REWARD_ATOL
+
+
+def recall_with_ties(listed_full_rewards, kth: float, k: int) -> float:
+    """The share of k taken by a list's members whose full reward reaches the k-th (a list shorter than k
+    loses the rest): the recall with ties, from the listed members' full rewards."""
+    if len(listed_full_rewards) > k:
+        raise InputError(f"a top-{k} list has {len(listed_full_rewards)} members")
+    return int(at_or_above(listed_full_rewards, kth).sum()) / k
+
+
+def recall(full: Mapping[Member, float], full_topk: Sequence[Member], racing_topk: Sequence[Member], k: int) -> dict:
+    """Both recalls of one top-k list, with what they are made of.
+
+    full: every member's full-run train reward, by (seed, sigma); full_topk, racing_topk: the two runs' top-k
+    lists, best first. Returns k, kth_reward (r_k), recall (with ties), recall_plain, recalled (members of R
+    at or above r_k), same_members (|R ∩ F|), members_at_or_above_kth (in the whole population: the
+    members among which a top-k list is a choice), and missed (R's members below r_k, with their full
+    rewards)."""
+    for name, members in (("full", full_topk), ("racing", racing_topk)):
+        if len(members) != k:
+            raise InputError(f"the {name} top-{k} list has {len(members)} members")
+        unknown = [m for m in members if m not in full]
+        if unknown:
+            raise InputError(f"{name} top-k members {unknown[:3]} have no full-run reward: the runs ranked "
+                             f"different populations")
+    kth = kth_reward(list(full.values()), k)
+    listed = [float(full[m]) for m in racing_topk]
+    reached = at_or_above(listed, kth)
+    same = len(set(full_topk) & set(racing_topk))
+    return {"k": k, "kth_reward": kth,
+            "recall": recall_with_ties(listed, kth, k), "recall_plain": same / k,
+            "recalled": int(reached.sum()), "same_members": same,
+            "members_at_or_above_kth": int(at_or_above(list(full.values()), kth).sum()),
+            "missed": [{"seed": int(s), "sigma": float(g), "full_reward": r}
+                       for (s, g), r, ok in zip(racing_topk, listed, reached) if not ok]}
+
+
+def recall_of_full_run(full_ranking, full_topk: list[dict], racing_topk: list[dict]) -> dict:
+    """Both recalls of each top-k list of a racing run against a full run of the same population, by
+    fraction: full_ranking is the full run's ranking table (seed, sigma, train_reward, partial), the two
+    *_topk rank's lists (topk.json's "topk")."""
+    if "partial" in full_ranking and full_ranking["partial"].any():
+        raise InputError("the full run's ranking has partial members: it is a racing run, not a full evaluation")
+    full = {(int(s), float(g)): float(r) for s, g, r in
+            zip(full_ranking["seed"], full_ranking["sigma"], full_ranking["train_reward"])}
+
+    def members(lists: list[dict]) -> dict[str, list[Member]]:
+        return {repr(float(t["fraction"])): [(int(m["seed"]), float(m["sigma"])) for m in t["members"]] for t in lists}
+    full_lists, racing_lists = members(full_topk), members(racing_topk)
+    if full_lists.keys() != racing_lists.keys():
+        raise InputError(f"the runs cut different top-k fractions: {sorted(full_lists)} vs {sorted(racing_lists)}")
+    return {f: recall(full, full_lists[f], racing_lists[f], len(full_lists[f])) for f in full_lists}
