@@ -122,7 +122,8 @@ def distill_knob(name):
 
 def job_threads(gpu_stage=True):
     """A heavy stage's threads: every core on a local run, or an engine slot's share; a cluster job's CPUs."""
-    return ENGINES.threads(config, workflow.cores, gpu_stage)
+    # workflow.cores raises where no --cores was given (a cluster's submit host): that case needs none
+    return ENGINES.threads(config, None if ENGINES.on_cluster else workflow.cores, gpu_stage)
 
 
 def job_resources(stage, gpu_stage=True):

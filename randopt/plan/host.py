@@ -32,7 +32,9 @@ class Host:
         from snakemake_interface_executor_plugins.settings import ExecMode
         on_cluster = workflow.resource_settings.cores is None or workflow.exec_mode == ExecMode.REMOTE
         gpu = workflow.global_resources.get("gpu")
-        return cls(on_cluster=on_cluster, cores=workflow.cores, gpus=getattr(gpu, "value", gpu), probe_card=True)
+        # workflow.cores raises on a cluster's submit host (no --cores): a cluster job's CPUs come from the config
+        cores = None if on_cluster else workflow.cores
+        return cls(on_cluster=on_cluster, cores=cores, gpus=getattr(gpu, "value", gpu), probe_card=True)
 
     def gpu0_bytes(self) -> int | None:
         """GPU 0's memory: the given card_bytes, or (of_workflow's host) torch's reading of this host's GPU 0;
