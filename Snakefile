@@ -6,7 +6,7 @@
 # The run, in order: freeze the task's splits (GSM8K by default; randopt/tasks/) and the held-out text; prepare the model; score every
 # (seed, sigma) of the population on the train split, shard by shard (or in racing rounds); rank; let the top-k members
 # answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
-# write the record (with its statistics: randopt/report/statistics.py) and draw the report's figures.
+# write the record (with its statistics: randopt/records/statistics.py) and draw the report's figures.
 # Output paths carry content keys (randopt/keys.py), so finished work is reused.
 # Inputs (frozen data, prepared models) go to data/, what the search computes to results/.
 #

@@ -175,7 +175,7 @@ EDITS = [
     # decides what the stage computes); how a stage's process runs is not
     ("randopt/stages/_args.py", ALL, ALL | {"race"}),
     ("randopt/runtime/cli.py", set(), set()),
-    ("randopt/report/statistics.py", {"population"}, {"population", "race"}),
+    ("randopt/records/statistics.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/vote.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/bpb.py", {"bpb"}, {"bpb"}),
     ("randopt/selection/rank.py", {"population"}, {"population", "race"}),
@@ -186,7 +186,7 @@ EDITS = [
     ("randopt/data/heldout.py", {"heldout", "bpb"}, {"heldout", "bpb"}),
     ("randopt/data/synth.py", ALL - {"model"}, ALL - {"model"} | {"race"}),
     ("randopt/io.py", ALL, ALL | {"race"}),
-    ("randopt/report/record.py", set(), set()),       # the record: its rule's code param reruns it
+    ("randopt/records/record.py", set(), set()),       # the record: its rule's code param reruns it
     ("randopt/config.py", set(), set()),              # the run's validation, at DAG build only
     ("randopt/runtime/progress.py", set(), set()),    # how a job runs, not what it computes
     ("randopt/runtime/resident/client.py", set(), set()),

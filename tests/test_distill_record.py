@@ -6,8 +6,8 @@ import pytest
 
 from randopt.distill.summary import distill_round
 from randopt.io import InputError
-from randopt.report import figures
-from randopt.report.statistics import ensemble_gain
+from randopt.records import figures
+from randopt.records.statistics import ensemble_gain
 
 IDS = [f"p{i}" for i in range(8)]
 VOTE = {"problem_ids": IDS, "base_correct": [True, False, False, True, False, False, True, False],

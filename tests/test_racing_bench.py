@@ -11,7 +11,7 @@ import pytest
 
 from randopt.config import ConfigError
 from randopt.io import InputError
-from randopt.report.statistics import ensemble_gain
+from randopt.records.statistics import ensemble_gain
 from bench.racing import racing as racing_bench   # bench/ is a folder of scripts, importable from the repo root
 
 ArmResult, compare = racing_bench.ArmResult, racing_bench.compare

@@ -1,4 +1,4 @@
-"""The record's statistics (randopt/report/statistics.py) on constructed cases with known answers."""
+"""The record's statistics (randopt/records/statistics.py) on constructed cases with known answers."""
 import math
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 
 from randopt.population import BASE
 from randopt.io import InputError
-from randopt.report.statistics import (ensemble_gain, k_curve, members_vs_base, per_problem_results, record_statistics,
+from randopt.records.statistics import (ensemble_gain, k_curve, members_vs_base, per_problem_results, record_statistics,
                                 selection)
 from randopt.ensemble.vote import answers_match, majority_vote
 

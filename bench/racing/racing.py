@@ -39,7 +39,7 @@ run directories and is what tests/test_racing_bench.py checks):
   got another completion in the other arm, where the engine's greedy answer depends on which prompts
   share its batch: full evaluation answers a member's problems in one batch, racing one per slice);
 - both ensembles' test accuracy per fraction; the paired bootstrap 95 % interval of racing minus full
-  (randopt/report/statistics.py's ensemble_gain, 10,000 resamples of the test problems, fixed seed); and the
+  (randopt/records/statistics.py's ensemble_gain, 10,000 resamples of the test problems, fixed seed); and the
   issue's literal check, whether racing's accuracy lies inside the full ensemble's own bootstrap 95 %
   interval (the same resamples, so the two intervals are paired);
 - the ratio racing/full of seeds/s, the machine, versions, and every config used;
@@ -71,7 +71,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from bench.racing.racing_bound import report_bound, share_text  # noqa: E402
 from randopt.scoring import answer_cache  # noqa: E402
-from randopt.report import record as rec  # noqa: E402
+from randopt.records import record as rec  # noqa: E402
 from bench.jobstats import job_counts  # noqa: E402
 from randopt.config import ConfigError, effective_config, load_schema, load_yaml  # noqa: E402
 from randopt.population import sigma_label, topk_size  # noqa: E402
@@ -80,7 +80,7 @@ from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.io import InputError, read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from randopt.keys import run_keys  # noqa: E402
 from randopt.paths import layout  # noqa: E402
-from randopt.report.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, REWARD_ATOL, ensemble_gain  # noqa: E402
+from randopt.records.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, REWARD_ATOL, ensemble_gain  # noqa: E402
 
 ARMS = ("full", "racing")
 SETUP_RULES = ("freeze_gsm8k", "fetch_fineweb", "prepare_model")
@@ -172,7 +172,7 @@ def accuracy_comparison(full_vote: dict, racing_vote: dict, fraction: str, *,
     """Both ensembles' test accuracy, the paired bootstrap 95 % interval of racing - full, and whether
     racing's accuracy lies inside the full ensemble's bootstrap 95 % interval.
 
-    Both intervals come from randopt.report.statistics.ensemble_gain with the same seed, so they resample the
+    Both intervals come from randopt.records.statistics.ensemble_gain with the same seed, so they resample the
     same test problems: the difference's interval with (base = full, ensemble = racing); the full
     ensemble's own interval as its gain over a reference that is never right (its accuracy)."""
     if full_vote["problem_ids"] != racing_vote["problem_ids"]:

@@ -17,7 +17,7 @@ accepted (the proposer's counters, randopt_draft_stats). Arms write arm_<tag>.js
 compare pairs arms of the same max_tokens (the first arm without speculation is the reference):
 members/s (members after the first, whose answers are no one's drafts, over their seconds), the share of
 (member, problem) answers identical to the reference arm's, and the paired difference in reward over
-those pairs with its 95 % bootstrap interval (randopt.report.statistics.ensemble_gain). Acceptance by
+those pairs with its 95 % bootstrap interval (randopt.records.statistics.ensemble_gain). Acceptance by
 member index is each member's accepted / proposed draft tokens.
 """
 from __future__ import annotations
@@ -123,7 +123,7 @@ def members_per_s(arm_result: dict) -> float:
 
 def compare(args) -> None:
     from randopt.io import write_json_atomic
-    from randopt.report.statistics import ensemble_gain
+    from randopt.records.statistics import ensemble_gain
 
     arms = [json.loads(Path(p).read_text()) for p in args.arms]
     rows = []

@@ -1,10 +1,10 @@
 """The record's distill block: per round, the distilled and control models' test accuracy and bpb next
-to the base's and the ensemble's, with paired-bootstrap intervals (randopt/report/statistics.py, the
+to the base's and the ensemble's, with paired-bootstrap intervals (randopt/records/statistics.py, the
 same as the ensemble's gain) of distilled against base, ensemble and control, and the data's sizes."""
 from __future__ import annotations
 
 from randopt.io import InputError
-from randopt.report.statistics import ensemble_gain
+from randopt.records.statistics import ensemble_gain
 
 
 def aligned(result: dict, problem_ids: list[str], what: str) -> list[bool]:

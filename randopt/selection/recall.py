@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from randopt.io import InputError
-from randopt.report.statistics import REWARD_ATOL
+from randopt.records.statistics import REWARD_ATOL
 
 Member = tuple[int, float]
 

@@ -8,10 +8,10 @@ from functools import partial
 import pandas as pd
 
 from randopt.kernels.noise_kinds import definition
-from randopt.report import record as rec
+from randopt.records import record as rec
 from randopt.population import population_size
 from randopt.io import read_json, write_json_atomic
-from randopt.report.statistics import record_statistics
+from randopt.records.statistics import record_statistics
 from randopt.selection.recall import recall_of_full_run
 from randopt.distill.summary import distill_round
 from randopt.model.shape import NOT_A_RESULT, shape_weights

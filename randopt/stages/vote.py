@@ -1,5 +1,5 @@
 """vote: majority vote of each top-k list on the test split; base accuracy with the same extraction; the
-per-problem results and the k-curve that the record's statistics are computed from (randopt/report/statistics.py)."""
+per-problem results and the k-curve that the record's statistics are computed from (randopt/records/statistics.py)."""
 from __future__ import annotations
 
 import time
@@ -10,7 +10,7 @@ import pandas as pd
 from randopt.data.gsm8k import extract_answer
 from randopt.population import BASE
 from randopt.io import read_json, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.report.statistics import per_problem_results
+from randopt.records.statistics import per_problem_results
 from randopt.tasks import registry
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser
