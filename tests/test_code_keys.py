@@ -186,7 +186,7 @@ EDITS = [
     ("randopt/data/heldout.py", {"heldout", "bpb"}, {"heldout", "bpb"}),
     ("randopt/data/synth.py", ALL - {"model"}, ALL - {"model"} | {"race"}),
     ("randopt/io.py", ALL, ALL | {"race"}),
-    ("randopt/records/record.py", set(), set()),       # the record: its rule's code param reruns it
+    ("randopt/records/assemble.py", set(), set()),       # the record: its rule's code param reruns it
     ("randopt/config.py", set(), set()),              # the run's validation, at DAG build only
     ("randopt/runtime/progress.py", set(), set()),    # how a job runs, not what it computes
     ("randopt/runtime/resident/client.py", set(), set()),

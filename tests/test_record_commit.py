@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from randopt.records.record import code_sha256, git_commit
+from randopt.records.assemble import code_sha256, git_commit
 from tests.conftest import REPO
 from tests.support.workflow import copy_code
 
@@ -54,7 +54,7 @@ def test_the_record_names_the_cpu_from_cpuinfo():
 
     import pytest
 
-    from randopt.records.record import hardware
+    from randopt.records.assemble import hardware
     cpuinfo = Path("/proc/cpuinfo")
     names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
              if line.lower().startswith("model name")] if cpuinfo.is_file() else []

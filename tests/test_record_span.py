@@ -2,7 +2,7 @@
 jobs that ran side by side (one engine per GPU) must not count twice."""
 import pytest
 
-from randopt.records.record import job_intervals, wall_clock_span
+from randopt.records.assemble import job_intervals, wall_clock_span
 
 
 def test_side_by_side_jobs_count_once():

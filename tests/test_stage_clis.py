@@ -223,7 +223,7 @@ def test_delta_switch_reaches_the_engine_stages_and_its_drift_is_recorded(tmp_pa
     """perturbation.switch: delta goes into the engine stages' --engine-options (and nowhere under the
     default), the stage walks its seeds in place and its timings carry the drift it measured; the
     record's summary takes the worst stage."""
-    from randopt.records.record import switch_summary
+    from randopt.records.assemble import switch_summary
     from randopt.stages import evaluate_shard
     check_reaches_engine_stages(tmp_path, tiny_model_dir, {"perturbation": {"switch": "delta"}}, "switch", "delta")
 

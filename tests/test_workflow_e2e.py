@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from randopt.records.record import code_sha256
+from randopt.records.assemble import code_sha256
 from tests.conftest import REPO
 from tests.support.workflow import jobs_run, read_record
 

@@ -33,7 +33,7 @@ from randopt.engines.factory import make_engine  # noqa: E402
 from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402
 from randopt.data.gsm8k import freeze_splits  # noqa: E402
 from randopt.io import write_json_atomic  # noqa: E402
-from randopt.records.record import hardware, package_versions  # noqa: E402
+from randopt.records.assemble import hardware, package_versions  # noqa: E402
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 

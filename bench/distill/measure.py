@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from randopt.records.record import benchmark_seconds, hardware  # noqa: E402
+from randopt.records.assemble import benchmark_seconds, hardware  # noqa: E402
 
 DISTILL_STAGES = ("distill_data", "distill_train", "evaluate_distilled")
 

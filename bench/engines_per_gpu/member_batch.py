@@ -44,7 +44,7 @@ def sweep(args) -> dict:
     from randopt.engines.factory import make_engine
     from randopt.engines.switch import switch_weights
     from randopt.io import read_jsonl, write_json_atomic
-    from randopt.records import record as rec
+    from randopt.records import assemble as rec
     from randopt.scoring.scorer import DecodeSpec, build_prompts, score_completions
 
     problems = [{"id": f"train-{i}", **row} for i, row in enumerate(read_jsonl(args.train)[:args.prompts])]

@@ -38,7 +38,7 @@ from bench.racing.racing import SETUP_RULES, Workflow, link_inputs, write_overla
 from snakemake.utils import update_config  # noqa: E402
 
 from randopt.io import read_json, write_json_atomic  # noqa: E402
-from randopt.records import record as rec  # noqa: E402
+from randopt.records import assemble as rec  # noqa: E402
 
 # What the issue asks of randopt's end-to-end wall time against FlashOpt's (FlashOpt's / randopt's)
 TARGET_WALL_RATIO = {"smollm2": 3.0, "qwen7b": 1.0}

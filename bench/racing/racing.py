@@ -71,7 +71,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from bench.racing.racing_bound import report_bound, share_text  # noqa: E402
 from randopt.scoring import answer_cache  # noqa: E402
-from randopt.records import record as rec  # noqa: E402
+from randopt.records import assemble as rec  # noqa: E402
 from bench.jobstats import job_counts  # noqa: E402
 from randopt.config import ConfigError, effective_config, load_schema, load_yaml  # noqa: E402
 from randopt.population import sigma_label, topk_size  # noqa: E402

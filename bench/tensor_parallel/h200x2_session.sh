@@ -122,7 +122,7 @@ while [ $# -gt 0 ]; do
         tar_logs dp2
         python3 - "$OUT/tensor_parallel_h200x2_dp.json" <<'PY'
 import glob, json, re, sys
-from randopt.records.record import job_intervals, wall_clock_span
+from randopt.records.assemble import job_intervals, wall_clock_span
 def stage(root, logs):
     timings = [json.load(open(p)) for p in sorted(glob.glob(f"{root}/*/*/*.timings.json"))]
     gpus = {}

@@ -8,7 +8,7 @@ from functools import partial
 import pandas as pd
 
 from randopt.kernels.noise_kinds import definition
-from randopt.records import record as rec
+from randopt.records import assemble as rec
 from randopt.population import population_size
 from randopt.io import read_json, write_json_atomic
 from randopt.records.statistics import record_statistics
