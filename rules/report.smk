@@ -3,7 +3,7 @@
 # after a run embeds them with their captions (report/<name>.rst). rule all asks for them, so the
 # default target (make record) draws them.
 
-# Figure name (randopt/records/figures.py FIGURES) -> the report's category it is shown under.
+# Figure name (randopt/records/plots.py FIGURES) -> the report's category it is shown under.
 FIGURE_CATEGORIES = {
     "train_reward_histogram": "Search",
     "train_reward_by_rank": "Search",

@@ -6,7 +6,7 @@ import pytest
 
 from randopt.distill.summary import distill_round
 from randopt.io import InputError
-from randopt.records import figures
+from randopt.records import plots
 from randopt.records.statistics import ensemble_gain
 
 IDS = [f"p{i}" for i in range(8)]
@@ -52,6 +52,6 @@ def test_a_model_missing_test_answers_is_an_error():
 
 def test_the_figure_is_drawn_only_for_a_record_with_distillation(tmp_path):
     record = {"distill": {"rounds": [distill_round(VOTE, BPB, DATA, MODELS, results(DISTILLED, CONTROL))]}}
-    assert "distill" in figures.figure_names(record) and "distill" not in figures.figure_names({})
-    figures.distill(record).savefig(tmp_path / "distill.png")
+    assert "distill" in plots.figure_names(record) and "distill" not in plots.figure_names({})
+    plots.distill(record).savefig(tmp_path / "distill.png")
     assert (tmp_path / "distill.png").stat().st_size > 1000

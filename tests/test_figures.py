@@ -1,4 +1,4 @@
-"""The report's figures (randopt/records/figures.py) from a constructed run whose numbers are not all equal,
+"""The report's figures (randopt/records/plots.py) from a constructed run whose numbers are not all equal,
 made by the real rank, vote and statistics functions; the workflow test draws them from a real run."""
 import re
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from randopt.population import BASE
-from randopt.records.figures import FIGURES, OPTIONAL, figure_names, k_curve, write_figures
+from randopt.records.plots import FIGURES, OPTIONAL, figure_names, k_curve, write_figures
 from randopt.io import InputError
 from randopt.selection.rank import rank_population, top_k
 from randopt.records.statistics import per_problem_results, record_statistics

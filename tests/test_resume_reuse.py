@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from randopt.records.figures import FIGURES, OPTIONAL
+from randopt.records.plots import FIGURES, OPTIONAL
 from tests.conftest import REPO
 from tests.support.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
                                     run_workflow, shared_run_config)

@@ -1,4 +1,4 @@
-"""figures: the report's figures (PNG, randopt/records/figures.py) from the record, rank's ranking table and the
+"""figures: the report's figures (PNG, randopt/records/plots.py) from the record, rank's ranking table and the
 vote stage's per-problem results."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from functools import partial
 
 import pandas as pd
 
-from randopt.records.figures import FIGURES, write_figures
+from randopt.records.plots import FIGURES, write_figures
 from randopt.io import read_json
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser
