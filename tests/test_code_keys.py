@@ -123,12 +123,12 @@ def test_a_key_hashes_module_names_so_a_checkout_elsewhere_keys_the_same(tmp_pat
     assert modules_version("randopt.stages.rank", root=tmp_path / "elsewhere") == modules_version("randopt.stages.rank")
     # the same code under another name is another module: its key moves
     moved = tmp_path / "elsewhere" / "randopt" / "selection"
-    (moved / "ranking.py").write_text((moved / "rank.py").read_text())
-    (moved / "rank.py").unlink()
+    (moved / "top_lists.py").write_text((moved / "ranking.py").read_text())
+    (moved / "ranking.py").unlink()
     for path in (tmp_path / "elsewhere").rglob("*.py"):
         text = path.read_text()
-        if "randopt.selection.rank" in text:
-            path.write_text(text.replace("randopt.selection.rank", "randopt.selection.ranking"))
+        if "randopt.selection.ranking" in text:
+            path.write_text(text.replace("randopt.selection.ranking", "randopt.selection.top_lists"))
     code_keys.clear_cache()
     assert modules_version("randopt.stages.rank", root=tmp_path / "elsewhere") != modules_version("randopt.stages.rank")
 
@@ -178,7 +178,7 @@ EDITS = [
     ("randopt/records/statistics.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/vote.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/bpb.py", {"bpb"}, {"bpb"}),
-    ("randopt/selection/rank.py", {"population"}, {"population", "race"}),
+    ("randopt/selection/ranking.py", {"population"}, {"population", "race"}),
     ("randopt/selection/summary.py", {"population"}, {"population", "race"}),
     ("randopt/selection/rules.py", set(), {"population", "race"}),
     ("randopt/selection/chunks.py", set(), {"population", "race"}),

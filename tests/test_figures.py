@@ -9,7 +9,7 @@ import pytest
 from randopt.population import BASE
 from randopt.records.plots import FIGURES, OPTIONAL, figure_names, k_curve, write_figures
 from randopt.io import InputError
-from randopt.selection.rank import rank_population, top_k
+from randopt.selection.ranking import rank_population, top_k
 from randopt.records.statistics import per_problem_results, record_statistics
 from tests.conftest import REPO
 

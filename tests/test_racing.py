@@ -272,7 +272,7 @@ def test_checkpoints_are_whole_answer_blocks(n_problems, first_slice, growth, bl
 
 
 def test_racing_ranks_complete_members_first_and_marks_the_stopped_ones_partial():
-    from randopt.selection.rank import rank_population, top_k
+    from randopt.selection.ranking import rank_population, top_k
     table = []
     # seed 0 answered all 4 problems (reward 0.5); seed 1 stopped after 2, both right (partial reward 1.0);
     # seed 2 answered all 4, 3 right (0.75)

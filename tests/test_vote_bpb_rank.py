@@ -7,7 +7,7 @@ import pytest
 from randopt.ensemble.bpb import bits_per_byte, ensemble_logprobs, model_bpb
 from randopt.io import InputError
 from randopt.scoring.member_cache import union_members
-from randopt.selection.rank import rank_population, top_k
+from randopt.selection.ranking import rank_population, top_k
 from randopt.ensemble.vote import answers_match, majority_vote
 
 

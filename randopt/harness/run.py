@@ -2,7 +2,7 @@
 members one model choice stands for (the base, one member, or a top-k ensemble).
 
 Every fact comes from where the run keeps it: the paths from randopt/paths.py over the record's own
-config, k from randopt/population.py, the top-k cut from randopt/selection/rank.py, a rank's member
+config, k from randopt/population.py, the top-k cut from randopt/selection/ranking.py, a rank's member
 from randopt/model/export.py, the engine's options and the model check from randopt/ensemble/ask.py.
 All of it is read and checked before any engine loads, so bad input costs one line and no model load.
 """
@@ -107,7 +107,7 @@ class Run:
         import pandas as pd
 
         from randopt.model.export import member_at_rank
-        from randopt.selection.rank import top_k
+        from randopt.selection.ranking import top_k
         ranked = pd.read_parquet(self.ranking_path)
         if choice.kind == "base":
             return [{"seed": BASE, "sigma": 0.0, "rank": None, "train_reward": None}]

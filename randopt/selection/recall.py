@@ -2,7 +2,7 @@
 
 Racing (docs/racing.md) protects the full ranking's rewards, not its tie-break: rewards move in steps of
 1/n_train, so many members share the k-th reward, and which of them the full list holds is decided by
-fewer generated tokens, then sigma and seed (randopt/selection/rank.py). Two measures, for one top-k
+fewer generated tokens, then sigma and seed (randopt/selection/ranking.py). Two measures, for one top-k
 size k, racing's list R and the full run's list F (both of k members), and every member's reward over
 all train problems in the full run, full(m):
 

@@ -3,7 +3,7 @@
 Every member answers the same first slice of the train problems; after each slice the members that
 are, with high confidence, out of the largest top-k stop; the rest go on with the next slice. The
 members still racing after the last slice have answered every train problem and are ranked exactly
-as full evaluation ranks them (randopt/selection/rank.py). A stopped member keeps its partial reward, marked
+as full evaluation ranks them (randopt/selection/ranking.py). A stopped member keeps its partial reward, marked
 partial; it is never ranked against complete members.
 
 What is being protected

@@ -12,7 +12,7 @@ import pandas as pd
 
 from randopt.io import InputError, atomic_path, read_json, write_json_atomic
 from randopt.selection.summary import selection_summary
-from randopt.selection.rank import rank_population, top_k
+from randopt.selection.ranking import rank_population, top_k
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import json_arg, stage_parser
 
