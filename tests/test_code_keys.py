@@ -176,7 +176,7 @@ EDITS = [
     ("randopt/stages/_args.py", ALL, ALL | {"race"}),
     ("randopt/runtime/cli.py", set(), set()),
     ("randopt/records/statistics.py", {"population"}, {"population", "race"}),
-    ("randopt/ensemble/vote.py", {"population"}, {"population", "race"}),
+    ("randopt/ensemble/majority_vote.py", {"population"}, {"population", "race"}),
     ("randopt/ensemble/bpb.py", {"bpb"}, {"bpb"}),
     ("randopt/selection/ranking.py", {"population"}, {"population", "race"}),
     ("randopt/selection/summary.py", {"population"}, {"population", "race"}),

@@ -9,7 +9,7 @@ from randopt.population import BASE
 from randopt.io import InputError
 from randopt.records.statistics import (ensemble_gain, k_curve, members_vs_base, per_problem_results, record_statistics,
                                 selection)
-from randopt.ensemble.vote import answers_match, majority_vote
+from randopt.ensemble.majority_vote import answers_match, majority_vote
 
 
 def test_identical_members_give_no_gain_a_zero_interval_and_p_one():

@@ -8,7 +8,7 @@ from randopt.ensemble.bpb import bits_per_byte, ensemble_logprobs, model_bpb
 from randopt.io import InputError
 from randopt.scoring.member_cache import union_members
 from randopt.selection.ranking import rank_population, top_k
-from randopt.ensemble.vote import answers_match, majority_vote
+from randopt.ensemble.majority_vote import answers_match, majority_vote
 
 
 def test_majority_wins():

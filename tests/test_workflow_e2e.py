@@ -246,7 +246,7 @@ def test_ask_gives_the_vote_stages_answers_for_the_test_problems(finished_run):
     """python -m randopt.stages.ask on the run's own test questions: every member's completion is the one
     evaluate_members wrote, and the majority is the vote's."""
     from randopt.ensemble.ask import ask, default_model_dir
-    from randopt.ensemble.vote import majority_vote
+    from randopt.ensemble.majority_vote import majority_vote
     workdir, _ = finished_run
     record_path = workdir / "results" / "record.json"
     record = json.loads(record_path.read_text())

@@ -23,7 +23,7 @@ from randopt.config import decode_for, task_kind, task_spec
 from randopt.engines.factory import make_engine
 from randopt.scoring.scorer import DecodeSpec
 from randopt.io import InputError, read_json
-from randopt.ensemble.vote import majority_index
+from randopt.ensemble.majority_vote import majority_index
 from randopt.tasks import registry
 from randopt.tasks.base import Task
 

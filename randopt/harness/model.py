@@ -8,7 +8,7 @@ ensemble of k members costs k switches a call, whatever the number of requests.
 - generate_until: every member decodes greedily with the engine's generate (lm-eval's `until` strings
   are its stop strings, `max_gen_toks` its max_tokens). An ensemble returns one member's own
   completion: that of the best-ranked member whose answer (randopt/harness/extract.py) is the majority
-  answer (randopt/ensemble/vote.py majority_index, ties to the best-ranked); when no member gives an
+  answer (randopt/ensemble/majority_vote.py majority_index, ties to the best-ranked); when no member gives an
   answer, the best-ranked member's.
 - loglikelihood: log p(continuation | context) from the engine's teacher-forced log-probs of
   context + continuation, split as lm-eval splits a pair (trailing spaces of the context move to the
@@ -33,7 +33,7 @@ from lm_eval.api.registry import register_model
 from randopt.engines.base import Engine
 from randopt.engines.switch import switch_weights
 from randopt.ensemble.bpb import ensemble_logprobs
-from randopt.ensemble.vote import majority_index
+from randopt.ensemble.majority_vote import majority_index
 from randopt.harness.extract import extractor_for
 from randopt.harness.run import Choice, Run, member_key, parse_choice
 

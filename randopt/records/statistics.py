@@ -7,7 +7,7 @@
 - selection: does train reward predict test accuracy among the members that answered the test split
   (Spearman's rho)?
 - k_curve: the ensemble's test accuracy for every k from 1 to the largest top-k, voted exactly as the
-  vote stage votes (randopt.ensemble.vote).
+  vote stage votes (randopt.ensemble.majority_vote).
 
 Every function is pure: tables and lists in, plain JSON-ready values out (None where a value is
 undefined, never NaN).
@@ -21,7 +21,7 @@ import pandas as pd
 
 from randopt.population import sigma_label
 from randopt.io import InputError
-from randopt.ensemble.vote import ensemble_correct, ensemble_correct_by_winner
+from randopt.ensemble.majority_vote import ensemble_correct, ensemble_correct_by_winner
 
 BOOTSTRAP_RESAMPLES = 10_000
 # Fixed, so that the same per-problem results always give the same interval.
@@ -117,7 +117,7 @@ def k_curve(answers_in_rank_order: Sequence[Mapping[str, str | None]], reference
             correct_in_rank_order: Sequence[Mapping[str, bool]] | None = None) -> list[dict]:
     """[{"k", "ensemble_test"}] for k = 1 .. len(answers_in_rank_order): the test accuracy of the vote
     of the k best-ranked members (one {problem_id: answer} per member, best first), voted by
-    randopt.ensemble.vote exactly as the vote stage votes (correct_in_rank_order given: by the winner's
+    randopt.ensemble.majority_vote exactly as the vote stage votes (correct_in_rank_order given: by the winner's
     own correctness, answers being vote keys)."""
     if not references:
         raise ValueError("k_curve needs at least one test problem")
@@ -140,7 +140,7 @@ def per_problem_results(answers: pd.DataFrame, topk_lists: list[dict], reference
     answers: evaluate_members' table (seed, sigma, problem_id, answer, correct); topk_lists: rank's
     lists (every list a prefix of the ranking, members best first); references: problem_id -> answer.
     by_winner: a task other than GSM8K, whose answer column holds vote keys and whose vote is right when
-    its winning member is (randopt/ensemble/vote.py).
+    its winning member is (randopt/ensemble/majority_vote.py).
     """
     answers = answers.assign(answer=answers["answer"].astype(object).where(answers["answer"].notna(), None))
     by_member = {key: dict(zip(frame["problem_id"], frame["answer"]))

@@ -32,7 +32,7 @@ def run(*, answers: str, topk: str, test: str, out: str) -> None:
     gsm8k = task.kind == "gsm8k"
     rows = read_jsonl(test, required=("id", "answer"))
     references = {p["id"]: extract_answer(p["answer"]) if gsm8k else p["answer"] for p in rows}
-    if not gsm8k:  # another task: members pool their answers by its vote key (randopt/ensemble/vote.py)
+    if not gsm8k:  # another task: members pool their answers by its vote key (randopt/ensemble/majority_vote.py)
         table["answer"] = [task.vote_key(a) for a in table["answer"]]
     base = table[table["seed"] == BASE]
     result = {"stage": "vote", "n_test": len(references),

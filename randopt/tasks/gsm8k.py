@@ -37,7 +37,7 @@ class GSM8K(Task):
         return zero(f"wrong: {answer}, reference {gsm8k.reference_answer(problem['answer'])}")
 
     def vote_key(self, answer):
-        """As the vote stage compares GSM8K answers (randopt/ensemble/vote.py): as exact numbers."""
+        """As the vote stage compares GSM8K answers (randopt/ensemble/majority_vote.py): as exact numbers."""
         return None if answer is None else Fraction(answer)
 
 
