@@ -18,7 +18,7 @@ from randopt.engines import compute_dtype
 from randopt.population import population_size, topk_size
 from randopt.schema import (SCHEMA_PATH, SOURCE_KINDS, ConfigError, check_commit, check_decode,  # noqa: F401
                             check_engine_options, check_selected, check_source, load_schema, validate_block)
-from randopt.selection.rules import EXACT_MAX_PROBLEMS
+from randopt.selection.race_stops import EXACT_MAX_PROBLEMS
 
 
 

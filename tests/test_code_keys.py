@@ -180,7 +180,7 @@ EDITS = [
     ("randopt/ensemble/bpb.py", {"bpb"}, {"bpb"}),
     ("randopt/selection/ranking.py", {"population"}, {"population", "race"}),
     ("randopt/selection/summary.py", {"population"}, {"population", "race"}),
-    ("randopt/selection/rules.py", set(), {"population", "race"}),
+    ("randopt/selection/race_stops.py", set(), {"population", "race"}),
     ("randopt/selection/chunks.py", set(), {"population", "race"}),
     ("randopt/model/prepare.py", {"model", "eval", "bpb"}, {"model", "eval", "bpb"}),
     ("randopt/data/heldout.py", {"heldout", "bpb"}, {"heldout", "bpb"}),

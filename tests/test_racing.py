@@ -8,7 +8,7 @@ import pytest
 from randopt.io import InputError
 from randopt.population import Population
 from randopt.selection.plan import RacingConfig, checkpoints, plan_rounds
-from randopt.selection.rules import decide, pvalue_table, race, survivors
+from randopt.selection.race_stops import decide, pvalue_table, race, survivors
 
 RULES = [RacingConfig(rule="bayes", miss_budget=0.1), RacingConfig(rule="exact", delta=0.1)]
 

@@ -16,7 +16,7 @@ Compared, on the same tables and the same random problem order:
   sh      plain successive halving: all members answer first_slice problems, the best keep_fraction
           by partial reward (at least k) go on, the problems seen grow by 1/keep_fraction, until the
           survivors have answered all problems;
-  racing  randopt/selection/rules.py, rule bayes at several (growth, miss_budget) and rule exact at several
+  racing  randopt/selection/race_stops.py, rule bayes at several (growth, miss_budget) and rule exact at several
           delta (first_slice 20).
 speedup = (members * problems) / (member-problem slots evaluated); recall = share of the racing
 top-k whose full reward is at least the full ranking's k-th reward (ties at the cut count as in).
@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from randopt.io import write_json_atomic  # noqa: E402
 from randopt.selection.plan import RacingConfig, plan_rounds  # noqa: E402
-from randopt.selection.rules import race  # noqa: E402
+from randopt.selection.race_stops import race  # noqa: E402
 from randopt.selection.recall import kth_reward, recall_with_ties  # noqa: E402
 
 N_MEMBERS, N_PROBLEMS, K = 512, 200, 20

@@ -1,4 +1,4 @@
-"""race_round: after round r's slices, decide which racing members go on (randopt/selection/rules.py
+"""race_round: after round r's slices, decide which racing members go on (randopt/selection/race_stops.py
 survivors()); writes the survivors and the round's report, which rank and the record show."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 from randopt.io import InputError, read_json, write_json_atomic
 from randopt.selection.chunks import read_racing
 from randopt.selection.plan import RacePlan
-from randopt.selection.rules import survivors as decide_round
+from randopt.selection.race_stops import survivors as decide_round
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser
 

@@ -1,7 +1,7 @@
 """rank: the population's train answers -> ranking table (parquet) and top-k lists (JSON).
 
 Full evaluation reads the evaluate_shard tables; racing reads every round's race_slice tables and the
-rounds' decisions (randopt/selection/rules.py). Either way the top-k lists hold members that answered every
+rounds' decisions (randopt/selection/race_stops.py). Either way the top-k lists hold members that answered every
 train problem, and topk.json says what the selection spent (randopt/selection/summary.py)."""
 from __future__ import annotations
 
