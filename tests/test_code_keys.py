@@ -197,7 +197,7 @@ EDITS = [
     ("randopt/tasks/base.py", {"eval", "population"}, {"eval", "population", "race"}),
     ("randopt/tasks/registry.py", {"eval", "population"}, {"eval", "population", "race"}),
     ("randopt/tasks/countdown.py", set(), set()),
-    ("randopt/tasks/arith.py", set(), set()),
+    ("randopt/tasks/countdown_expr.py", set(), set()),
     ("randopt/tasks/jsonl.py", set(), set()),
     ("randopt/tasks/local_jsonl.py", set(), set()),
     ("randopt/tasks/math.py", set(), set()),
@@ -212,7 +212,7 @@ COUNTDOWN = effective_config({"task": {"kind": "countdown"}})
 # Under a Countdown run: its frozen problems' key is "task" (no "gsm8k"); its own code keys them and eval.
 COUNTDOWN_EDITS = [
     ("randopt/tasks/countdown.py", {"task", "eval"}),
-    ("randopt/tasks/arith.py", {"task", "eval"}),
+    ("randopt/tasks/countdown_expr.py", {"task", "eval"}),
     ("randopt/tasks/freeze.py", {"task", "eval"}),  # eval holds the task key
     ("randopt/tasks/math.py", set()),
     ("randopt/tasks/gsm8k.py", {"task", "eval", "population"}),

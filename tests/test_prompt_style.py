@@ -14,7 +14,7 @@ from randopt.config import ConfigError, decode_for, load_schema, load_yaml, vali
 from randopt.engines import compute_dtype
 from randopt.keys import run_keys
 from randopt.tasks import registry
-from randopt.tasks.arith import evaluate
+from randopt.tasks.countdown_expr import evaluate
 from tests.conftest import REPO
 
 KINDS = ("gsm8k", "countdown", "math", "code", "jsonl")

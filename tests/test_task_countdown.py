@@ -13,7 +13,7 @@ import pytest
 from randopt.config import ConfigError, validate
 from randopt.io import InputError
 from randopt.tasks import registry
-from randopt.tasks.arith import MAX_CHARS, Malformed, evaluate
+from randopt.tasks.countdown_expr import MAX_CHARS, Malformed, evaluate
 from randopt.tasks.countdown import check_settings, generate
 
 BLOCK = validate({"task": {"kind": "countdown"}})["task"]["countdown"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from randopt.data.synth import StableRng
 from randopt.io import InputError
-from randopt.tasks.arith import Malformed, evaluate
+from randopt.tasks.countdown_expr import Malformed, evaluate
 from randopt.tasks.base import Reward, Task, full, zero
 
 MAX_MISSES = 10_000  # draws in a row that gave no new problem before the settings count as exhausted
