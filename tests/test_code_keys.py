@@ -205,7 +205,7 @@ EDITS = [
     ("randopt/tasks/sandbox.py", set(), set()),
     ("randopt/tasks/sandbox_child.py", set(), set()),
     ("randopt/tasks/freeze.py", set(), set()),
-    ("randopt/tasks/score_answers.py", set(), set()),  # a tool, no stage
+    ("randopt/tasks/offline_scoring.py", set(), set()),  # a tool, no stage
 ]
 
 COUNTDOWN = effective_config({"task": {"kind": "countdown"}})

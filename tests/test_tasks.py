@@ -13,7 +13,7 @@ from randopt.data import gsm8k as gsm8k_data
 from randopt.io import InputError, read_jsonl
 from randopt.tasks import registry
 from randopt.tasks.freeze import freeze_splits, write_frozen
-from randopt.tasks.score_answers import format_rows, score_file, task_from_arg
+from randopt.tasks.offline_scoring import format_rows, score_file, task_from_arg
 from tests.test_gsm8k import make_hub_cache
 
 FIXTURE = Path(__file__).parent / "fixtures" / "math_small.jsonl"

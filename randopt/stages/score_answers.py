@@ -1,5 +1,5 @@
 r"""score_answers: given completions scored with a task's reward, one row each: id, extracted answer,
-reward, reason (randopt/tasks/score_answers.py). A tool, no rule of the workflow.
+reward, reason (randopt/tasks/offline_scoring.py). A tool, no rule of the workflow.
 
     python -m randopt.stages.score_answers --task countdown --problems data/tasks/<key>/test.jsonl \
         --completions answers.jsonl
@@ -18,7 +18,7 @@ import sys
 
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser
-from randopt.tasks.score_answers import format_rows, score_file, task_from_arg
+from randopt.tasks.offline_scoring import format_rows, score_file, task_from_arg
 
 
 def parse_args(argv=None):
