@@ -112,8 +112,10 @@ def json_object(text: str, where: str, fix: str = "") -> dict:
     return value
 
 
-def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[dict]:
-    """Read a JSONL file strictly: a malformed line or a missing key is an error naming the line."""
+def numbered_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[tuple[int, dict]]:
+    """Each row of a JSONL file with its line number, read strictly: a malformed line or a missing key is
+    an error naming the line. Blank lines are skipped; the numbers let a caller that checks more (a task's
+    fields, repeated ids) name the line too, without reading the file a second time."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: file not found")
@@ -127,8 +129,13 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[di
             missing = [k for k in required if k not in row]
             if missing:
                 raise InputError(f"{path}:{lineno}: missing key(s) {missing}; every row needs {list(required)}")
-            rows.append(row)
+            rows.append((lineno, row))
     return rows
+
+
+def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[dict]:
+    """The rows of a JSONL file, read strictly (numbered_jsonl, without the line numbers)."""
+    return [row for _, row in numbered_jsonl(path, required)]
 
 
 def sha256_bytes(data: bytes) -> str:

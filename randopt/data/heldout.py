@@ -22,7 +22,7 @@ from typing import Any
 from randopt.data.gsm8k import check_sha256, hf_dataset_file
 from randopt.inputs import Input, check_unchanged, file_input
 from randopt.schema import check_source
-from randopt.io import InputError, atomic_path, canonical_json, parquet_file, read_jsonl, sha256_bytes
+from randopt.io import InputError, atomic_path, canonical_json, numbered_jsonl, parquet_file, sha256_bytes
 from randopt.data.synth import StableRng
 
 FINEWEB_EDU_REPO = "HuggingFaceFW/fineweb-edu"
@@ -207,13 +207,11 @@ def _make_row(doc_id: Any, text: Any, default_id: str, where: str) -> dict:
 def read_jsonl_rows(path: str | Path, start: int, n_docs: int) -> list[dict]:
     """Rows [start, start + n_docs) of a JSONL file whose rows have a "text" field."""
     path = Path(path)
-    rows = read_jsonl(path, required=("text",))
+    rows = numbered_jsonl(path, required=("text",))
     if start + n_docs > len(rows):
         raise _range_error(str(path), start, n_docs, len(rows))
-    with path.open(encoding="utf-8") as fh:  # same line splitting as read_jsonl, for line numbers
-        linenos = [i for i, line in enumerate(fh, start=1) if line.strip()]
-    return [_make_row(rows[r].get("id"), rows[r]["text"], f"jsonl-{r}", f"{path}:{linenos[r]}")
-            for r in range(start, start + n_docs)]
+    return [_make_row(row.get("id"), row["text"], f"jsonl-{r}", f"{path}:{lineno}")
+            for r, (lineno, row) in enumerate(rows[start:start + n_docs], start=start)]
 
 
 def read_parquet_rows(path: str | Path, start: int, n_docs: int) -> tuple[list[dict], int]:

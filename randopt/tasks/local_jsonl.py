@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from randopt.io import InputError, read_jsonl
+from randopt.io import InputError, numbered_jsonl
 
 
 def load_rows(path: str | Path, required: Iterable[str], what: str) -> list[dict]:
@@ -14,14 +14,13 @@ def load_rows(path: str | Path, required: Iterable[str], what: str) -> list[dict
     if not path.is_file():
         raise InputError(f"{path}: file not found; give {what}")
     required = tuple(required)
-    rows = read_jsonl(path, required=required)
-    with path.open(encoding="utf-8") as fh:  # read_jsonl skips blank lines: each row's line, for errors
-        linenos = [i for i, line in enumerate(fh, start=1) if line.strip()]
-    for lineno, row in zip(linenos, rows):
+    numbered = numbered_jsonl(path, required=required)
+    for lineno, row in numbered:
         for key in required:
             value = row[key]
             if value is None or (isinstance(value, str) and not value.strip()):
                 raise InputError(f"{path}:{lineno}: '{key}' is empty; fix or remove that row")
+    rows = [row for _, row in numbered]
     if not rows:
         raise InputError(f"{path}: no problems in the file; give {what}")
     ids = [str(r["id"]) for r in rows if "id" in r]

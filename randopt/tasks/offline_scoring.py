@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from randopt.io import InputError, read_jsonl
+from randopt.io import InputError, numbered_jsonl
 from randopt.schema import ConfigError, validate_block
 from randopt.tasks import registry
 from randopt.tasks.base import Task
@@ -38,25 +38,17 @@ def task_from_arg(text: str) -> Task:
     return registry.make({"kind": spec["kind"], **block})
 
 
-def numbered_rows(path: str | Path, required: tuple[str, ...]) -> list[tuple[int, dict]]:
-    """read_jsonl's rows (checked there, a bad one named by its line), each with its line number: the
-    lines that are not blank, which are the ones read_jsonl reads."""
-    rows = read_jsonl(path, required=required)
-    with open(path, encoding="utf-8") as fh:
-        return list(zip((n for n, line in enumerate(fh, start=1) if line.strip()), rows))
-
-
 def score_file(task: Task, problems_path: str | Path, completions_path: str | Path) -> list[dict]:
     """One row per completion, in the completions file's order: {"id", "answer", "reward", "reason"}.
     problems: a frozen split (or any JSONL with "id" and the task's fields); completions: JSONL of
     {"id", "completion"}. A bad row of either file is an InputError naming its file and line."""
     problems: dict[str, tuple[int, dict]] = {}
-    for line, problem in numbered_rows(problems_path, required=("id",)):
+    for line, problem in numbered_jsonl(problems_path, required=("id",)):
         first = problems.setdefault(str(problem["id"]), (line, problem))[0]
         if first != line:
             raise InputError(f"{problems_path}:{line}: id {problem['id']!r} is also the id of line {first}; "
                              f"each problem needs an id of its own")
-    completions = numbered_rows(completions_path, required=("id", "completion"))
+    completions = numbered_jsonl(completions_path, required=("id", "completion"))
     for line, c in completions:
         if str(c["id"]) not in problems:
             raise InputError(f"{completions_path}:{line}: id {c['id']!r} is not in {problems_path}; each "
