@@ -23,7 +23,7 @@ import numpy as np
 
 from randopt.inputs import Input, check_unchanged
 from randopt.schema import check_source
-from randopt.io import InputError, atomic_path, canonical_json, parquet_file, read_jsonl, sha256_bytes
+from randopt.io import InputError, atomic_path, canonical_json, numbered_jsonl, parquet_file, sha256_bytes
 
 SPLITS = ("train", "test")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -118,11 +118,7 @@ def load_jsonl(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise InputError(f"{path}: file not found; give a directory holding train.jsonl and test.jsonl")
     rows = []
-    raw = read_jsonl(path, required=("question", "answer"))
-    # read_jsonl skips blank lines; recover each row's line number (same line splitting) for errors.
-    with path.open(encoding="utf-8") as fh:
-        linenos = [i for i, line in enumerate(fh, start=1) if line.strip()]
-    for lineno, row in zip(linenos, raw):
+    for lineno, row in numbered_jsonl(path, required=("question", "answer")):
         q, a = _check_problem(row["question"], row["answer"], f"{path}:{lineno}")
         rows.append({"question": q, "answer": a})
     if not rows:
