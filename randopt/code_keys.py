@@ -37,7 +37,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from randopt.checkout import REPO
+
 # The top-level names of this project's modules; any other import is a library's. Everything lives inside
 # the package: a top-level `kernels` is Hugging Face's (which transformers imports), and a top-level folder
 # of the checkout would shadow any installed package of its name (the kernels and the stage CLIs, once

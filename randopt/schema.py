@@ -12,14 +12,14 @@ import difflib
 import functools
 import json
 import re
-from pathlib import Path
 
 import jsonschema
 import yaml
 
+from randopt.checkout import REPO
 from randopt.io import InputError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
+SCHEMA_PATH = REPO / "config" / "schema.yaml"
 
 # The source kinds of each data section, and the definition that types each kind's block.
 SOURCE_KINDS = {"gsm8k": ("generated", "jsonl", "hub"), "heldout": ("synthetic", "jsonl", "parquet", "hub")}

@@ -27,12 +27,11 @@ from randopt.config import decode_for, load_yaml, task_spec, validate
 from randopt.data.gsm8k import freeze_splits as freeze_gsm8k
 from randopt.engines import compute_dtype
 from randopt.engines.torch_engine import TorchEngine
-from randopt.schema import SCHEMA_PATH
+from randopt.checkout import REPO
 from randopt.scoring.scorer import DecodeSpec, build_prompts, score_completions
 from randopt.tasks import registry
 from randopt.tasks.freeze import freeze_splits as freeze_task
 
-REPO = SCHEMA_PATH.parents[1]
 
 # What the answer's form looks like in each task's completion (the reward reads it): was it written at all?
 MARKERS = {"gsm8k": r"####", "countdown": r"####", "jsonl": r"####", "math": r"\\boxed\{", "code": r"```"}

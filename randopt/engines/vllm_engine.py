@@ -22,13 +22,13 @@ from randopt.kernels.noise_kinds import check_kind
 from randopt.engines.base import (DEFAULT_MAX_MODEL_LEN, Completion, TextLogprobs, chat_prompt, join_windows, scoring_windows,
                                   start_token_id)
 from randopt.engines.switch import generate_each
+from randopt.checkout import REPO
 from randopt.engines.vllm_speculation import speculative_config, unsupported_reason
 from randopt.engines.vllm_worker import RandoptWorkerExtension
 from randopt.model import shape
 from randopt.runtime import engine_slots
 from randopt.runtime.gpu_slots import MULTICAST_OFF
 
-REPO = Path(__file__).resolve().parents[2]
 # vLLM loads the worker extension by name; importing the class (it imports no vllm) keeps the name
 # right and puts its module in this engine's code key (randopt/code_keys.py follows imports).
 EXTENSION = f"{RandoptWorkerExtension.__module__}.{RandoptWorkerExtension.__qualname__}"

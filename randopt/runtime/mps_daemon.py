@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from randopt.checkout import python_path
 from randopt.io import write_text_atomic
 from randopt.runtime.cuda_mps import CONTROL, PIPE_ENV
 from randopt.runtime.resident.processes import alive, group_alive, log_tail, server_pid, terminate
@@ -135,8 +136,7 @@ def start(directory: str | Path = DEFAULT_DIR, *, run_pid: int, resident_dir: st
                 [sys.executable, "-m", "randopt.runtime.mps_daemon", "watch", "--dir", str(d), "--resident-dir",
                  str(Path(resident_dir).resolve()), "--binary", binary],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env=os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                             os.environ.get("PYTHONPATH")]))})
+                env=os.environ | {"PYTHONPATH": python_path(os.environ)})
         write_text_atomic(d / "watch.pid", str(proc.pid))
         deadline = time.monotonic() + timeout
         while not answers(d, binary):

@@ -19,6 +19,7 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
 from pathlib import Path
 
+from randopt.checkout import python_path
 from randopt.engines.base import Engine
 from randopt.io import InputError, write_text_atomic
 from randopt.runtime.gpu_slots import SLOT_ENV
@@ -197,8 +198,7 @@ def _launch(kind, model_dir, options, key, address, authkey, log_path: Path, kee
              "--model-dir", str(model_dir), "--options", json.dumps(options), "--key", key,
              "--keep-loaded-s", str(keep_loaded_s)],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-            env=os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[3]),
-                                                                         os.environ.get("PYTHONPATH")]))}
+            env=os.environ | {"PYTHONPATH": python_path(os.environ)}
             | ({SLOT_ENV: slot} if slot else {}))   # the server names its device as this job does
     # Written here, under the device lock: a job that comes while it loads waits for it.
     write_text_atomic(Path(address).with_suffix(".pid"), str(proc.pid))
