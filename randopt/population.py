@@ -65,6 +65,11 @@ class Population:
         return max(self.k(f) for f in self.fractions)
 
 
+# One shard's path below its stage's folder: the rules take it as a wildcard pattern (rules/search.smk), and
+# shard_stem fills it in, seeds zero-padded to four digits (the rules' wildcard_constraints expect at least four).
+SHARD_STEM = "sigma={sigma}/seeds_{first}-{last}"
+
+
 def shard_stem(sigma: float | str, first: int, last: int) -> str:
     label = sigma if isinstance(sigma, str) else sigma_label(sigma)
-    return f"sigma={label}/seeds_{first:04d}-{last:04d}"
+    return SHARD_STEM.format(sigma=label, first=f"{first:04d}", last=f"{last:04d}")

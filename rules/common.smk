@@ -11,7 +11,7 @@ from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError
 from randopt.keys import key_code
 from randopt.plan import Host, PlanError, RunPlan
-from randopt.population import sigma_label
+from randopt.population import SHARD_STEM, sigma_label
 from randopt.runtime import mps_daemon
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 
@@ -75,11 +75,6 @@ localrules:
     vote,
     record,
     figures,
-
-
-# One shard's path below its stage folder (Population.shard_stems spells each one); {sigma}, {first} and {last}
-# are wildcards in rules.
-SHARD_STEM = "sigma={sigma}/seeds_{first}-{last}"
 
 
 def q(obj):
