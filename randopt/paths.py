@@ -38,3 +38,18 @@ def distill_layout(keys: dict[str, str]) -> dict[str, str]:
     data = f"results/distill/{keys['eval']}/{keys['population']}/{keys['distill_data']}"
     return {"distill_data": data, "distill_train": f"{data}/{keys['distill_train']}",
             "distill_eval": f"{data}/{keys['distill_train']}/{keys['distill_eval']}"}
+
+
+# Racing's files below its folder (layout's "race"): each round's chunk tables (race_slice) and its decision
+# (race_round). The rules take them as wildcard patterns ({round}, {chunk}: rules/racing.smk); the functions
+# below fill them in, zero-padded as the rules' wildcard_constraints expect.
+RACE_CHUNK_STEM = "round={round}/chunk_{chunk}"
+RACE_SURVIVORS = "round={round}/survivors.json"
+
+
+def race_chunk_stem(round_index: int, chunk: int) -> str:
+    return RACE_CHUNK_STEM.format(round=f"{round_index:02d}", chunk=f"{chunk:03d}")
+
+
+def race_survivors(round_index: int) -> str:
+    return RACE_SURVIVORS.format(round=f"{round_index:02d}")

@@ -11,6 +11,7 @@ from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError
 from randopt.keys import key_code
 from randopt.plan import Host, PlanError, RunPlan
+from randopt.paths import RACE_CHUNK_STEM, RACE_SURVIVORS
 from randopt.population import SHARD_STEM, sigma_label
 from randopt.runtime import mps_daemon
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines

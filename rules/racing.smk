@@ -18,12 +18,12 @@ rule race_slice:
         train=f"{PATHS['problems']}/train.jsonl",
         survivors=get_previous_survivors,
     output:
-        table=f"{PATHS['race']}/round={{round}}/chunk_{{chunk}}.parquet",
-        timings=f"{PATHS['race']}/round={{round}}/chunk_{{chunk}}.timings.json",
+        table=f"{PATHS['race']}/{RACE_CHUNK_STEM}.parquet",
+        timings=f"{PATHS['race']}/{RACE_CHUNK_STEM}.timings.json",
     log:
-        f"logs/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.log",
+        f"logs/race_slice/{KEYS['race']}/{RACE_CHUNK_STEM}.log",
     benchmark:
-        f"{PATHS['benchmarks']}/race_slice/{KEYS['race']}/round={{round}}/chunk_{{chunk}}.tsv"
+        f"{PATHS['benchmarks']}/race_slice/{KEYS['race']}/{RACE_CHUNK_STEM}.tsv"
     threads: job_threads()
     resources:
         **job_resources("evaluate_shard"),
@@ -53,7 +53,7 @@ rule race_round:
         ],
         survivors=get_previous_survivors,
     output:
-        survivors=f"{PATHS['race']}/round={{round}}/survivors.json",
+        survivors=f"{PATHS['race']}/{RACE_SURVIVORS}",
     log:
         f"logs/race_round/{KEYS['race']}/round={{round}}.log",
     params:

@@ -23,7 +23,7 @@ from randopt.plan.rounds import Rounds
 from randopt.plan.selection import plan_selection, with_mode
 from randopt.population import Population
 from randopt.scoring.answer_blocks import block_size
-from randopt.paths import layout
+from randopt.paths import layout, race_chunk_stem, race_survivors
 from randopt.selection.auto import SelectionChoice
 from randopt.selection.plan import RacePlan
 
@@ -124,10 +124,10 @@ class RunPlan:
         return [f"{self.rounds.paths(r)['shards']}/{stem}{suffix}" for stem in self.population.shard_stems()]
 
     def race_chunk_stems(self, round_index: int) -> list[str]:
-        return [f"round={round_index:02d}/chunk_{c:03d}" for c in range(self.race.chunks)]
+        return [race_chunk_stem(round_index, c) for c in range(self.race.chunks)]
 
     def race_survivors(self, round_index: int) -> str:
-        return f"{self.paths['race']}/round={round_index:02d}/survivors.json"
+        return f"{self.paths['race']}/{race_survivors(round_index)}"
 
     def search_tables(self, suffix: str = ".parquet", r: int = 1) -> list[str]:
         """The tables round r's ranking reads: full evaluation's shards, or every racing round's chunk tables

@@ -21,6 +21,7 @@ import yaml
 
 from randopt.config import ConfigError, effective_config
 from randopt.keys import run_keys
+from randopt.paths import RACE_SURVIVORS
 from randopt.population import Population, shard_stem, sigma_label
 from randopt.runtime import seed_progress
 
@@ -89,7 +90,7 @@ def racing_report(run_dir: Path, config: dict) -> str:
     keys, plan = run_keys(config), RacePlan.from_config(config)
     marks, size = plan.checkpoints, plan.population.size
     race = run_dir / "results" / "race" / keys["eval"] / keys["race"]
-    decided = [read_json(p) for p in sorted(race.glob("round=*/survivors.json"))]
+    decided = [read_json(p) for p in sorted(race.glob(RACE_SURVIVORS.format(round="*")))]
     racing = len(decided[-1]["keep"]) if decided else size
     state = "search finished" if len(decided) == len(marks) else (
         "running" if run_active(run_dir) else "no run under way (restart it to go on)")
