@@ -38,7 +38,7 @@ def test_code_inside_another_repository_records_no_commit_and_the_code_hash(tmp_
     assert code_sha256(code) == code_sha256(REPO)  # the same code, the same hash
     (code / "README.md").write_text("not code\n")
     assert code_sha256(code) == code_sha256(REPO)
-    (code / "randopt" / "ensemble" / "vote.py").write_text((code / "randopt" / "ensemble" / "vote.py").read_text() + "\n# edited\n")
+    (code / "randopt" / "ensemble" / "majority_vote.py").write_text((code / "randopt" / "ensemble" / "majority_vote.py").read_text() + "\n# edited\n")
     assert code_sha256(code) != code_sha256(REPO)
 
 

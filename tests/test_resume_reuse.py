@@ -726,9 +726,9 @@ def code_edits(reuse, base_config, tmp_path_factory):
     append(repo / "randopt" / "ensemble" / "bpb.py", "\n_EDITED = 'score_bpb'\n")
     runs["bpb"] = run_step(work, base_config, repo=repo)
     # The record's statistics are computed from what the vote writes, so their code is the vote's.
-    append(repo / "randopt" / "report" / "statistics.py", "\n_EDITED = 'statistics'\n")
+    append(repo / "randopt" / "records" / "statistics.py", "\n_EDITED = 'statistics'\n")
     runs["statistics"] = run_step(work, base_config, "-n", repo=repo)
-    append(repo / "randopt" / "selection" / "rank.py", "\n_EDITED = 'rank'\n")
+    append(repo / "randopt" / "selection" / "ranking.py", "\n_EDITED = 'rank'\n")
     runs["rank"] = run_step(work, base_config, "-n", repo=repo)
     append(repo / "randopt" / "scoring" / "scorer.py", "\n_EDITED = 'scorer'\n")
     runs["evaluate"] = run_step(work, base_config, "-n", repo=repo)
