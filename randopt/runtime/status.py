@@ -21,7 +21,7 @@ import yaml
 
 from randopt.config import ConfigError, effective_config
 from randopt.keys import run_keys
-from randopt.paths import RACE_SURVIVORS
+from randopt.paths import RACE_SURVIVORS, layout
 from randopt.population import Population, shard_stem, sigma_label
 from randopt.runtime import seed_progress
 
@@ -89,7 +89,7 @@ def racing_report(run_dir: Path, config: dict) -> str:
     from randopt.selection.plan import RacePlan
     keys, plan = run_keys(config), RacePlan.from_config(config)
     marks, size = plan.checkpoints, plan.population.size
-    race = run_dir / "results" / "race" / keys["eval"] / keys["race"]
+    race = run_dir / layout(keys)["race"]
     decided = [read_json(p) for p in sorted(race.glob(RACE_SURVIVORS.format(round="*")))]
     racing = len(decided[-1]["keep"]) if decided else size
     state = "search finished" if len(decided) == len(marks) else (
@@ -110,7 +110,7 @@ def as_run(run_dir: Path, config: dict) -> dict:
         return config
     racing = config | {"selection": config["selection"] | {"mode": "racing"}}
     keys = run_keys(racing)
-    raced = (run_dir / "results" / "race" / keys["eval"] / keys["race"]).is_dir()
+    raced = (run_dir / layout(keys)["race"]).is_dir()
     return racing if raced else config | {"selection": config["selection"] | {"mode": "full"}}
 
 
