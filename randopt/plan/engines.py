@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from randopt.plan.host import Host, PlanError
 from randopt.population import Population
 from randopt.runtime import cuda_mps
-from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit, gguf_weight_bytes, idle_engines_note,
-                                          resolve, weight_bytes)
+from randopt.engines.memory import CARD_BYTES, check_fit, gguf_weight_bytes, weight_bytes
+from randopt.runtime.engine_slots import EngineLayout, idle_engines_note, resolve
 
 GPU_LOCK_DIR = ".snakemake/gpu-locks"
 

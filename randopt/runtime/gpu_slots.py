@@ -41,11 +41,6 @@ log = logging.getLogger("randopt")
 
 DEFAULT_LOCK_DIR = ".snakemake/gpu-locks"
 SLOT_ENV = "RANDOPT_ENGINE_SLOT"
-# NVLink multicast (NVLS) stays off in NCCL, torch symmetric memory and NVSHMEM: on a host whose GPUs
-# others share, a program using it can put the host's GPUs out of service (for a day or more on the
-# machines this project runs on). VllmEngine sets these with setdefault before starting vLLM, so the
-# spawned engine core and workers inherit them; bench/vllm/h200_session.sh exports the same.
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 # fds of the lock files this process holds, open until it exits (or release() in tests).
 _HELD: list[int] = []
