@@ -67,11 +67,11 @@ NOISE = 0.04
 @dataclass(frozen=True)
 class EngineLayout:
     """Engines per device for this run, and why."""
-    per_device: int
+    engines_per_gpu: int
     why: str
 
     def as_record(self) -> dict:
-        return {"engines_per_gpu": self.per_device, "why": self.why}
+        return {"engines_per_gpu": self.engines_per_gpu, "why": self.why}
 
 
 def between(weight_bytes: float, points: list) -> tuple:
@@ -205,11 +205,11 @@ def scheduled_seconds(n: int, shards: list[float], gain: dict | None = None, sta
     return t
 
 
-def idle_engines_note(per_device: int, shards_per_group: int) -> str | None:
+def idle_engines_note(engines_per_gpu: int, shards_per_group: int) -> str | None:
     """A warning for engines side by side with too few engine jobs to keep them busy, or None."""
-    if per_device <= 1 or shards_per_group >= 2 * per_device:
+    if engines_per_gpu <= 1 or shards_per_group >= 2 * engines_per_gpu:
         return None
-    return (f"engine.engines_per_gpu {per_device} with {shards_per_group} search shard(s) a GPU group: whole shards "
+    return (f"engine.engines_per_gpu {engines_per_gpu} with {shards_per_group} search shard(s) a GPU group: whole shards "
             f"are handed out as engines come up, so later engines find "
-            + ("none left" if shards_per_group < per_device else "few left")
-            + f"; a population.shard_size giving at least {2 * per_device} shards a group keeps all {per_device} busy")
+            + ("none left" if shards_per_group < engines_per_gpu else "few left")
+            + f"; a population.shard_size giving at least {2 * engines_per_gpu} shards a group keeps all {engines_per_gpu} busy")
