@@ -15,9 +15,8 @@ from randopt.config import (decode_for, distill_rounds, gsm8k_source, heldout_so
                             round_knobs, task_kind, task_spec)
 from randopt.inputs import CACHE_PATH
 from randopt.tasks.registry import module_name
-from randopt.engines import compute_dtype
 from randopt.io import canonical_json
-from randopt.scoring import answer_blocks
+from randopt.specs import Specs
 
 # The stages whose outputs each key's folders hold (randopt/paths.py): a key hashes the code of every
 # one of them, found from their imports (randopt/code_keys.py). Racing's stages key the population
@@ -67,7 +66,7 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     list of each distillation round's keys instead (round_keys). inputs: the external inputs' sha256s by
     name (input_sha256s: the workflow's from DAG build, a record's from its "inputs"); by default computed
     here, through the run directory's stat cache when there is one (a tool run where a workflow ran)."""
-    g, h, m, e = config["gsm8k"], config["heldout"], config["model"], config["engine"]
+    g, h, m = config["gsm8k"], config["heldout"], config["model"]
     if inputs is None:
         inputs = input_sha256s(config, CACHE_PATH if CACHE_PATH.parent.is_dir() else None)
     # Each external input's bytes (a local model dir, a GGUF, a task's or the held-out text's files) key the
@@ -100,39 +99,17 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     model = short_key({k: m[k] for k in ("source", "id", "wheel_module", "gguf_file", "path", "revision", "dtype")}
                       | {"code": key_code("model", root)} | ({"pin": m["sha256"]} if m["sha256"] else {})
                       | ({"shape": shape_key(m)} if m["source"] == "shape" else {}) | external.get("model", {}))
-    # What changes the numbers an engine produces: not the device count of a job, but its numerics.
-    numerics = {k: e[k] for k in ("kind", "device", "batch_size", "tensor_parallel_size")}
-    numerics["compute_dtype"] = compute_dtype.for_config(config)[0]  # resolved: auto differs between CPUs
-    # The torch engine answers in fixed blocks of a seeded problem order (randopt/scoring/answer_blocks.py): the
-    # order's seed decides which problems share a batch, and so the answers.
-    if answer_blocks.block_size(e) is not None:
-        numerics["answer_order_seed"] = (config.get("selection") or {}).get("order_seed", 0)
-    # The delta switch's drift changes the weights a seed gets, and so does the noise kind (each only
-    # when chosen: the default's keys stay as they were before either option existed).
-    if config["perturbation"]["switch"] != "reconstruct":
-        numerics["switch"] = config["perturbation"]["switch"]
-    if config["perturbation"]["noise"] != "rademacher":
-        numerics["noise"] = config["perturbation"]["noise"]
-    # Speculation drafts the answers (engine.speculation): verification runs other kernels than plain decode
-    # steps, so a near-tie may resolve otherwise; it keys the answers (only when on), not bpb, whose engine
-    # generates nothing and is built without it.
-    speculation = ({"speculation": {"kind": e["speculation"], "draft_tokens": e["draft_tokens"]}}
-                   if e["speculation"] != "none" else {})
-    # Members decoded together (engine.member_batch): a bmm may round otherwise than one member's matmul at a
-    # near-tie, so it keys the answers (only above 1: the default's keys stay), not bpb, which decodes nothing.
-    # (A record written before the knob has none: 1.)
-    member_batch = {"member_batch": e["member_batch"]} if e.get("member_batch", 1) > 1 else {}
-    # The torch engine's static decode (engine.torch_decode): a compiled step's kernels may round a near-tie
-    # otherwise than eager's, so it keys the answers (only when static: the default's keys stay), not bpb.
-    # (A record written before the knob has none: eager.)
-    torch_decode = {"torch_decode": e["torch_decode"]} if e.get("torch_decode", "eager") != "eager" else {}
+    # What changes the numbers an engine produces (randopt/specs.py: each knob says which keys it changes, and
+    # the ones keyed only away from their defaults leave the keys of runs made before them as they were).
+    specs = Specs.from_config(config)
 
     def evaluation_of(model: str) -> str:
         return short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config),
-                          "engine": numerics | speculation | member_batch | torch_decode, "code": key_code("eval", root)} | task_code)
+                          "engine": specs.engine_key("eval"), "code": key_code("eval", root)} | task_code)
 
     def bpb_of(model: str) -> str:
-        return short_key({"model": model, "heldout": heldout, "max_context": h["max_context"], "engine": numerics,
+        return short_key({"model": model, "heldout": heldout, "max_context": h["max_context"],
+                          "engine": specs.engine_key("bpb"),
                           "code": key_code("bpb", root)})
     evaluation = evaluation_of(model)
     selection = config.get("selection") or {"mode": "full"}  # records written before racing had none

@@ -32,7 +32,7 @@ rule record:
         records_md=q(config["records_md"]),
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
-        engines=q(ENGINES.layout.as_record() | ENGINES.mps.as_record(ENGINES.per_device)),
+        engines=q(ENGINES.layout.as_record() | ENGINES.mps.as_record(ENGINES.engines_per_gpu)),
         distill=lambda wildcards, input: (
             " ".join(
                 "--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(PLAN.rounds.keys) + 1)

@@ -70,7 +70,7 @@ def test_the_real_15b_overlay_runs_full_where_racing_took_0_55x():
     config["selection"]["mode"] = "racing"
     weights = engine_slots.MEASURED[1].weight_bytes
     shape = SearchShape("vllm", "cuda", weights, config["decode"]["max_tokens"], config["engine"]["batch_size"],
-                        slots=3, engines_per_device=3, gain=engine_slots.gains(weights, True)[0][3],
+                        slots=3, engines_per_gpu=3, gain=engine_slots.gains(weights, True)[0][3],
                         start_s=engine_start_s("vllm", True))
     plan = RacePlan.from_config(config, parallel=3)
     assert plan.checkpoints == (20, 40, 80, 128)

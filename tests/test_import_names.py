@@ -61,3 +61,15 @@ def test_hugging_faces_kernels_and_transformers_import_beside_randopt():
             "from randopt.kernels.noise_ref import reconstruct_reference_; print(kernels.__file__)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert str(REPO / "kernels") not in out
+
+
+ENGINES = sorted(f"randopt.engines.{p.stem}" for p in (REPO / "randopt" / "engines").glob("*.py") if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("module", ENGINES)
+def test_the_engines_import_nothing_of_the_runtime(module):
+    """The runtime (processes, locks, CUDA MPS, resident servers, status) runs engines for the stages; an
+    engine computes answers and knows nothing of where it runs, so an engine's code key never hashes it. What
+    an engine needs of a card lives beside it (randopt/engines/memory.py)."""
+    runtime = sorted(m for m in closure([module]) if m == "randopt.runtime" or m.startswith("randopt.runtime."))
+    assert not runtime, f"{module} imports {runtime}"

@@ -134,7 +134,7 @@ def test_a_changed_byte_a_missing_part_and_a_wrong_order_are_refused_naming_the_
 def test_the_weight_bytes_read_through_the_parts_equal_the_whole_files(tiny_gguf, tmp_path):
     """engines_per_gpu auto sizes a GGUF in parts from its tensor table before the model is prepared: read
     through the parts as one stream, cut here inside the metadata and again inside the tensor table."""
-    from randopt.runtime.engine_slots import gguf_weight_bytes
+    from randopt.engines.memory import gguf_weight_bytes
     data = tiny_gguf.read_bytes()
     cuts = [0, 1000, 1003, len(data) // 2, len(data)]
     parts = []

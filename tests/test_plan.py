@@ -33,7 +33,7 @@ def test_the_default_on_a_cpu_host():
     p = plan(cores=2)
     assert p.keys == run_keys(p.config, inputs=p.inputs)
     assert (p.task, p.problems["n_train"], p.decode["max_tokens"]) == ("gsm8k", 16, 32)
-    assert (p.engines.per_device, p.engines.slots, p.engines.side_by_side) == (1, 1, False)
+    assert (p.engines.engines_per_gpu, p.engines.slots, p.engines.side_by_side) == (1, 1, False)
     assert p.engines.local_flags("R", "M") == " --keep-loaded-s 300 --resident-dir R" and p.engines.job_flags() == ""
     assert p.engines.threads(p.config, 2) == 2 and p.engines.resources(p.config, "evaluate_shard")["gpu"] == 0
     assert len(p.shards()) == p.population.size // p.config["population"]["shard_size"]
@@ -47,8 +47,8 @@ def test_the_default_on_a_cpu_host():
 def test_engines_side_by_side_on_a_gpu_host_take_engine_slots_under_mps():
     p = plan(VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": 3}}, cores=16, gpus=2, card_bytes=H200)
     e = p.engines
-    assert (e.per_device, e.groups, e.slots, e.side_by_side, e.mps_on, e.own_mps) == (3, 2, 6, True, True, True)
-    assert e.local_flags("R", "M") == (" --gpu-slots 2 --engines-per-device 3 --gpu-lock-dir .snakemake/gpu-locks"
+    assert (e.engines_per_gpu, e.groups, e.slots, e.side_by_side, e.mps_on, e.own_mps) == (3, 2, 6, True, True, True)
+    assert e.local_flags("R", "M") == (" --gpu-slots 2 --engines-per-gpu 3 --gpu-lock-dir .snakemake/gpu-locks"
                                        " --keep-loaded-s 300 --resident-dir R --cuda-mps-dir M")
     assert e.resources(p.config, "evaluate_shard") == {"mem_mb": p.config["resources"]["mem_mb"]["evaluate_shard"],
                                                        "runtime": p.config["resources"]["runtime"]["evaluate_shard"],
@@ -62,7 +62,7 @@ def test_engines_side_by_side_on_a_gpu_host_take_engine_slots_under_mps():
 
 def test_a_cluster_job_runs_its_engines_inside_it():
     p = plan(VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": 2}}, on_cluster=True, cores=None)
-    assert (p.engines.per_device, p.engines.side_by_side, p.engines.slots) == (2, False, 1)
+    assert (p.engines.engines_per_gpu, p.engines.side_by_side, p.engines.slots) == (2, False, 1)
     assert p.engines.job_flags() == " --engines-in-job 2" and p.engines.local_flags("R", "M") == ""
     r = p.config["resources"]
     assert p.engines.threads(p.config, None) == r["cpus_per_gpu"]

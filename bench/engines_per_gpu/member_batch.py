@@ -56,7 +56,7 @@ def sweep(args) -> dict:
                          f"({len(problems)} prompts, max_tokens {args.max_tokens}); run both on the same prompts")
     t0 = time.perf_counter()
     engine = make_engine("torch", args.model_dir, device=args.device, batch_size=len(problems),
-                         compute_dtype=args.compute_dtype, decode=args.decode)
+                         compute_dtype=args.compute_dtype, torch_decode=args.decode)
     start_s = time.perf_counter() - t0
     prompts = build_prompts(engine, problems, spec)
     cuda = engine.device.type == "cuda"

@@ -10,7 +10,7 @@ The option perturbation.switch: delta keeps no base copy (1x memory) and moves f
 place, W += sigma_to*N_to - sigma_from*N_from; bf16/fp16 rounding then drifts, and drift() measures
 how far against the checkpoint on disk (randopt/kernels/README.md has the drift table). The noise N is
 Rademacher, or Gaussian with noise="gaussian" (perturbation.noise); every switch uses the one kind.
-The option decode (engine.torch_decode): eager decodes with a DynamicCache grown a step at a time, the
+The option torch_decode (engine.torch_decode): eager decodes with a DynamicCache grown a step at a time, the
 prompts' common prefix computed once; static decodes with a transformers StaticCache of fixed shape, for
 which transformers compiles the decode step (torch.compile, CUDA graphs) on CUDA: one graph replay a
 step instead of a Python loop over kernels. On a CPU static compiles nothing.
@@ -68,7 +68,7 @@ class TorchEngine:
     def __init__(self, model_dir: str, *, device: str = "auto", batch_size: int = 32,
                  threads: int | None = None, trust_remote_code: bool = False, max_context: int = 1024,
                  compute_dtype: str = "auto", switch: str = "reconstruct", noise: str = RADEMACHER,
-                 decode: str = "eager"):
+                 torch_decode: str = "eager"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model_path = Path(model_dir)
@@ -76,9 +76,9 @@ class TorchEngine:
             raise FileNotFoundError(f"{model_dir}: no model here (config.json missing); run prepare_model "
                                     "or point model.path at a Hugging Face model directory")
         self.noise = check_kind(noise)  # before the model loads: a bad kind fails at once
-        if decode not in DECODES:
-            raise ValueError(f"decode must be one of {DECODES}, got {decode!r} (engine.torch_decode)")
-        self.decode = decode
+        if torch_decode not in DECODES:
+            raise ValueError(f"torch_decode must be one of {DECODES}, got {torch_decode!r} (engine.torch_decode)")
+        self.decode = torch_decode
         if threads:
             torch.set_num_threads(int(threads))
         self.device = _pick_device(device)
@@ -135,7 +135,7 @@ class TorchEngine:
         # a switch only forgets whose weights the stack holds (members None): the next group of as many
         # members is copied into the same tensors, which the compiled step and its CUDA graphs read in place.
         self._stacked: tuple[tuple | None, object] | None = None
-        if decode == "static" and self.device.type == "cuda":
+        if torch_decode == "static" and self.device.type == "cuda":
             import torch._dynamo.config as dynamo_config
             name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), STATIC_RECOMPILE_LIMIT))

@@ -25,28 +25,31 @@ from randopt.engines.switch import generate_each
 from randopt.checkout import REPO
 from randopt.engines.vllm_speculation import speculative_config, unsupported_reason
 from randopt.engines.vllm_worker import RandoptWorkerExtension
+from randopt.engines import memory
 from randopt.model import shape
-from randopt.runtime import engine_slots
-from randopt.runtime.gpu_slots import MULTICAST_OFF
 
 # vLLM loads the worker extension by name; importing the class (it imports no vllm) keeps the name
 # right and puts its module in this engine's code key (randopt/code_keys.py follows imports).
 EXTENSION = f"{RandoptWorkerExtension.__module__}.{RandoptWorkerExtension.__qualname__}"
+# NVLink multicast (NVLS) stays off in NCCL, torch symmetric memory and NVSHMEM: on a host whose GPUs
+# others share, a program using it can put the host's GPUs out of service (for a day or more on the
+# machines this project runs on). Set with setdefault before starting vLLM, so the spawned engine core
+# and workers inherit them; bench/vllm/h200_session.sh exports the same.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def auto_memory_utilization(model_dir: str, tp: int, headroom: float = 0.90, card_bytes: int | None = None,
-                            engines: int = 1) -> float:
-    """headroom - weight bytes per GPU / card bytes; card_bytes defaults to GPU 0's memory (given in
+def auto_memory_utilization(model_dir: str, tp: int, card_bytes: int | None = None, engines: int = 1) -> float:
+    """memory.HEADROOM - weight bytes per GPU / card bytes; card_bytes defaults to GPU 0's memory (given in
     tests, which have no GPU). With engines > 1 side by side on each GPU (engine.engines_per_gpu), the
-    card is split between them, each keeping its base copy (randopt/runtime/engine_slots.py)."""
-    weight_bytes = engine_slots.weight_bytes(model_dir) or 0
+    card is split between them, each keeping its base copy (randopt/engines/memory.py)."""
+    weight_bytes = memory.weight_bytes(model_dir) or 0
     card = card_bytes
     if card is None:
         import torch
         card = torch.cuda.get_device_properties(0).total_memory
     if engines > 1:
-        return engine_slots.memory_utilization(engines, weight_bytes / tp, card)
-    value = headroom - weight_bytes / tp / card
+        return memory.memory_utilization(engines, weight_bytes / tp, card)
+    value = memory.HEADROOM - weight_bytes / tp / card
     if value < 0.2:
         raise ValueError(f"{model_dir}: weights of {weight_bytes / 2**30:.1f} GiB over tp={tp} leave too little of "
                          f"a {card / 2**30:.0f} GiB card for a base copy and a KV cache; raise tensor_parallel_size")
@@ -67,7 +70,7 @@ def set_vllm_environment(tensor_parallel_size: int, env=None) -> None:
         # vLLM caches its environment once an engine is built, so the first engine of a process
         # decides for any later one (a stage builds one).
         env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    # NVLink multicast stays off (randopt/runtime/gpu_slots.py says why), here and in vLLM's processes.
+    # NVLink multicast stays off (MULTICAST_OFF says why), here and in vLLM's processes.
     for name, value in MULTICAST_OFF.items():
         env.setdefault(name, value)
     # Workers are separate processes: they import the extension from this checkout.

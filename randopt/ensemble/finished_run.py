@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from randopt.config import decode_for, task_kind, task_spec
 from randopt.engines.factory import make_engine
 from randopt.scoring.scorer import DecodeSpec
+from randopt.specs import Specs
 from randopt.io import InputError, read_json
 from randopt.ensemble.majority_vote import majority_index
 from randopt.tasks import registry
@@ -38,21 +39,14 @@ def topk_members(record: dict, fraction: float) -> list[dict]:
 
 
 def engine_options(record: dict) -> dict:
-    """The engine the run used, as the workflow built it (randopt/plan/run.py RunPlan.engine_options), with
-    the run's noise kind (a record written before perturbation.noise existed is Rademacher's)."""
-    e, model = record["engine"], record["config"]["model"]
-    options = {"device": e["device"], "batch_size": e["batch_size"], "trust_remote_code": model["trust_remote_code"]}
-    if e["kind"] == "torch":
-        resolved = (e.get("compute_dtype_resolved") or {}).get("dtype")
-        options["compute_dtype"] = resolved or e.get("compute_dtype", "auto")
-        if e.get("torch_decode", "eager") != "eager":  # as the workflow passes it: only when chosen
-            options["decode"] = e["torch_decode"]
-    else:
-        options |= {"tensor_parallel_size": e["tensor_parallel_size"], "gpu_memory_utilization": e["gpu_memory_utilization"]}
+    """The engine the run used, as the workflow built it (randopt/specs.py Specs.engine_options), in the dtype
+    it computed in; the run's noise kind (a record written before perturbation.noise existed is Rademacher's).
+    Its seeds are reconstructed whatever the run's perturbation.switch was (exact in any order of members)."""
+    e = record["engine"]
+    resolved = (e.get("compute_dtype_resolved") or {}).get("dtype") or e.get("compute_dtype", "auto")
     noise = (record.get("noise") or {}).get("kind", "rademacher")
-    if noise != "rademacher":  # as the workflow passes it: only when chosen
-        options["noise"] = noise
-    return options
+    run = {"engine": e, "model": record["config"]["model"], "perturbation": {"noise": noise}}
+    return Specs.from_config(run, compute_dtype_resolved=resolved).engine_options()
 
 
 def check_model_dir(record: dict, model_dir: Path) -> None:

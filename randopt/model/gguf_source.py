@@ -156,7 +156,7 @@ def joined_file(spec: Mapping, expected: str | None, scratch: Path) -> Iterator[
 
 class JoinedReader:
     """The parts read as one file, front to back, without joining them on disk: read(n) and a forward
-    seek(n, 1), which is what reading a GGUF's header needs (runtime/engine_slots.py gguf_weight_bytes: its
+    seek(n, 1), which is what reading a GGUF's header needs (engines/memory.py gguf_weight_bytes: its
     tensor table can lie past the end of a small first part)."""
 
     def __init__(self, paths: Sequence[Path]):

@@ -94,12 +94,14 @@ def parameter_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     return {name: tuple(p.shape) for name, p in model.named_parameters()}
 
 
+# Bytes of an element in each model.dtype the schema allows (config/schema.yaml model.dtype).
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
 def weight_bytes(config: dict, dtype: str) -> int:
     """The bytes of the model's weights in dtype (what its safetensors files would hold)."""
     import math
-
-    import torch
-    return sum(math.prod(s) for s in parameter_shapes(config).values()) * getattr(torch, dtype).itemsize
+    return sum(math.prod(s) for s in parameter_shapes(config).values()) * DTYPE_BYTES[dtype]
 
 
 def read_marker(model_dir: str | Path) -> dict | None:

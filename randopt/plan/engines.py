@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from randopt.plan.host import Host, PlanError
 from randopt.population import Population
 from randopt.runtime import cuda_mps
-from randopt.runtime.engine_slots import (CARD_BYTES, EngineLayout, check_fit, gguf_weight_bytes, idle_engines_note,
-                                          resolve, weight_bytes)
+from randopt.engines.memory import CARD_BYTES, check_fit, gguf_weight_bytes, weight_bytes
+from randopt.runtime.engine_slots import EngineLayout, idle_engines_note, resolve
 
 GPU_LOCK_DIR = ".snakemake/gpu-locks"
 
@@ -78,8 +78,8 @@ class EnginePlan:
     shard_members: tuple[int, ...] | None   # the members of each search shard one GPU group answers, in order
 
     @property
-    def per_device(self) -> int:
-        return self.layout.per_device
+    def engines_per_gpu(self) -> int:
+        return self.layout.engines_per_gpu
 
     @property
     def groups(self) -> int:
@@ -88,16 +88,16 @@ class EnginePlan:
     @property
     def side_by_side(self) -> bool:
         """Engines side by side as jobs of this host (on a cluster a job's engines are its own)."""
-        return self.per_device > 1 and not self.on_cluster
+        return self.engines_per_gpu > 1 and not self.on_cluster
 
     @property
     def slots(self) -> int:
         """Engine slots of this host: GPU groups x engines each (the CPU: engines); jobs are scheduled over them."""
-        return self.groups * (self.per_device if self.side_by_side else 1)
+        return self.groups * (self.engines_per_gpu if self.side_by_side else 1)
 
     @property
     def mps_on(self) -> bool:
-        return self.mps.enabled(self.per_device)
+        return self.mps.enabled(self.engines_per_gpu)
 
     @property
     def own_mps(self) -> bool:
@@ -107,22 +107,22 @@ class EnginePlan:
     def notes(self) -> list[str]:
         """What is right but slower than it could be, for the person running it."""
         note = None if self.on_cluster or self.shard_members is None else \
-            idle_engines_note(self.per_device, len(self.shard_members))
+            idle_engines_note(self.engines_per_gpu, len(self.shard_members))
         return [note] if note else []
 
     def local_flags(self, resident_dir: str, mps_dir: str) -> str:
         """The engine stages' flags for sharing this host on a local run (empty on a cluster): claim the job's
-        GPUs among --resources gpu=N (--gpu-slots), an engine slot of its device (--engines-per-device), the
+        GPUs among --resources gpu=N (--gpu-slots), an engine slot of its device (--engines-per-gpu), the
         device's resident engine (--keep-loaded-s, engine.keep_loaded_s), the run's MPS daemon (--cuda-mps-dir)."""
         return ((f" --gpu-slots {self.local_gpus}" if self.local_gpus else "")
-                + (f" --engines-per-device {self.per_device}" if self.side_by_side else "")
+                + (f" --engines-per-gpu {self.engines_per_gpu}" if self.side_by_side else "")
                 + (f" --gpu-lock-dir {GPU_LOCK_DIR}" if self.local_gpus or self.side_by_side else "")
                 + (f" --keep-loaded-s {self.keep_loaded_s:g} --resident-dir {resident_dir}" if self.keep_loaded_s else "")
                 + (f" --cuda-mps-dir {mps_dir}" if self.own_mps else ""))
 
     def job_flags(self) -> str:
         """The train-scoring stages' engines side by side inside each cluster job (randopt/runtime/job_engines.py)."""
-        return f" --engines-in-job {self.per_device}" if self.per_device > 1 and self.on_cluster else ""
+        return f" --engines-in-job {self.engines_per_gpu}" if self.engines_per_gpu > 1 and self.on_cluster else ""
 
     def distill_flags(self, resident_dir: str) -> str:
         """distillation's GPU jobs hold no resident engine: each claims its GPU as an engine stage does and stops
@@ -140,7 +140,7 @@ class EnginePlan:
         """A heavy stage's threads: on a local run every core, or an engine slot's share of them; on a cluster
         the CPUs its job asks for (the same number at submission and inside the job)."""
         if not self.on_cluster:
-            return cores if not gpu_stage else max(1, cores // (self.groups * self.per_device))
+            return cores if not gpu_stage else max(1, cores // (self.groups * self.engines_per_gpu))
         r = config["resources"]
         gpus = self.gpus_per_job if gpu_stage else 0
         return r["cpus_per_gpu"] * gpus if gpus else r["cpus_per_task"]
@@ -190,6 +190,6 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
                          members_per_group=-(-population.size // groups), work=work, under_mps=mps.possible,
                          shard_members=list(shard_members) if shard_members else None)
     if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes(config, host)):
-        check_fit(layout.per_device, weights / gpus, card, tp=gpus)
+        check_fit(layout.engines_per_gpu, weights / gpus, card, tp=gpus)
     keep = 0 if host.on_cluster else config["engine"]["keep_loaded_s"]
     return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members)

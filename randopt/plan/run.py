@@ -26,6 +26,7 @@ from randopt.scoring.answer_blocks import block_size
 from randopt.paths import layout, race_chunk_stem, race_survivors
 from randopt.selection.auto import SelectionChoice
 from randopt.selection.plan import RacePlan
+from randopt.specs import Specs
 
 
 @dataclass(frozen=True)
@@ -158,33 +159,20 @@ class RunPlan:
         """The torch engine's fixed answer blocks (randopt/scoring/answer_blocks.py); None (vLLM): one block."""
         return block_size(self.config["engine"])
 
-    def engine_options(self) -> dict:
-        """--engine-options of the stage CLIs: what the engine is built with."""
-        e, m, p = self.config["engine"], self.config["model"], self.config["perturbation"]
-        options = {"device": e["device"], "batch_size": e["batch_size"]}
-        if e["kind"] == "torch":
-            options |= {"trust_remote_code": m["trust_remote_code"], "compute_dtype": self.compute_dtype}
-            if p["switch"] != "reconstruct":  # only when chosen: the default's params stay
-                options["switch"] = p["switch"]
-            if e["torch_decode"] != "eager":  # only when chosen, as the switch
-                options["decode"] = e["torch_decode"]
-        else:
-            options |= {"tensor_parallel_size": e["tensor_parallel_size"],
-                        "gpu_memory_utilization": e["gpu_memory_utilization"], "trust_remote_code": m["trust_remote_code"]}
-            if e["worker_process"]:  # only when chosen
-                options["worker_process"] = True
-        if p["noise"] != "rademacher":  # both engines; only when chosen
-            options["noise"] = p["noise"]
-        return options
+    @property
+    def specs(self) -> Specs:
+        """The engine, perturbation and decode knobs, each saying whether it changes answers (randopt/specs.py)."""
+        return Specs.from_config(self.config, self.compute_dtype)
+
+    def engine_options(self, generating: bool = True) -> dict:
+        """--engine-options of the stage CLIs: what the engine is built with, by the knobs' schema names."""
+        return self.specs.engine_options(generating)
 
     def engine_args(self, model_dir: str | None = None, generating: bool = True, **extra) -> str:
         """Engine flags of the stage CLIs (the rule's shell adds --threads); model_dir: the prepared model's by
         default. engine.speculation reaches only the stages that generate (score_bpb scores given text)."""
-        e = self.config["engine"]
-        if generating and e["speculation"] != "none":  # only when on, so the default's params stay
-            extra = {"speculation": e["speculation"], "draft_tokens": e["draft_tokens"]} | extra
-        return (f"--model-dir {model_dir or self.paths['model'] + '/model'} --engine {e['kind']} "
-                f"--engine-options {shlex.quote(json.dumps(self.engine_options() | extra))}")
+        return (f"--model-dir {model_dir or self.paths['model'] + '/model'} --engine {self.specs.engine.kind} "
+                f"--engine-options {shlex.quote(json.dumps(self.engine_options(generating) | extra))}")
 
     def bpb_engine_options(self) -> dict:
         """score_bpb's engine: the search's own (so a resident engine serves it too), its window given per call;

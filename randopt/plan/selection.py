@@ -29,10 +29,10 @@ def plan_selection(config: dict, engines: EnginePlan, population: Population, ma
         return SelectionChoice("full", f"auto: full; racing is refused here: {err}")
     gpus = engines.gpus_per_job
     weights = (model_weight_bytes(config, model_dir) or 0) / gpus if gpus else 0
-    side_by_side = engines.per_device if engines.side_by_side else 1
+    side_by_side = engines.engines_per_gpu if engines.side_by_side else 1
     kind = config["engine"]["kind"]
     shape = SearchShape(kind, "cuda" if gpus else "cpu", weights or None, max_tokens, config["engine"]["batch_size"],
-                        slots=engines.slots, engines_per_device=side_by_side,
+                        slots=engines.slots, engines_per_gpu=side_by_side,
                         # engines side by side on a CPU split its cores: no gain measured there
                         gain=gains(weights, engines.mps_on)[0][side_by_side] if side_by_side > 1 and weights else 1.0,
                         resident=bool(engines.keep_loaded_s), start_s=engine_start_s(kind, engines.mps_on))

@@ -30,7 +30,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "run with --resources gpu=N")
     p.add_argument("--gpu-lock-dir", default=DEFAULT_LOCK_DIR, help="lock files of --gpu-slots (one per GPU)")
     p.add_argument("--gpu-wait", type=float, default=600.0, help="seconds to wait for a free GPU group")
-    p.add_argument("--engines-per-device", type=int, default=1, metavar="E",
+    p.add_argument("--engines-per-gpu", type=int, default=1, metavar="E",
                    help="engines side by side on each GPU group (or the CPU): claim one of its E engine slots "
                         "(randopt/runtime/engine_slots.py); the workflow passes engine.engines_per_gpu on a local run")
     p.add_argument("--keep-loaded-s", type=float, default=0.0, metavar="S",
@@ -52,7 +52,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 # The dests add_engine_args adds: what the engine is made from, never a stage's own argument.
 ENGINE_FLAGS = ("model_dir", "engine", "engine_options", "threads", "gpu_slots", "gpu_lock_dir", "gpu_wait",
-                "engines_per_device", "keep_loaded_s", "resident_dir", "cuda_mps_dir", "engines_in_job",
+                "engines_per_gpu", "keep_loaded_s", "resident_dir", "cuda_mps_dir", "engines_in_job",
                 "release_resident")
 
 
@@ -69,8 +69,8 @@ def engine_makers_from_args(args) -> list:
         raise ValueError(f"--engines-in-job must be >= 1, got {n}")
     if n == 1:
         return [lambda: engine_from_args(args)]
-    if args.keep_loaded_s > 0 or args.engines_per_device > 1:
-        raise ValueError("--engines-in-job runs a job's own engines: not with --keep-loaded-s or --engines-per-device, "
+    if args.keep_loaded_s > 0 or args.engines_per_gpu > 1:
+        raise ValueError("--engines-in-job runs a job's own engines: not with --keep-loaded-s or --engines-per-gpu, "
                          "which share the run's resident engines between jobs")
     shareable, why = resident.uses_resident(check_engine_options(args.engine_options))
     if not shareable:   # each engine's walk would depend on which members it served, so on N
@@ -90,10 +90,10 @@ def job_options(args) -> dict:
     # before any GPU is claimed or model loaded.
     options = check_engine_options(args.engine_options)
     # Before the engine, so that CUDA (in this process and in vLLM's) sees only the claimed GPUs.
-    if args.engines_per_device < 1:
-        raise ValueError(f"--engines-per-device must be >= 1, got {args.engines_per_device}")
+    if args.engines_per_gpu < 1:
+        raise ValueError(f"--engines-per-gpu must be >= 1, got {args.engines_per_gpu}")
     assign_gpus(args.engine, options, args.gpu_slots, args.gpu_lock_dir, timeout=args.gpu_wait,
-                engines_per_device=args.engines_per_device)
+                engines_per_gpu=args.engines_per_gpu)
     if args.cuda_mps_dir:  # inherited by a resident server this job starts (and part of its key: CUDA_*)
         os.environ.update(mps_daemon.client_env(args.cuda_mps_dir))
         log.info("CUDA MPS: the engine is a client of the run's daemon (%s)", os.environ["CUDA_MPS_PIPE_DIRECTORY"])
@@ -104,8 +104,8 @@ def engine_from_args(args) -> Engine:
     options = job_options(args)
     if args.engine == "torch" and args.threads:
         options["threads"] = args.threads
-    if args.engine == "vllm" and args.engines_per_device > 1:
-        options["engines_per_gpu"] = args.engines_per_device  # gpu_memory_utilization auto splits the card
+    if args.engine == "vllm" and args.engines_per_gpu > 1:
+        options["engines_per_gpu"] = args.engines_per_gpu  # gpu_memory_utilization auto splits the card
     if args.release_resident:
         resident.release(args.resident_dir)
     if args.keep_loaded_s > 0:

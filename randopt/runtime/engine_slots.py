@@ -1,5 +1,5 @@
-"""Engines side by side on one device (engine.engines_per_gpu): how many, whether they fit, and each
-one's share of the card.
+"""Engines side by side on one device (engine.engines_per_gpu): how many (whether they fit, and each one's
+share of the card: randopt/engines/memory.py).
 
 A small model leaves a GPU idle between its decode steps (most of a step is fixed host cost), so
 several engines on one GPU, each answering its own members, raise members/s; a large model's steps
@@ -23,9 +23,7 @@ shell command), so changing it reruns nothing.
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 @dataclass(frozen=True)
 class Measured:
@@ -64,21 +62,16 @@ START_S_MPS = 35.0
 # Estimates this close to each other are one: SmolLM2's 3 to 8 engines gave 2.72-2.83 members/s, a 4 % spread
 # over what is one plateau (bench/engines_per_gpu/README.md), and the real 1.5B's 3 and 4 engines 1.56x and 1.59x.
 NOISE = 0.04
-HEADROOM = 0.90              # the share of a card the engines may take together (vLLM's own default)
-MIN_KV_SHARE = 0.02          # the least KV cache an engine needs, as a share of the card (a member's batch)
-# What each engine's process holds besides weights and KV cache (CUDA context, graphs, activations):
-# an estimate; three 7B-shaped engines on an H200 held 44.4 GiB each with 28.3 GiB of weights and base copy.
-OVERHEAD_BYTES = 3 << 29     # 1.5 GiB
 
 
 @dataclass(frozen=True)
 class EngineLayout:
     """Engines per device for this run, and why."""
-    per_device: int
+    engines_per_gpu: int
     why: str
 
     def as_record(self) -> dict:
-        return {"engines_per_gpu": self.per_device, "why": self.why}
+        return {"engines_per_gpu": self.engines_per_gpu, "why": self.why}
 
 
 def between(weight_bytes: float, points: list) -> tuple:
@@ -212,109 +205,11 @@ def scheduled_seconds(n: int, shards: list[float], gain: dict | None = None, sta
     return t
 
 
-def idle_engines_note(per_device: int, shards_per_group: int) -> str | None:
+def idle_engines_note(engines_per_gpu: int, shards_per_group: int) -> str | None:
     """A warning for engines side by side with too few engine jobs to keep them busy, or None."""
-    if per_device <= 1 or shards_per_group >= 2 * per_device:
+    if engines_per_gpu <= 1 or shards_per_group >= 2 * engines_per_gpu:
         return None
-    return (f"engine.engines_per_gpu {per_device} with {shards_per_group} search shard(s) a GPU group: whole shards "
+    return (f"engine.engines_per_gpu {engines_per_gpu} with {shards_per_group} search shard(s) a GPU group: whole shards "
             f"are handed out as engines come up, so later engines find "
-            + ("none left" if shards_per_group < per_device else "few left")
-            + f"; a population.shard_size giving at least {2 * per_device} shards a group keeps all {per_device} busy")
-
-
-# A card's memory by the GPU names of a cluster's GRES (resources.gpu_model): the card a layout is checked
-# against when the DAG is built off the GPU host.
-CARD_BYTES = {"h100": 81_559 << 20,      # H100 SXM 80 GB: nvidia-smi's 81,559 MiB (79.6 GiB)
-              "h200": 150_754_820_096}   # H200 141 GB: torch's total_memory on the device (140.4 GiB)
-
-
-def engine_need_bytes(weight_bytes_per_gpu: float, card_bytes: int) -> float:
-    """What one engine needs of each of its GPUs: its weights, the same again as its base copy, CUDA
-    context and graphs, and the least KV cache."""
-    return 2 * weight_bytes_per_gpu + OVERHEAD_BYTES + MIN_KV_SHARE * card_bytes
-
-
-def largest_fitting(weight_bytes_per_gpu: float, card_bytes: int) -> int:
-    """The most engines whose weights, base copies and least KV caches fit HEADROOM of the card."""
-    return int(HEADROOM * card_bytes // engine_need_bytes(weight_bytes_per_gpu, card_bytes))
-
-
-def check_fit(n: int, weight_bytes_per_gpu: float, card_bytes: int, tp: int = 1) -> None:
-    """A clear error, with the numbers, when n engines of tp GPUs each cannot hold on every card their
-    weights, a base copy, CUDA context and a least KV cache (the layout: tp x engines)."""
-    most = largest_fitting(weight_bytes_per_gpu, card_bytes)
-    if n > most:
-        need = engine_need_bytes(weight_bytes_per_gpu, card_bytes)
-        layout = f"engine.tensor_parallel_size {tp} x engine.engines_per_gpu {n}"
-        raise ValueError(
-            f"{layout} does not fit the card: each engine holds on each of its {tp} GPU(s) "
-            f"{weight_bytes_per_gpu / 2**30:.1f} GiB of weights, the same again as its base copy, about "
-            f"{OVERHEAD_BYTES / 2**30:.1f} GiB of CUDA context and graphs and at least {MIN_KV_SHARE:.0%} of the card "
-            f"as KV cache ({need / 2**30:.1f} GiB in all), and {HEADROOM:.0%} of a {card_bytes / 2**30:.1f} GiB card "
-            f"({HEADROOM * card_bytes / 2**30:.1f} GiB) holds {most} such engine(s); "
-            + (f"set engine.engines_per_gpu to {most} or less" if most else
-               "not even one fits: raise engine.tensor_parallel_size"))
-
-
-def memory_utilization(n: int, weight_bytes_per_gpu: float, card_bytes: int) -> float:
-    """vLLM's gpu_memory_utilization for each of n engines on one card: the card's HEADROOM split
-    evenly, less every engine's base copy (which lives outside vLLM's budget)."""
-    check_fit(n, weight_bytes_per_gpu, card_bytes)
-    return round((HEADROOM - n * weight_bytes_per_gpu / card_bytes) / n, 3)
-
-
-def weight_bytes(model_dir: str | Path) -> int | None:
-    """The bytes of a model dir's safetensors weights (a shape model's: from its config and dtype), or
-    None when it holds none (yet)."""
-    from randopt.model import shape
-    if (marker := shape.read_marker(model_dir)) is not None:
-        return shape.weight_bytes(shape.model_config(model_dir), marker["dtype"])
-    files = list(Path(model_dir).glob("*.safetensors")) if Path(model_dir).is_dir() else []
-    return sum(p.stat().st_size for p in files) or None
-
-
-# Bytes of an element in each model.dtype the schema allows (config/schema.yaml model.dtype).
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-# GGUF metadata value types (the GGUF spec; gguf.GGUFValueType): the fixed sizes, then string 8, array 9.
-_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-
-
-def gguf_weight_bytes(gguf, dtype: str) -> int:
-    """The bytes a GGUF file's model takes once dequantized to dtype: its tensors' elements (from the
-    file's tensor table) times the dtype's size. gguf: the file's path, or a stream with read(n) and a
-    forward seek(n, 1) (randopt/model/gguf_source.py's JoinedReader over its parts). Read from the header
-    alone, skipping the metadata values (a tokenizer's vocabulary is most of them) without decoding them:
-    gguf.GGUFReader decodes every one, ~7 s for SmolLM2's 49k-token vocabulary on a small CPU, at every DAG
-    build of a GPU run."""
-    with (open(gguf, "rb") if isinstance(gguf, (str, Path)) else gguf) as fh:
-        head = fh.read(24)
-        magic, version, n_tensors, n_kv = struct.unpack("<4sIQQ", head) if len(head) == 24 else (b"", 0, 0, 0)
-        if magic != b"GGUF" or not 2 <= version <= 3:
-            raise ValueError(f"{gguf}: not a little-endian GGUF file of version 2 or 3 "
-                             f"(magic {magic!r}, version {version}); check model.gguf_file")
-        read = lambda fmt: struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]  # noqa: E731
-
-        def skip_value(kind: int) -> None:
-            if kind == _GGUF_STRING:
-                fh.seek(read("<Q"), 1)
-            elif kind == _GGUF_ARRAY:
-                item, count = read("<I"), read("<Q")
-                if item in _GGUF_SIZES:
-                    fh.seek(_GGUF_SIZES[item] * count, 1)
-                else:
-                    for _ in range(count):
-                        skip_value(item)
-            else:
-                fh.seek(_GGUF_SIZES[kind], 1)
-
-        for _ in range(n_kv):
-            fh.seek(read("<Q"), 1)   # the key
-            skip_value(read("<I"))
-        elements = 0
-        for _ in range(n_tensors):
-            fh.seek(read("<Q"), 1)   # the tensor's name
-            dims = [read("<Q") for _ in range(read("<I"))]
-            fh.seek(4 + 8, 1)        # its type and offset
-            elements += math.prod(dims)
-    return elements * DTYPE_BYTES[dtype]
+            + ("none left" if shards_per_group < engines_per_gpu else "few left")
+            + f"; a population.shard_size giving at least {2 * engines_per_gpu} shards a group keeps all {engines_per_gpu} busy")

@@ -41,11 +41,6 @@ log = logging.getLogger("randopt")
 
 DEFAULT_LOCK_DIR = ".snakemake/gpu-locks"
 SLOT_ENV = "RANDOPT_ENGINE_SLOT"
-# NVLink multicast (NVLS) stays off in NCCL, torch symmetric memory and NVSHMEM: on a host whose GPUs
-# others share, a program using it can put the host's GPUs out of service (for a day or more on the
-# machines this project runs on). VllmEngine sets these with setdefault before starting vLLM, so the
-# spawned engine core and workers inherit them; bench/vllm/h200_session.sh exports the same.
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 # fds of the lock files this process holds, open until it exits (or release() in tests).
 _HELD: list[int] = []
@@ -187,17 +182,17 @@ def release() -> None:
 
 
 def assign_gpus(kind: str, options: dict, total: int | None, lock_dir: str | os.PathLike = DEFAULT_LOCK_DIR,
-                *, timeout: float = 600.0, engines_per_device: int = 1) -> list[int] | None:
+                *, timeout: float = 600.0, engines_per_gpu: int = 1) -> list[int] | None:
     """For a stage CLI, before its engine (and CUDA) starts: claim the engine's GPUs among `total`
-    and make them the only ones it sees; with engines_per_device > 1, one engine slot of them (or of
+    and make them the only ones it sees; with engines_per_gpu > 1, one engine slot of them (or of
     the CPU, for a CPU engine) and RANDOPT_ENGINE_SLOT. Nothing for a CPU engine with one engine,
     without `total` for a GPU engine, or when CUDA_VISIBLE_DEVICES is already set. The assignment
     changes no result."""
     size = engine_gpus(kind, options)
-    if not size and engines_per_device > 1:
-        slot = claim_cpu_slot(engines_per_device, lock_dir, timeout=timeout)
-        os.environ[SLOT_ENV] = f"{slot}of{engines_per_device}"
-        log.info("engine slot %d of %d on the CPU (locks in %s)", slot, engines_per_device, lock_dir)
+    if not size and engines_per_gpu > 1:
+        slot = claim_cpu_slot(engines_per_gpu, lock_dir, timeout=timeout)
+        os.environ[SLOT_ENV] = f"{slot}of{engines_per_gpu}"
+        log.info("engine slot %d of %d on the CPU (locks in %s)", slot, engines_per_gpu, lock_dir)
         return None
     if not total or not size:
         return None
@@ -208,10 +203,10 @@ def assign_gpus(kind: str, options: dict, total: int | None, lock_dir: str | os.
             log.warning("CUDA_VISIBLE_DEVICES lists more than this engine's %d GPU(s): jobs running side by side "
                         "may share GPUs; unset it to let each job claim its own", size)
         return None
-    ids = claim(size, total, lock_dir, timeout=timeout, slots=engines_per_device)
-    if engines_per_device > 1:
-        os.environ[SLOT_ENV] = f"{claimed_slot()}of{engines_per_device}"
-        log.info("engine slot %d of %d on GPUs %s", claimed_slot(), engines_per_device, ids)
+    ids = claim(size, total, lock_dir, timeout=timeout, slots=engines_per_gpu)
+    if engines_per_gpu > 1:
+        os.environ[SLOT_ENV] = f"{claimed_slot()}of{engines_per_gpu}"
+        log.info("engine slot %d of %d on GPUs %s", claimed_slot(), engines_per_gpu, ids)
     # GPU ids are PCI bus order (nvidia-smi's), which is what the aligned groups are reasoned in.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))

@@ -91,7 +91,7 @@ class SearchShape:
     max_tokens: int
     batch_size: int
     slots: int = 1
-    engines_per_device: int = 1
+    engines_per_gpu: int = 1
     gain: float = 1.0
     resident: bool = True
     start_s: float = engine_slots.START_S
@@ -99,7 +99,7 @@ class SearchShape:
     @property
     def slowdown(self) -> float:
         """A member's seconds on an engine that shares its GPU over one alone."""
-        return self.engines_per_device / self.gain
+        return self.engines_per_gpu / self.gain
 
     @property
     def job_s(self) -> float:

@@ -1,0 +1,114 @@
+"""What an engine needs of a card's memory, and so how many fit: the model's weight bytes (a prepared model dir,
+a shape's config, a GGUF's tensor table), vLLM's headroom, and each engine's share of the card.
+
+Beside the engines, whose memory it is: the vLLM engine sizes its own gpu_memory_utilization here, and the plan
+(randopt/plan/engines.py) checks a layout against the card here, so each fact is computed once.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+
+from randopt.model import shape
+
+HEADROOM = 0.90              # the share of a card the engines may take together (vLLM's own default)
+MIN_KV_SHARE = 0.02          # the least KV cache an engine needs, as a share of the card (a member's batch)
+# What each engine's process holds besides weights and KV cache (CUDA context, graphs, activations):
+# an estimate; three 7B-shaped engines on an H200 held 44.4 GiB each with 28.3 GiB of weights and base copy.
+OVERHEAD_BYTES = 3 << 29     # 1.5 GiB
+
+
+# A card's memory by the GPU names of a cluster's GRES (resources.gpu_model): the card a layout is checked
+# against when the DAG is built off the GPU host.
+CARD_BYTES = {"h100": 81_559 << 20,      # H100 SXM 80 GB: nvidia-smi's 81,559 MiB (79.6 GiB)
+              "h200": 150_754_820_096}   # H200 141 GB: torch's total_memory on the device (140.4 GiB)
+
+
+def engine_need_bytes(weight_bytes_per_gpu: float, card_bytes: int) -> float:
+    """What one engine needs of each of its GPUs: its weights, the same again as its base copy, CUDA
+    context and graphs, and the least KV cache."""
+    return 2 * weight_bytes_per_gpu + OVERHEAD_BYTES + MIN_KV_SHARE * card_bytes
+
+
+def largest_fitting(weight_bytes_per_gpu: float, card_bytes: int) -> int:
+    """The most engines whose weights, base copies and least KV caches fit HEADROOM of the card."""
+    return int(HEADROOM * card_bytes // engine_need_bytes(weight_bytes_per_gpu, card_bytes))
+
+
+def check_fit(n: int, weight_bytes_per_gpu: float, card_bytes: int, tp: int = 1) -> None:
+    """A clear error, with the numbers, when n engines of tp GPUs each cannot hold on every card their
+    weights, a base copy, CUDA context and a least KV cache (the layout: tp x engines)."""
+    most = largest_fitting(weight_bytes_per_gpu, card_bytes)
+    if n > most:
+        need = engine_need_bytes(weight_bytes_per_gpu, card_bytes)
+        layout = f"engine.tensor_parallel_size {tp} x engine.engines_per_gpu {n}"
+        raise ValueError(
+            f"{layout} does not fit the card: each engine holds on each of its {tp} GPU(s) "
+            f"{weight_bytes_per_gpu / 2**30:.1f} GiB of weights, the same again as its base copy, about "
+            f"{OVERHEAD_BYTES / 2**30:.1f} GiB of CUDA context and graphs and at least {MIN_KV_SHARE:.0%} of the card "
+            f"as KV cache ({need / 2**30:.1f} GiB in all), and {HEADROOM:.0%} of a {card_bytes / 2**30:.1f} GiB card "
+            f"({HEADROOM * card_bytes / 2**30:.1f} GiB) holds {most} such engine(s); "
+            + (f"set engine.engines_per_gpu to {most} or less" if most else
+               "not even one fits: raise engine.tensor_parallel_size"))
+
+
+def memory_utilization(n: int, weight_bytes_per_gpu: float, card_bytes: int) -> float:
+    """vLLM's gpu_memory_utilization for each of n engines on one card: the card's HEADROOM split
+    evenly, less every engine's base copy (which lives outside vLLM's budget)."""
+    check_fit(n, weight_bytes_per_gpu, card_bytes)
+    return round((HEADROOM - n * weight_bytes_per_gpu / card_bytes) / n, 3)
+
+
+def weight_bytes(model_dir: str | Path) -> int | None:
+    """The bytes of a model dir's safetensors weights (a shape model's: from its config and dtype), or
+    None when it holds none (yet)."""
+    if (marker := shape.read_marker(model_dir)) is not None:
+        return shape.weight_bytes(shape.model_config(model_dir), marker["dtype"])
+    files = list(Path(model_dir).glob("*.safetensors")) if Path(model_dir).is_dir() else []
+    return sum(p.stat().st_size for p in files) or None
+
+
+# GGUF metadata value types (the GGUF spec; gguf.GGUFValueType): the fixed sizes, then string 8, array 9.
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_weight_bytes(gguf, dtype: str) -> int:
+    """The bytes a GGUF file's model takes once dequantized to dtype: its tensors' elements (from the
+    file's tensor table) times the dtype's size. gguf: the file's path, or a stream with read(n) and a
+    forward seek(n, 1) (randopt/model/gguf_source.py's JoinedReader over its parts). Read from the header
+    alone, skipping the metadata values (a tokenizer's vocabulary is most of them) without decoding them:
+    gguf.GGUFReader decodes every one, ~7 s for SmolLM2's 49k-token vocabulary on a small CPU, at every DAG
+    build of a GPU run."""
+    with (open(gguf, "rb") if isinstance(gguf, (str, Path)) else gguf) as fh:
+        head = fh.read(24)
+        magic, version, n_tensors, n_kv = struct.unpack("<4sIQQ", head) if len(head) == 24 else (b"", 0, 0, 0)
+        if magic != b"GGUF" or not 2 <= version <= 3:
+            raise ValueError(f"{gguf}: not a little-endian GGUF file of version 2 or 3 "
+                             f"(magic {magic!r}, version {version}); check model.gguf_file")
+        read = lambda fmt: struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]  # noqa: E731
+
+        def skip_value(kind: int) -> None:
+            if kind == _GGUF_STRING:
+                fh.seek(read("<Q"), 1)
+            elif kind == _GGUF_ARRAY:
+                item, count = read("<I"), read("<Q")
+                if item in _GGUF_SIZES:
+                    fh.seek(_GGUF_SIZES[item] * count, 1)
+                else:
+                    for _ in range(count):
+                        skip_value(item)
+            else:
+                fh.seek(_GGUF_SIZES[kind], 1)
+
+        for _ in range(n_kv):
+            fh.seek(read("<Q"), 1)   # the key
+            skip_value(read("<I"))
+        elements = 0
+        for _ in range(n_tensors):
+            fh.seek(read("<Q"), 1)   # the tensor's name
+            dims = [read("<Q") for _ in range(read("<I"))]
+            fh.seek(4 + 8, 1)        # its type and offset
+            elements += math.prod(dims)
+    return elements * shape.DTYPE_BYTES[dtype]
