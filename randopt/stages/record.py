@@ -26,7 +26,7 @@ def parse_args(argv=None):
     for flag in ("--model-manifest", "--heldout-manifest", "--topk", "--vote", "--bpb", "--members-timings",
                  "--records-md", "--out"):
         p.add_argument(flag, required=True)
-    p.add_argument("--problems-manifest", required=True, help="the frozen splits' manifest (freeze_gsm8k or freeze_task)")
+    p.add_argument("--problems-manifest", required=True, help="the frozen splits' manifest (freeze_problems)")
     p.add_argument("--ranking", required=True, help="rank's ranking table (parquet)")
     p.add_argument("--shard-timings", nargs="+", required=True)
     p.add_argument("--base-train", required=True, help="evaluate_members' base_train.json")
