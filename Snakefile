@@ -13,8 +13,7 @@
 # Where each stage's code is: the rule (in rules/<file>) runs python -m randopt.stages.<stage>, whose main()
 # parses the arguments and whose run() does the work, or calls the library module named (tests/test_docs.py
 # checks this table against the code):
-#   freeze_gsm8k      data.smk      randopt/data/gsm8k.py (write_frozen; task.kind gsm8k, the default)
-#   freeze_task       data.smk      randopt/tasks/freeze.py (write_frozen; every other task: docs/tasks.md)
+#   freeze_problems   data.smk      randopt/tasks/freeze.py (write_frozen; every task, GSM8K the default: docs/tasks.md)
 #   fetch_fineweb     data.smk      randopt/data/heldout.py (write_heldout)
 #   prepare_model     model.smk     randopt/stages/prepare_model.py
 #   round_base        model.smk     randopt/stages/prepare_model.py (distill.rounds > 1: round r's base, round r-1's distilled model)

@@ -17,7 +17,7 @@ import yaml
 from randopt.engines import compute_dtype
 from randopt.population import population_size, topk_size
 from randopt.schema import (SCHEMA_PATH, SOURCE_KINDS, ConfigError, check_commit, check_decode,  # noqa: F401
-                            check_engine_options, check_selected, check_source, load_schema, validate_block)
+                            check_engine_options, check_selected, check_source, load_schema, task_kind, validate_block)
 from randopt.selection.race_stops import EXACT_MAX_PROBLEMS
 
 
@@ -370,7 +370,7 @@ def _check_task_keys(config: dict) -> None:
     """Before defaults are filled (so that only what the config itself says counts): a task other
     than GSM8K takes its prompt and splits from task.<kind>, so GSM8K's places for them are errors,
     not silently ignored."""
-    kind = (config.get("task") or {}).get("kind", "gsm8k")
+    kind = task_kind(config)
     if kind == "gsm8k" or not isinstance(kind, str):
         return
     if config.get("gsm8k"):
@@ -451,12 +451,8 @@ def check_task_files(config: dict) -> None:
     where = problems_key(config)
     block = problems_block(config)
     try:
-        if kind == "gsm8k":
-            from randopt.data import gsm8k
-            pools = gsm8k.load_pools(gsm8k_source(config))
-        else:
-            from randopt.tasks import registry
-            pools = registry.make(task_spec(config)).load_pools()
+        from randopt.tasks import registry
+        pools = registry.make(task_spec(config)).load_pools()
     except InputError as err:
         source = f"{where}.jsonl.path" if kind == "gsm8k" else where
         raise ConfigError(f"config key '{source}': {err}") from None
@@ -483,12 +479,10 @@ def check_heldout_file(config: dict) -> None:
 def external_inputs(config: dict) -> dict:
     """The run's external inputs (randopt/inputs.py), by the key they enter (randopt/keys.py): the model's
     bytes, the task's local files, the held-out file; a source with no local bytes is absent."""
-    from randopt.data import gsm8k, heldout
+    from randopt.data import heldout
     from randopt.model.prepare import model_input
     from randopt.tasks import freeze
-    problems = (gsm8k.source_input(gsm8k_source(config)) if task_kind(config) == "gsm8k"
-                else freeze.source_input(task_spec(config)))
-    found = {"model": model_input(config["model"]), "problems": problems,
+    found = {"model": model_input(config["model"]), "problems": freeze.source_input(task_spec(config)),
              "heldout": heldout.source_input(heldout_source(config))}
     return {name: item for name, item in found.items() if item is not None}
 
@@ -522,17 +516,12 @@ def check_inputs(config: dict, cache_path=None) -> dict:
 
 
 def task_spec(config: dict) -> dict:
-    """The run's task as its freezer and the manifest name it: {"kind", **task.<kind>}; GSM8K's is
-    {"kind": "gsm8k", "source": its selected source}."""
+    """The run's task as freeze_problems and the manifest name it: {"kind", **task.<kind>}; GSM8K's is
+    {"kind": "gsm8k", "source": its selected source} (its split sizes and pins stay in the gsm8k block)."""
     kind = config["task"]["kind"]
     if kind == "gsm8k":
         return {"kind": "gsm8k", "source": gsm8k_source(config)}
     return {"kind": kind, **config["task"][kind]}
-
-
-def task_kind(config: dict) -> str:
-    """The run's task kind (a config validated before tasks existed, in an old record, has none: GSM8K)."""
-    return (config.get("task") or {}).get("kind", "gsm8k")
 
 
 def decode_for(config: dict) -> dict:

@@ -24,8 +24,7 @@ from randopt.specs import Specs
 # answer is comes from the scorer and the engine, which evaluate_shard runs too: racing's own code
 # decides which problems a member answers, not the answers, so editing it reuses the cache.
 KEY_STAGES = {
-    "gsm8k": ("freeze_gsm8k",),
-    "task": ("freeze_task",),
+    "problems": ("freeze_problems",),
     "heldout": ("fetch_fineweb",),
     "model": ("prepare_model",),
     "eval": ("evaluate_shard", "evaluate_members"),
@@ -79,16 +78,18 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     # reran the stage in place, deleting its outputs before the pin check failed.
     pins = {"train": g["train_sha256"], "test": g["test_sha256"]}
     kind = task_kind(config)
+    # The frozen problems' key: what it hashes is each kind's own (GSM8K's source and split knobs from its
+    # gsm8k block, as before tasks existed; another task's whole block), the name and the stage one.
     if kind == "gsm8k":
         problems = short_key({"source": gsm8k_source(config), "n_train": g["n_train"], "n_test": g["n_test"],
-                              "selection_seed": g["selection_seed"], "code": key_code("gsm8k", root)}
+                              "selection_seed": g["selection_seed"], "code": key_code("problems", root)}
                              | ({"pins": pins} if any(pins.values()) else {}) | external.get("problems", {}))
         task_code = {}
     else:
         # Every other task: its block (source, splits, pins, prompt, reward knobs) and its own module's code,
         # which the registry imports by name (so no stage's import graph holds it: it is added here).
         task_code = {"task_code": modules_version(module_name(kind), root=root)}
-        problems = short_key({"task": task_spec(config), "code": key_code("task", root)} | task_code
+        problems = short_key({"task": task_spec(config), "code": key_code("problems", root)} | task_code
                              | external.get("problems", {}))
     heldout = short_key({"source": heldout_source(config), "code": key_code("heldout", root)}
                         | ({"pin": h["sha256"]} if h["sha256"] else {}) | external.get("heldout", {}))
@@ -126,8 +127,7 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     # The racing rounds' tables: which members each chunk job takes depends on the chunk size too.
     race = short_key({"population": population, "chunk_size": config["population"]["shard_size"]}) if racing else None
     bpb = bpb_of(model)
-    # The frozen problems' key is named after the task it holds: "gsm8k" (as before tasks) or "task".
-    keys = {("gsm8k" if kind == "gsm8k" else "task"): problems, "heldout": heldout, "model": model, "eval": evaluation,
+    keys = {"problems": problems, "heldout": heldout, "model": model, "eval": evaluation,
             "population": population, "bpb": bpb, "race": race}
     distill = config.get("distill") or {}
     if distill.get("enabled"):  # only then: a run without distillation has the keys it always had

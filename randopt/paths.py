@@ -9,12 +9,9 @@ from __future__ import annotations
 
 def layout(keys: dict[str, str]) -> dict[str, str]:
     """Folder of each stage's outputs, relative to the directory the workflow runs in."""
-    # The frozen problems: GSM8K's where they always were, every other task's under data/tasks/ (its
-    # manifest names the task). "gsm8k" stays for the tools that read it; "problems" is either.
-    problems = f"data/gsm8k/{keys['gsm8k']}" if keys.get("gsm8k") else f"data/tasks/{keys['task']}"
     return {
-        **({"gsm8k": problems} if keys.get("gsm8k") else {}),
-        "problems": problems,
+        # the run's task's frozen splits, whatever the task (their manifest names it)
+        "problems": f"data/problems/{keys['problems']}",
         "heldout": f"data/heldout/{keys['heldout']}",
         "model": f"data/models/{keys['model']}",
         "shards": f"results/shards/{keys['eval']}",

@@ -227,9 +227,24 @@ def check_engine_options(options) -> dict:
     return options
 
 
+def check_sha256(value: str | None, what: str) -> None:
+    """A pin (a frozen split's, the held-out slice's): None (nothing pinned), or 64 hex digits; anything else is
+    an error naming ``what``, before anything is read or written."""
+    if value is not None and (not isinstance(value, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", value)):
+        raise ConfigError(f"{what} {value!r} is not a sha256 (64 hex digits)")
+
+
 def check_commit(name: str, revision: str) -> None:
     """A hub revision must be a commit: a branch or tag moves, and the record would not say what ran.
     Checked here so that a run fails before any job is queued, not inside the first job."""
     if not re.fullmatch(r"[0-9a-f]{40}", str(revision)):
         raise ConfigError(f"{name}: {revision!r} is not a commit; give the 40-hex commit sha "
                           f"(e.g. HfApi().model_info(repo).sha, or dataset_info for a dataset)")
+
+
+def task_kind(config: dict) -> str:
+    """A config's task kind: task.kind, or the schema's default where it names none (a config before its
+    defaults are filled, or an old record's, written before tasks existed). The one place that default is read."""
+    task = config.get("task")
+    kind = task.get("kind") if isinstance(task, dict) else None
+    return kind if kind is not None else _parsed_schema()["properties"]["task"]["properties"]["kind"]["default"]

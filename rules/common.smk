@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from randopt.code_keys import code_version
-from randopt.config import ConfigError, check_engine_installed, gsm8k_source, heldout_source, round_knobs, task_spec
+from randopt.config import ConfigError, check_engine_installed, heldout_source, round_knobs, task_spec
 from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError
 from randopt.keys import key_code
@@ -17,7 +17,7 @@ from randopt.runtime import mps_daemon
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
 
 # At DAG build (also under -n), before any job: the schema; what needs the file system (a local model dir,
-# a GGUF's package or parts, a task's or GSM8K's files, a held-out file); the external inputs' sha256s (read
+# a GGUF's package or parts, the task's files, a held-out file); the external inputs' sha256s (read
 # once, then from a stat cache in .snakemake/), which key the stages that read them; then the plan on this
 # host. A frozen file edited since its stage wrote it is refused here too: Snakemake would see it as newer
 # than what was built on it and delete those outputs before the first job could refuse to run.
@@ -34,10 +34,6 @@ config = PLAN.config
 KEYS, PATHS, DECODE, ENGINES = PLAN.keys, PLAN.paths, PLAN.decode, PLAN.engines
 # The round rules' folders: their round's keys as wildcards (randopt/plan/rounds.py), so a path names its round.
 ROUND = PLAN.rounds.pattern()
-# Each freeze rule's folder: the run's task's is PATHS["problems"], the other kind's an "unused" one (both rules
-# exist in every run, so that rules/data.smk stays flat; nothing asks for the unused outputs).
-DATA_GSM8K = PATHS["problems"] if PLAN.task == "gsm8k" else "data/gsm8k/unused"
-DATA_TASK = PATHS["problems"] if PLAN.task != "gsm8k" else "data/tasks/unused"
 if ENGINES.side_by_side:  # jobs are scheduled over this host's engine slots (GPU groups x engines each)
     workflow.global_resources["engine_slot"] = ENGINES.slots
 
@@ -68,8 +64,7 @@ wildcard_constraints:
 # submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
 localrules:
     all,
-    freeze_gsm8k,
-    freeze_task,
+    freeze_problems,
     fetch_fineweb,
     rank,
     race_round,
@@ -130,8 +125,9 @@ def job_resources(stage, gpu_stage=True):
 def get_benchmarks():
     """RULE=PATH for every stage's Snakemake benchmark file, so the record can sum stage times: each round's
     (distill.rounds; a stage's time is the sum over the rounds). Called by rule record, after every rule it names."""
-    freeze = "freeze_gsm8k" if PLAN.task == "gsm8k" else "freeze_task"
-    paths = [f"{name}={getattr(rules, name).benchmark}" for name in (freeze, "fetch_fineweb", "prepare_model")]
+    paths = [
+        f"{name}={getattr(rules, name).benchmark}" for name in ("freeze_problems", "fetch_fineweb", "prepare_model")
+    ]
     for r in range(1, PLAN.rounds.count + 1):
         stages = ["rank", "evaluate_members", "vote", "score_bpb"] + (["round_base"] if r > 1 else [])
         paths += [f"{name}={PLAN.rounds.at(str(getattr(rules, name).benchmark), r)}" for name in stages]

@@ -1,48 +1,19 @@
-# Data: the task's frozen splits (GSM8K's by freeze_gsm8k, any other task's by freeze_task) and the
-# held-out text slice, each with a manifest of sha256s. A local source file's bytes are in the stage's key
-# and checked again when the stage reads them (randopt/inputs.py). Both freeze rules are defined in every run; the
-# one of the other kind writes under an "unused" path that nothing asks for (rules/common.smk).
+# Data: the run's task's frozen splits (GSM8K's as any other task's: randopt/tasks/freeze.py) and the held-out
+# text slice, each with a manifest of sha256s. A local source file's bytes are in the stage's key and checked
+# again when the stage reads them (randopt/inputs.py).
 
 
-rule freeze_gsm8k:
+rule freeze_problems:
     output:
-        train=f"{DATA_GSM8K}/train.jsonl",
-        test=f"{DATA_GSM8K}/test.jsonl",
-        manifest=f"{DATA_GSM8K}/manifest.json",
+        train=f"{PATHS['problems']}/train.jsonl",
+        test=f"{PATHS['problems']}/test.jsonl",
+        manifest=f"{PATHS['problems']}/manifest.json",
     log:
-        "logs/freeze_gsm8k.log",
+        "logs/freeze_problems.log",
     benchmark:
-        f"{PATHS['benchmarks']}/freeze_gsm8k/{KEYS.get('gsm8k', 'unused')}.tsv"
+        f"{PATHS['benchmarks']}/freeze_problems/{KEYS['problems']}.tsv"
     params:
-        source=q(gsm8k_source(config)),
-        n_train=PLAN.problems["n_train"],
-        n_test=PLAN.problems["n_test"],
-        selection_seed=PLAN.problems["selection_seed"],
-        pins=" ".join(
-            f"--pinned-{split}-sha256 {PLAN.problems[f'{split}_sha256']}"
-            for split in ("train", "test")
-            if PLAN.problems[f"{split}_sha256"]
-        ),
-        # a jsonl source's sha256 at DAG build, which the key holds: other bytes are refused
-        source_sha256=PLAN.source_sha256_arg("problems"),
-        code=key_code("gsm8k"),
-    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    shell:
-        "{PY} randopt.stages.freeze_gsm8k --source-json {params.source} --n-train {params.n_train}"
-        " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
-        " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
-
-
-rule freeze_task:
-    output:
-        train=f"{DATA_TASK}/train.jsonl",
-        test=f"{DATA_TASK}/test.jsonl",
-        manifest=f"{DATA_TASK}/manifest.json",
-    log:
-        "logs/freeze_task.log",
-    benchmark:
-        f"{PATHS['benchmarks']}/freeze_task/{KEYS.get('task', 'unused')}.tsv"
-    params:
+        # the task: its kind and block (GSM8K's: its selected source; randopt/config.py task_spec)
         task=q_text(task_spec(config)),
         n_train=PLAN.problems["n_train"],
         n_test=PLAN.problems["n_test"],
@@ -52,11 +23,12 @@ rule freeze_task:
             for split in ("train", "test")
             if PLAN.problems[f"{split}_sha256"]
         ),
+        # a local source's sha256 at DAG build, which the key holds: other bytes are refused
         source_sha256=PLAN.source_sha256_arg("problems"),
-        code=key_code("task"),
+        code=key_code("problems"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.freeze_task --task-json {params.task} --n-train {params.n_train}"
+        "{PY} randopt.stages.freeze_problems --task-json {params.task} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 

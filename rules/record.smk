@@ -9,7 +9,7 @@ rule record:
         # racing: a full evaluation's ranking of the same population, where one exists (randopt/plan/run.py)
         **PLAN.full_ranking_of_race(),
         model=rules.prepare_model.output.manifest,
-        problems=f"{PATHS['problems']}/manifest.json",  # freeze_gsm8k's or freeze_task's
+        problems=rules.freeze_problems.output.manifest,
         heldout=rules.fetch_fineweb.output.manifest,
         # round 1's search and ensemble (a later round's are in its distill block)
         topk=PLAN.rounds.at(rules.rank.output.topk, 1),

@@ -155,9 +155,9 @@ def scratch(tmp_path_factory):
 
 FULL = effective_config({})
 RACING = effective_config({"selection": {"mode": "racing"}})
-ALL = {"gsm8k", "heldout", "model", "eval", "population", "bpb"}
+ALL = {"problems", "heldout", "model", "eval", "population", "bpb"}
 # module -> keys that change, under full evaluation and under racing. Nesting: eval holds the model
-# and gsm8k keys, bpb the model and heldout keys, race the population key.
+# and problems keys, bpb the model and heldout keys, race the population key.
 EDITS = [
     ("randopt/scoring/answer_blocks.py", {"eval"}, {"eval", "population", "race"}),
     ("randopt/scoring/answer_cache.py", {"eval"}, {"eval", "population", "race"}),
@@ -191,11 +191,11 @@ EDITS = [
     ("randopt/runtime/progress.py", set(), set()),    # how a job runs, not what it computes
     ("randopt/runtime/resident/client.py", set(), set()),
     ("randopt/code_keys.py", set(), set()),          # computes the keys: a change shows in them, not by hash
-    # The tasks (randopt/tasks/): GSM8K's task, the interface and the registry are what the scorer and
-    # the vote run; every other task enters only its own runs' keys (COUNTDOWN_EDITS below).
-    ("randopt/tasks/gsm8k.py", {"eval", "population"}, {"eval", "population", "race"}),
-    ("randopt/tasks/base.py", {"eval", "population"}, {"eval", "population", "race"}),
-    ("randopt/tasks/registry.py", {"eval", "population"}, {"eval", "population", "race"}),
+    # The tasks (randopt/tasks/): GSM8K's task, the interface and the registry are what the freezer, the
+    # scorer and the vote run; every other task enters only its own runs' keys (COUNTDOWN_EDITS below).
+    ("randopt/tasks/gsm8k.py", {"problems", "eval", "population"}, {"problems", "eval", "population", "race"}),
+    ("randopt/tasks/base.py", {"problems", "eval", "population"}, {"problems", "eval", "population", "race"}),
+    ("randopt/tasks/registry.py", {"problems", "eval", "population"}, {"problems", "eval", "population", "race"}),
     ("randopt/tasks/countdown.py", set(), set()),
     ("randopt/tasks/countdown_expr.py", set(), set()),
     ("randopt/tasks/jsonl.py", set(), set()),
@@ -204,20 +204,28 @@ EDITS = [
     ("randopt/tasks/code.py", set(), set()),
     ("randopt/tasks/sandbox.py", set(), set()),
     ("randopt/tasks/sandbox_child.py", set(), set()),
-    ("randopt/tasks/freeze.py", set(), set()),
+    # the freezer every task shares (freeze_problems): the frozen problems, and eval, which holds their key
+    ("randopt/tasks/freeze.py", {"problems", "eval"}, {"problems", "eval"}),
+    ("randopt/data/splits.py", {"problems", "eval"}, {"problems", "eval"}),
+    # GSM8K's own parsing: its frozen problems, and the scorer and the vote that read its answers
+    ("randopt/data/gsm8k.py", {"problems", "eval", "population"}, {"problems", "eval", "population", "race"}),
+    # the hub download of GSM8K's, MATH's and the held-out text's sources
+    ("randopt/data/hub.py", {"problems", "eval", "population", "heldout", "bpb"},
+     {"problems", "eval", "population", "heldout", "bpb", "race"}),
     ("randopt/tasks/offline_scoring.py", set(), set()),  # a tool, no stage
 ]
 
 COUNTDOWN = effective_config({"task": {"kind": "countdown"}})
-# Under a Countdown run: its frozen problems' key is "task" (no "gsm8k"); its own code keys them and eval.
+# Under a Countdown run: its frozen problems' key has the same name as GSM8K's; its own code keys them and eval.
 COUNTDOWN_EDITS = [
-    ("randopt/tasks/countdown.py", {"task", "eval"}),
-    ("randopt/tasks/countdown_expr.py", {"task", "eval"}),
-    ("randopt/tasks/freeze.py", {"task", "eval"}),  # eval holds the task key
+    ("randopt/tasks/countdown.py", {"problems", "eval"}),
+    ("randopt/tasks/countdown_expr.py", {"problems", "eval"}),
+    ("randopt/tasks/freeze.py", {"problems", "eval"}),  # eval holds the problems key
+    ("randopt/data/splits.py", {"problems", "eval"}),
     ("randopt/tasks/math.py", set()),
-    ("randopt/tasks/gsm8k.py", {"task", "eval", "population"}),
-    # the freezer's selection and GSM8K's task; the held-out loader's hub download
-    ("randopt/data/gsm8k.py", {"task", "eval", "population", "heldout", "bpb"}),
+    # GSM8K's task and parsing: the registry imports it (the default kind), and the vote reads numbers with it
+    ("randopt/tasks/gsm8k.py", {"problems", "eval", "population"}),
+    ("randopt/data/gsm8k.py", {"problems", "eval", "population"}),
 ]
 
 
@@ -250,7 +258,7 @@ def test_a_tasks_own_code_keys_its_runs(scratch, module, keys):
     original = path.read_text()
     code_keys.clear_cache()
     before = run_keys(COUNTDOWN, root=scratch)
-    assert "task" in before and "gsm8k" not in before
+    assert "problems" in before and "gsm8k" not in before and "task" not in before
     try:
         path.write_text(original + "\n_EDITED = True\n")
         code_keys.clear_cache()

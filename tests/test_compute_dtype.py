@@ -71,7 +71,7 @@ def test_the_resolved_dtype_enters_the_keys(monkeypatch):
     as_bf16 = run_keys(validate({"engine": {"compute_dtype": "bfloat16"}}))
     assert capped["eval"] == as_f32["eval"] != as_bf16["eval"]
     assert capped["bpb"] == as_f32["bpb"] != as_bf16["bpb"]
-    assert capped["model"] == as_bf16["model"] and capped["gsm8k"] == as_bf16["gsm8k"]
+    assert capped["model"] == as_bf16["model"] and capped["problems"] == as_bf16["problems"]
 
 
 def test_this_machine_is_read():

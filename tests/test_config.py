@@ -441,14 +441,38 @@ def test_the_embedded_default_dry_runs_through_snakemake(default_dry_run):
     default = validate(load_yaml(CONFIG_DIR / "config.yaml"))
     pop = default["population"]
     shards = len(pop["sigmas"]) * -(-pop["n_seeds"] // pop["shard_size"])
-    assert jobs_run(subprocess_like(out)) == {"freeze_gsm8k": 1, "fetch_fineweb": 1, "prepare_model": 1,
+    assert jobs_run(subprocess_like(out)) == {"freeze_problems": 1, "fetch_fineweb": 1, "prepare_model": 1,
                                               "evaluate_shard": shards, "rank": 1, "evaluate_members": 1, "vote": 1,
                                               "score_bpb": 1, "record": 1}
-    (freeze,) = commands_of(out, "freeze_gsm8k")
+    (freeze,) = commands_of(out, "freeze_problems")
     assert '"kind": "generated"' in freeze and f"--n-train {default['gsm8k']['n_train']}" in freeze
     (fetch,) = commands_of(out, "fetch_fineweb")
     assert '"kind": "synthetic"' in fetch
     assert all("--engine torch" in c for c in commands_of(out, "evaluate_shard"))
+
+
+@pytest.mark.slow
+def test_gsm8k_and_countdown_get_their_problems_from_the_one_freeze_rule(default_dry_run, tmp_path):
+    """GSM8K is one task among the others: the workflow has one freeze rule, and the default (GSM8K) and
+    config/countdown.yaml both freeze their problems with it, each into its own data/problems/<key>, which
+    their engine stages read."""
+    import subprocess
+
+    from tests.support.workflow import SNAKEMAKE, jobs_run
+    listed = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                             "--list-rules"], capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert [r for r in listed.stdout.split() if r.startswith("freeze")] == ["freeze_problems"]
+    countdown = dry_run(tmp_path, CONFIG_DIR / "countdown.yaml")
+    folders = []
+    for out, kind in ((default_dry_run, "gsm8k"), (countdown, "countdown")):
+        assert jobs_run(subprocess_like(out))["freeze_problems"] == 1
+        (freeze,) = commands_of(out, "freeze_problems")
+        assert f"randopt.stages.freeze_problems --task-json '{{\"kind\": \"{kind}\"" in freeze
+        folders.append(re.search(r"--out-train (data/problems/[0-9a-f]{12})/train\.jsonl", freeze).group(1))
+        shards = commands_of(out, "evaluate_shard")
+        assert shards and all(f"{folders[-1]}/train.jsonl" in c for c in shards)
+    assert folders[0] != folders[1]  # each task's problems under their own key
 
 
 @pytest.mark.slow
@@ -458,7 +482,7 @@ def test_the_default_on_vllm_dry_runs_through_snakemake(tmp_path):
     jobs = jobs_run(subprocess_like(out))
     assert jobs["evaluate_shard"] == 2  # 32 seeds x 2 sigmas in shards of 32
     assert all("--engine vllm" in c for c in commands_of(out, "evaluate_shard"))
-    (freeze,) = commands_of(out, "freeze_gsm8k")
+    (freeze,) = commands_of(out, "freeze_problems")
     assert '"kind": "generated"' in freeze  # the same data as the CPU default
 
 

@@ -274,7 +274,7 @@ def test_two_torch_engines_side_by_side_on_the_cpu_answer_as_one_engine(engine_s
     from randopt.scoring.answer_blocks import blocks
     from randopt.scoring.scorer import DecodeSpec, Scorer
     shard = pd.read_parquet(next((workdir / "results" / "shards").rglob("seeds_0002-0002.parquet")))
-    train = read_jsonl(next((workdir / "data" / "gsm8k").rglob("train.jsonl")))
+    train = read_jsonl(next((workdir / "data" / "problems").rglob("train.jsonl")))
     scorer = Scorer(lambda: make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=8, threads=2), train,
                     DecodeSpec.from_config(record["decode"]), str(tmp_path / "alone"), blocks(len(train), 0, 8))
     alone = scorer.answers(2, 0.01, range(len(train)))

@@ -1,4 +1,4 @@
-"""The freeze_gsm8k and fetch_fineweb CLIs: --help, success, and failures that leave no output."""
+"""The freeze_problems and fetch_fineweb CLIs: --help, success, and failures that leave no output."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from randopt.data import synth
 from randopt.io import sha256_bytes, sha256_file
-from randopt.stages import fetch_fineweb, freeze_gsm8k
+from randopt.stages import fetch_fineweb, freeze_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -23,11 +23,12 @@ def run_module(module: str, *args: str, env: dict | None = None) -> subprocess.C
                           capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("module", ["randopt.stages.freeze_gsm8k", "randopt.stages.fetch_fineweb"])
-def test_help(module):
+@pytest.mark.parametrize("module, source", [("randopt.stages.freeze_problems", "--task-json"),
+                                            ("randopt.stages.fetch_fineweb", "--source-json")])
+def test_help(module, source):
     res = run_module(module, "--help")
     assert res.returncode == 0, res.stderr
-    assert "--source-json" in res.stdout and "--manifest" in res.stdout
+    assert source in res.stdout and "--manifest" in res.stdout
 
 
 def gsm_dir(tmp_path: Path) -> Path:
@@ -40,21 +41,22 @@ def gsm_dir(tmp_path: Path) -> Path:
 
 
 def freeze_args(src: dict, out: Path, n_train=5, n_test=3, *extra: str) -> list[str]:
-    return ["--source-json", json.dumps(src), "--n-train", str(n_train), "--n-test", str(n_test),
+    """freeze_problems' arguments for GSM8K from the source src (as rules/data.smk gives them)."""
+    return ["--task-json", json.dumps({"kind": "gsm8k", "source": src}), "--n-train", str(n_train), "--n-test", str(n_test),
             "--selection-seed", "0", "--out-train", str(out / "train.jsonl"), "--out-test", str(out / "test.jsonl"),
             "--manifest", str(out / "manifest.json"), *extra]
 
 
 def test_freeze_cli(tmp_path, capsys):
     src = {"kind": "jsonl", "path": str(gsm_dir(tmp_path))}
-    assert freeze_gsm8k.main(freeze_args(src, tmp_path / "o")) == 0
+    assert freeze_problems.main(freeze_args(src, tmp_path / "o")) == 0
     m = json.loads((tmp_path / "o/manifest.json").read_text())
     assert m["train"]["n"] == 5 and m["test"]["n"] == 3 and m["pool_sizes"] == {"train": 20, "test": 10}
     assert m["train"]["sha256"] == sha256_file(tmp_path / "o/train.jsonl")
-    assert m["source"] == src and m["selection_seed"] == 0 and m["synthetic"] is False
+    assert m["task"] == {"kind": "gsm8k", "source": src} and m["selection_seed"] == 0 and m["synthetic"] is False
     assert m["train"]["sha256"] in capsys.readouterr().out
     # pinned hashes that match pass
-    assert freeze_gsm8k.main(freeze_args(src, tmp_path / "o2", 5, 3, "--pinned-train-sha256", m["train"]["sha256"],
+    assert freeze_problems.main(freeze_args(src, tmp_path / "o2", 5, 3, "--pinned-train-sha256", m["train"]["sha256"],
                                          "--pinned-test-sha256", m["test"]["sha256"])) == 0
 
 
@@ -64,7 +66,7 @@ def test_freeze_cli_failure_leaves_nothing(tmp_path, capsys, case):
     src = {"kind": "jsonl", "path": str(d)}
     n_train, n_test, extra = 5, 3, []
     expect = {"too_many": "larger than the test pool", "empty": "n_test must be an integer >= 1",
-              "bad_json": "--source-json: malformed JSON", "missing_dir": "not a directory", "pin_mismatch": "config pins",
+              "bad_json": "--task-json: malformed JSON", "missing_dir": "not a directory", "pin_mismatch": "config pins",
               "bad_line": "test.jsonl:2: malformed"}[case]
     if case == "too_many":
         n_test = 11
@@ -82,7 +84,7 @@ def test_freeze_cli_failure_leaves_nothing(tmp_path, capsys, case):
     args = freeze_args(src, tmp_path / "o", n_train, n_test, *extra)
     if case == "bad_json":
         args[1] = "{kind: jsonl"
-    assert freeze_gsm8k.main(args) == 2
+    assert freeze_problems.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and expect in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
@@ -136,9 +138,9 @@ def test_clis_offline_against_hub_cache_subprocess(tmp_path):
     env = {"HF_HUB_CACHE": str(cache)}
 
     hub = {"kind": "hub", "repo": "openai/gsm8k", "config": "main", "revision": REV}
-    res = run_module("randopt.stages.freeze_gsm8k", *freeze_args(hub, tmp_path / "hub"), env=env)
+    res = run_module("randopt.stages.freeze_problems", *freeze_args(hub, tmp_path / "hub"), env=env)
     assert res.returncode == 0, res.stderr
-    res = run_module("randopt.stages.freeze_gsm8k", *freeze_args({"kind": "jsonl", "path": str(gsm_dir(tmp_path))}, tmp_path / "js"))
+    res = run_module("randopt.stages.freeze_problems", *freeze_args({"kind": "jsonl", "path": str(gsm_dir(tmp_path))}, tmp_path / "js"))
     assert res.returncode == 0, res.stderr
     for name in ("train.jsonl", "test.jsonl"):
         assert (tmp_path / "hub" / name).read_bytes() == (tmp_path / "js" / name).read_bytes()

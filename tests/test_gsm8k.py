@@ -1,4 +1,5 @@
-"""GSM8K extraction, scoring, strict loading and frozen splits (JSONL, hub cache, generated)."""
+"""GSM8K extraction, scoring, strict loading, and its frozen splits (JSONL, hub cache, generated) through the
+freezer every task shares (randopt/tasks/freeze.py, randopt/data/splits.py)."""
 from __future__ import annotations
 
 import json
@@ -7,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from randopt.data import gsm8k, synth
+from randopt.data import gsm8k, splits, synth
 from randopt.inputs import tree_sha256
 from randopt.io import InputError, sha256_bytes, sha256_file
+from randopt.tasks import freeze
 from tests.conftest import SHARED_GSM8K
 
 REAL = SHARED_GSM8K
@@ -129,6 +131,15 @@ def test_load_jsonl_errors(tmp_path):
 
 # --- freezing -----------------------------------------------------------------------------------
 
+def freeze_gsm8k(source, *args, **kwargs):
+    """GSM8K's splits of a source, as freeze_problems selects them (the task spec randopt/config.py task_spec makes)."""
+    return freeze.freeze_splits({"kind": "gsm8k", "source": source}, *args, **kwargs)
+
+
+def write_gsm8k(source, *args, **kwargs):
+    return freeze.write_frozen({"kind": "gsm8k", "source": source}, *args, **kwargs)
+
+
 def small_pools(n_train=40, n_test=15):
     problems = synth.generate_problems(n_train + n_test, seed=7)
     return {"train": problems[:n_train], "test": problems[n_train:]}
@@ -137,68 +148,69 @@ def small_pools(n_train=40, n_test=15):
 def test_freeze_row_form_and_selection(tmp_path):
     pools = small_pools()
     src = {"kind": "jsonl", "path": str(write_jsonl_dir(tmp_path / "d", pools))}
-    train, test, info = gsm8k.freeze_splits(src, 10, 5, selection_seed=3)
-    assert info == {"pool_sizes": {"train": 40, "test": 15}, "synthetic": False, "selection_seed": 3}
-    assert [list(r) for r in train] == [["id", "question", "answer"]] * 10
-    idx = gsm8k.select_indices(40, 10, 3)
+    train, test, info = freeze_gsm8k(src, 10, 5, selection_seed=3)
+    assert info == {"pool_sizes": {"train": 40, "test": 15}, "synthetic": False, "selection_seed": 3,
+                    "task": {"kind": "gsm8k", "source": src}}
+    assert [sorted(r) for r in train] == [["answer", "id", "question"]] * 10
+    idx = splits.select_indices(40, 10, 3)
     assert [r["id"] for r in train] == [f"train-{i}" for i in idx]
     assert all(r["question"] == pools["train"][int(r["id"].split("-")[1])]["question"] for r in train)
     assert all(r["id"].startswith("test-") for r in test)
-    big_train, big_test, _ = gsm8k.freeze_splits(src, 40, 15, selection_seed=3)
+    big_train, big_test, _ = freeze_gsm8k(src, 40, 15, selection_seed=3)
     assert big_train[:10] == train and big_test[:5] == test  # stable as n grows
     assert sorted(r["id"] for r in big_train) == sorted(f"train-{i}" for i in range(40))
-    other, _, _ = gsm8k.freeze_splits(src, 10, 5, selection_seed=4)
+    other, _, _ = freeze_gsm8k(src, 10, 5, selection_seed=4)
     assert other != train
 
 
 def test_freeze_errors(tmp_path):
     src = {"kind": "jsonl", "path": str(write_jsonl_dir(tmp_path / "d", small_pools()))}
     with pytest.raises(InputError, match=r"n_train=41 is larger than the train pool \(40 problems\)"):
-        gsm8k.freeze_splits(src, 41, 5, 0)
+        freeze_gsm8k(src, 41, 5, 0)
     with pytest.raises(InputError, match=r"n_test=16 is larger than the test pool \(15"):
-        gsm8k.freeze_splits(src, 5, 16, 0)
+        freeze_gsm8k(src, 5, 16, 0)
     with pytest.raises(InputError, match="n_test must be an integer >= 1"):
-        gsm8k.freeze_splits(src, 5, 0, 0)
+        freeze_gsm8k(src, 5, 0, 0)
     with pytest.raises(InputError, match="n_train must be an integer >= 1"):
-        gsm8k.freeze_splits(src, -1, 5, 0)
+        freeze_gsm8k(src, -1, 5, 0)
     with pytest.raises(InputError, match="selection seed"):
-        gsm8k.freeze_splits(src, 5, 5, -1)
+        freeze_gsm8k(src, 5, 5, -1)
     (tmp_path / "d" / "test.jsonl").unlink()
     with pytest.raises(InputError, match=r"test\.jsonl: file not found"):
-        gsm8k.freeze_splits(src, 5, 5, 0)
+        freeze_gsm8k(src, 5, 5, 0)
     (tmp_path / "d" / "test.jsonl").write_text("")
     with pytest.raises(InputError, match=r"test\.jsonl: no problems"):
-        gsm8k.freeze_splits(src, 5, 5, 0)
+        freeze_gsm8k(src, 5, 5, 0)
     with pytest.raises(InputError, match="not a directory"):
-        gsm8k.freeze_splits({"kind": "jsonl", "path": str(tmp_path / "nope")}, 5, 5, 0)
+        freeze_gsm8k({"kind": "jsonl", "path": str(tmp_path / "nope")}, 5, 5, 0)
     with pytest.raises(InputError, match="unknown kind 'csv'"):
-        gsm8k.freeze_splits({"kind": "csv"}, 5, 5, 0)
+        freeze_gsm8k({"kind": "csv"}, 5, 5, 0)
     with pytest.raises(InputError, match=r"missing key\(s\) \['path'\]"):
-        gsm8k.freeze_splits({"kind": "jsonl"}, 5, 5, 0)
+        freeze_gsm8k({"kind": "jsonl"}, 5, 5, 0)
     with pytest.raises(InputError, match=r"unknown key\(s\) \['paht'\]"):
-        gsm8k.freeze_splits({"kind": "jsonl", "path": "x", "paht": "y"}, 5, 5, 0)
+        freeze_gsm8k({"kind": "jsonl", "path": "x", "paht": "y"}, 5, 5, 0)
     with pytest.raises(InputError, match="'main' is not a commit"):
-        gsm8k.freeze_splits({"kind": "hub", "revision": "main"}, 5, 5, 0)
+        freeze_gsm8k({"kind": "hub", "revision": "main"}, 5, 5, 0)
     with pytest.raises(InputError, match=r"kind 'generated', key 'n_train_pool': must be >= 1 \(got 0\); the default is 2000"):
-        gsm8k.freeze_splits({"kind": "generated", "n_train_pool": 0}, 5, 5, 0)
+        freeze_gsm8k({"kind": "generated", "n_train_pool": 0}, 5, 5, 0)
 
 
 def test_generated_source():
     src = {"kind": "generated", "seed": 1, "n_train_pool": 60, "n_test_pool": 20, "difficulty": "easy"}
-    train, test, info = gsm8k.freeze_splits(src, 30, 10, 0)
+    train, test, info = freeze_gsm8k(src, 30, 10, 0)
     assert info["synthetic"] is True and info["pool_sizes"] == {"train": 60, "test": 20}
-    assert (train, test) == gsm8k.freeze_splits(src, 30, 10, 0)[:2]
+    assert (train, test) == freeze_gsm8k(src, 30, 10, 0)[:2]
     assert not {r["question"] for r in train} & {r["question"] for r in test}
     for r in train + test:
         assert "####" in r["answer"] and r["answer"].count("\n") == 1  # easy: one step
     # difficulty as a dict of knobs over the medium preset
-    two, _, _ = gsm8k.freeze_splits({**src, "difficulty": {"two_step_fraction": 1.0}}, 10, 5, 0)
+    two, _, _ = freeze_gsm8k({**src, "difficulty": {"two_step_fraction": 1.0}}, 10, 5, 0)
     assert all(r["answer"].count("\n") == 2 for r in two)
     # the source's keys are typed by the schema (config/schema.yaml definitions.gsm8k_generated)
     with pytest.raises(InputError, match=r"unknown key\(s\) \['max_stpes'\]"):
-        gsm8k.freeze_splits({**src, "max_stpes": 1}, 5, 5, 0)
+        freeze_gsm8k({**src, "max_stpes": 1}, 5, 5, 0)
     with pytest.raises(InputError, match="key 'difficulty'"):
-        gsm8k.freeze_splits({**src, "difficulty": {"max_stpes": 1}}, 5, 5, 0)
+        freeze_gsm8k({**src, "difficulty": {"max_stpes": 1}}, 5, 5, 0)
 
 
 def test_jsonl_and_hub_cache_freeze_identically(tmp_path, monkeypatch):
@@ -207,30 +219,30 @@ def test_jsonl_and_hub_cache_freeze_identically(tmp_path, monkeypatch):
     make_hub_cache(tmp_path / "hf", "openai/gsm8k", REV, {
         f"main/{split}-00000-of-00001.parquet": parquet_bytes(rows, tmp_path) for split, rows in pools.items()})
     hsrc = {"kind": "hub", "repo": "openai/gsm8k", "config": "main", "revision": REV}
-    a = gsm8k.write_frozen(jsrc, 12, 6, 5, out_train=tmp_path / "a/train.jsonl", out_test=tmp_path / "a/test.jsonl",
+    a = write_gsm8k(jsrc, 12, 6, 5, out_train=tmp_path / "a/train.jsonl", out_test=tmp_path / "a/test.jsonl",
                            manifest=tmp_path / "a/m.json")
-    b = gsm8k.write_frozen(hsrc, 12, 6, 5, out_train=tmp_path / "b/train.jsonl", out_test=tmp_path / "b/test.jsonl",
+    b = write_gsm8k(hsrc, 12, 6, 5, out_train=tmp_path / "b/train.jsonl", out_test=tmp_path / "b/test.jsonl",
                            manifest=tmp_path / "b/m.json", cache_dir=tmp_path / "hf")
     assert a["train"]["sha256"] == b["train"]["sha256"] and a["test"]["sha256"] == b["test"]["sha256"]
     assert (tmp_path / "a/train.jsonl").read_bytes() == (tmp_path / "b/train.jsonl").read_bytes()
-    assert b["source"] == hsrc and b["synthetic"] is False
+    assert b["task"] == {"kind": "gsm8k", "source": hsrc} and b["synthetic"] is False
     # the default cache location (HF_HUB_CACHE) is honoured too
     import huggingface_hub.constants as c
     monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf"))
-    train, _, _ = gsm8k.freeze_splits(hsrc, 12, 6, 5)
-    assert gsm8k.rows_to_jsonl(train) == (tmp_path / "a/train.jsonl").read_bytes()
+    train, _, _ = freeze_gsm8k(hsrc, 12, 6, 5)
+    assert splits.rows_to_jsonl(train) == (tmp_path / "a/train.jsonl").read_bytes()
     # a revision that is not in the cache is a clear error, offline
     with pytest.raises(InputError, match=r"openai/gsm8k@f{40}: cannot get main/train"):
-        gsm8k.freeze_splits({**hsrc, "revision": "f" * 40}, 12, 6, 5)
+        freeze_gsm8k({**hsrc, "revision": "f" * 40}, 12, 6, 5)
 
 
 def test_write_frozen_manifest_and_pins(tmp_path):
     src = {"kind": "jsonl", "path": str(write_jsonl_dir(tmp_path / "d", small_pools()))}
     out = {"out_train": tmp_path / "o/train.jsonl", "out_test": tmp_path / "o/test.jsonl", "manifest": tmp_path / "o/m.json"}
-    m = gsm8k.write_frozen(src, 8, 4, 0, **out)
+    m = write_gsm8k(src, 8, 4, 0, **out)
     on_disk = json.loads(out["manifest"].read_text())
     assert on_disk == m
-    assert set(m) == {"train", "test", "source", "selection_seed", "synthetic", "pool_sizes", "source_sha256"}
+    assert set(m) == {"train", "test", "task", "selection_seed", "synthetic", "pool_sizes", "source_sha256"}
     # the source's bytes as read: its two files' sha256s, by name (randopt/inputs.py)
     root = Path(src["path"])
     assert m["source_sha256"] == tree_sha256({f"{s}.jsonl": sha256_file(root / f"{s}.jsonl") for s in ("train", "test")})
@@ -239,18 +251,18 @@ def test_write_frozen_manifest_and_pins(tmp_path):
     lines = out["out_train"].read_bytes().decode().splitlines()
     assert len(lines) == 8 and all(line.startswith('{"answer":') for line in lines)  # canonical_json
     # the right pins pass; a wrong pin writes nothing and leaves old outputs untouched
-    gsm8k.write_frozen(src, 8, 4, 0, pinned_train_sha256=m["train"]["sha256"].upper(),
+    write_gsm8k(src, 8, 4, 0, pinned_train_sha256=m["train"]["sha256"].upper(),
                        pinned_test_sha256=m["test"]["sha256"], **out)
     before = {k: p.read_bytes() for k, p in out.items()}
     with pytest.raises(InputError) as err:
-        gsm8k.write_frozen(src, 9, 4, 0, pinned_train_sha256=m["train"]["sha256"], **out)
+        write_gsm8k(src, 9, 4, 0, pinned_train_sha256=m["train"]["sha256"], **out)
     assert str(out["out_train"]) in str(err.value) and m["train"]["sha256"] in str(err.value)
     assert {k: p.read_bytes() for k, p in out.items()} == before
     with pytest.raises(InputError, match="not a sha256"):
-        gsm8k.write_frozen(src, 8, 4, 0, pinned_test_sha256="abc", **out)
+        write_gsm8k(src, 8, 4, 0, pinned_test_sha256="abc", **out)
     fresh = {"out_train": tmp_path / "f/train.jsonl", "out_test": tmp_path / "f/test.jsonl", "manifest": tmp_path / "f/m.json"}
     with pytest.raises(InputError, match="sha256 of the frozen test split"):
-        gsm8k.write_frozen(src, 8, 4, 0, pinned_test_sha256="0" * 64, **fresh)
+        write_gsm8k(src, 8, 4, 0, pinned_test_sha256="0" * 64, **fresh)
     assert not list(tmp_path.glob("f/*")) and not list(tmp_path.glob("f/.*"))  # no output, no temp file left
 
 
@@ -263,13 +275,13 @@ def test_real_gsm8k(tmp_path):
     assert (len(pools["train"]), len(pools["test"])) == (7473, 1319)
     runs = []
     for name in ("a", "b"):
-        runs.append(gsm8k.write_frozen(src, 200, 100, 0, out_train=tmp_path / name / "train.jsonl",
+        runs.append(write_gsm8k(src, 200, 100, 0, out_train=tmp_path / name / "train.jsonl",
                                        out_test=tmp_path / name / "test.jsonl", manifest=tmp_path / name / "m.json"))
     assert runs[0]["train"]["sha256"] == runs[1]["train"]["sha256"]
     assert runs[0]["test"]["sha256"] == runs[1]["test"]["sha256"]
     assert runs[0]["pool_sizes"] == {"train": 7473, "test": 1319}
-    small_train, small_test, _ = gsm8k.freeze_splits(src, 50, 20, 0)
-    train, test, _ = gsm8k.freeze_splits(src, 200, 100, 0)
+    small_train, small_test, _ = freeze_gsm8k(src, 50, 20, 0)
+    train, test, _ = freeze_gsm8k(src, 200, 100, 0)
     assert train[:50] == small_train and test[:20] == small_test
     for r in train + test:
         assert gsm8k.extract_answer(r["answer"]) is not None
@@ -287,8 +299,8 @@ def test_real_gsm8k_jsonl_and_hub_cache_same_sha(tmp_path):
     pools = gsm8k.load_pools({"kind": "jsonl", "path": str(REAL)})
     make_hub_cache(tmp_path / "hf", "openai/gsm8k", REV, {
         f"main/{split}-00000-of-00001.parquet": parquet_bytes(rows, tmp_path) for split, rows in pools.items()})
-    a = gsm8k.freeze_splits({"kind": "jsonl", "path": str(REAL)}, 300, 100, 1)
-    b = gsm8k.freeze_splits({"kind": "hub", "revision": REV}, 300, 100, 1, cache_dir=tmp_path / "hf")
-    assert sha256_bytes(gsm8k.rows_to_jsonl(a[0])) == sha256_bytes(gsm8k.rows_to_jsonl(b[0]))
-    assert sha256_bytes(gsm8k.rows_to_jsonl(a[1])) == sha256_bytes(gsm8k.rows_to_jsonl(b[1]))
-    assert a[2] == b[2]
+    a = freeze_gsm8k({"kind": "jsonl", "path": str(REAL)}, 300, 100, 1)
+    b = freeze_gsm8k({"kind": "hub", "revision": REV}, 300, 100, 1, cache_dir=tmp_path / "hf")
+    assert sha256_bytes(splits.rows_to_jsonl(a[0])) == sha256_bytes(splits.rows_to_jsonl(b[0]))
+    assert sha256_bytes(splits.rows_to_jsonl(a[1])) == sha256_bytes(splits.rows_to_jsonl(b[1]))
+    assert a[2] | {"task": None} == b[2] | {"task": None}  # the same pools and selection; the task names its source

@@ -289,7 +289,7 @@ def stale_input_runs(root: Path, tiny_model_dir: Path) -> dict:
     return {"work": work, "config": config, "wider": wider, "model": model, **steps}
 
 
-AFTER_NEW_PROBLEMS = {"freeze_gsm8k": 1, "evaluate_shard": 1, "rank": 1, "evaluate_members": 1, "vote": 1,
+AFTER_NEW_PROBLEMS = {"freeze_problems": 1, "evaluate_shard": 1, "rank": 1, "evaluate_members": 1, "vote": 1,
                       "score_bpb": 1, "record": 1}  # score_bpb: its top-k list is new (its member cache is not)
 AFTER_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, "record": 1}
 AFTER_NEW_MODEL = {"prepare_model": 1, "evaluate_shard": 1, "rank": 1, "evaluate_members": 1, "vote": 1,
@@ -306,7 +306,7 @@ def test_an_input_edited_in_place_moves_its_key_and_reruns_what_follows(stale_ru
     # a GSM8K answer edited in place: the problems' key, and the answers' keyed by it, move
     gsm8k = stale_runs["gsm8k_keys"]
     assert jobs_run(stale_runs["gsm8k"]) == AFTER_NEW_PROBLEMS
-    assert gsm8k["gsm8k"] != first["gsm8k"] and gsm8k["eval"] != first["eval"]
+    assert gsm8k["problems"] != first["problems"] and gsm8k["eval"] != first["eval"]
     assert (gsm8k["model"], gsm8k["heldout"]) == (first["model"], first["heldout"])
     # the held-out text edited in place: only bits-per-byte follows
     held = stale_runs["heldout_keys"]
@@ -344,7 +344,7 @@ def test_a_new_topk_fraction_after_an_input_edit_cannot_mix_old_and_new_members(
 @pytest.fixture(scope="module")
 def package_runs(tmp_path_factory, tiny_gguf, three_parts):
     """Two more inputs, each with its reading stage run for real and then edited in place: a task's JSONL
-    file (freeze_task), and the GGUF in a package on PYTHONPATH (gguf_wheel, prepare_model); then the same
+    file (freeze_problems), and the GGUF in a package on PYTHONPATH (gguf_wheel, prepare_model); then the same
     GGUF as three pinned parts, one byte of part 2 changed."""
     root = tmp_path_factory.mktemp("package")
     rows = [{"question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(6)]
@@ -364,9 +364,9 @@ def package_runs(tmp_path_factory, tiny_gguf, three_parts):
     env = {"PYTHONPATH": site + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
     sys.path.insert(0, site)
     try:
-        steps = {"first": run_workflow(work, config, "--until", "freeze_task", "prepare_model", env=env),
+        steps = {"first": run_workflow(work, config, "--until", "freeze_problems", "prepare_model", env=env),
                  "first_keys": keys(config)}
-        steps["unchanged"] = run_workflow(work, config, "-n", "--until", "freeze_task", "prepare_model", env=env)
+        steps["unchanged"] = run_workflow(work, config, "-n", "--until", "freeze_problems", "prepare_model", env=env)
         edit_in_place(task_file, b'"2"', b'"9"')
         steps["task"] = run_workflow(work, config, "-n", "results/record.json", env=env)
         steps["task_keys"] = keys(config)
@@ -383,12 +383,12 @@ def package_runs(tmp_path_factory, tiny_gguf, three_parts):
 @pytest.mark.slow
 def test_a_task_file_and_a_gguf_in_a_package_edited_in_place_rerun_their_stage_and_all_after(package_runs):
     first = package_runs["first_keys"]
-    assert jobs_run(package_runs["first"]) == {"freeze_task": 1, "prepare_model": 1}
+    assert jobs_run(package_runs["first"]) == {"freeze_problems": 1, "prepare_model": 1}
     assert jobs_run(package_runs["unchanged"]) == {}
     task = package_runs["task_keys"]
     jobs = jobs_run(package_runs["task"])
-    assert jobs["freeze_task"] == 1 and "prepare_model" not in jobs and jobs["evaluate_shard"] == 4
-    assert task["task"] != first["task"] and task["eval"] != first["eval"] and task["model"] == first["model"]
+    assert jobs["freeze_problems"] == 1 and "prepare_model" not in jobs and jobs["evaluate_shard"] == 4
+    assert task["problems"] != first["problems"] and task["eval"] != first["eval"] and task["model"] == first["model"]
     gguf = package_runs["gguf_keys"]
     jobs = jobs_run(package_runs["gguf"])
     assert jobs["prepare_model"] == 1 and jobs["evaluate_shard"] == 4 and jobs["score_bpb"] == 1

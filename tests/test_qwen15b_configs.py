@@ -59,17 +59,16 @@ def test_gsm8k_overlay_reads_the_real_gsm8k_as_the_default_reads_a_local_copy():
 @pytest.mark.parametrize("kind", ["gsm8k", "code"])
 def test_the_pinned_splits_hold_on_the_data_the_overlay_reads(kind):
     """The pins were computed from the data; they must still hold (a different copy fails at the freeze)."""
-    from randopt.data.gsm8k import freeze_splits, rows_to_jsonl
-    from randopt.tasks.freeze import freeze_splits as freeze_task
+    from randopt.data.splits import rows_to_jsonl
+    from randopt.tasks.freeze import freeze_splits
     c = config_of(kind)
     block = problems_block(c)
+    spec = task_spec(c)
     if kind == "gsm8k":
         if not (SHARED_GSM8K / "train.jsonl").is_file():
             skip_unless_ci(f"no GSM8K JSONL copy at {SHARED_GSM8K} (set RANDOPT_GSM8K_DIR)")
-        train, test, _ = freeze_splits({"kind": "jsonl", "path": str(SHARED_GSM8K)}, block["n_train"],
-                                       block["n_test"], block["selection_seed"])
-    else:
-        train, test, _ = freeze_task(task_spec(c), block["n_train"], block["n_test"], block["selection_seed"])
+        spec = {"kind": "gsm8k", "source": {"kind": "jsonl", "path": str(SHARED_GSM8K)}}  # the tests' copy
+    train, test, _ = freeze_splits(spec, block["n_train"], block["n_test"], block["selection_seed"])
     assert (sha256_bytes(rows_to_jsonl(train)), sha256_bytes(rows_to_jsonl(test))) == \
         (block["train_sha256"], block["test_sha256"])
 
@@ -101,8 +100,7 @@ def test_overlay_builds_its_dag_offline(kind, tmp_path):
     out = dry_run_on_one_gpu(tmp_path, *overlays)
     proc = subprocess_like(out)
     shards = len(c["population"]["sigmas"]) * c["population"]["n_seeds"] // c["population"]["shard_size"]
-    freeze = "freeze_gsm8k" if kind == "gsm8k" else "freeze_task"
-    assert jobs_run(proc) == {freeze: 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
+    assert jobs_run(proc) == {"freeze_problems": 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
                               "rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
     assert shards == 6
     # three engines side by side on the one GPU: the jobs take engine slots, not GPUs

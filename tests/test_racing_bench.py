@@ -263,7 +263,7 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(racing_bench_started):
     assert step("full_and_report") == 0
     report = done["report"]
     assert report["order"] == ["racing", "full"]
-    assert set(report["calls"]["setup"]["jobs"]) == {"freeze_gsm8k", "fetch_fineweb", "prepare_model"}
+    assert set(report["calls"]["setup"]["jobs"]) == {"freeze_problems", "fetch_fineweb", "prepare_model"}
     full, racing = report["arms"]["full"], report["arms"]["racing"]
     assert full["search_jobs"] == {"evaluate_shard": 2, "rank": 1} and full["engine_jobs"] == 2
     # two rounds of one chunk job (8 members, up to 8 a chunk) and a decision after each

@@ -123,8 +123,8 @@ class Paths:
         return f"{self.bpb}/{self.keys['eval']}/{self.keys['population']}/bpb.json"
 
     @property
-    def gsm8k(self) -> str:
-        return f"data/gsm8k/{self.keys['gsm8k']}"
+    def problems(self) -> str:
+        return f"data/problems/{self.keys['problems']}"
 
     @property
     def heldout(self) -> str:
@@ -232,7 +232,7 @@ def test_a_new_sigma_runs_only_its_shards(fresh, reuse, base_config):
     step = reuse[1]["sigma"]
     jobs = step.jobs
     assert jobs["evaluate_shard"] == 2  # sigma 0.03 x 2 shards
-    assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(jobs)
+    assert not {"freeze_problems", "fetch_fineweb", "prepare_model"} & set(jobs)
     new_shards = {p for p in step.new() if is_shard_table(p)}
     assert new_shards == {p for p in Paths(step.config).shard_files() if "sigma=0.03/" in p}
     # the answer cache gained exactly the new sigma's seeds, one part each
@@ -276,7 +276,7 @@ def test_a_new_max_tokens_reruns_everything_decoding_feeds(reuse, base_config):
     assert jobs["evaluate_shard"] == len(Paths(base_config).shard_files()) == 4
     for stage in ("rank", "evaluate_members", "vote", "score_bpb", "record", "figures"):
         assert jobs[stage] == 1, stage
-    assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(jobs)
+    assert not {"freeze_problems", "fetch_fineweb", "prepare_model"} & set(jobs)
     assert step.changed() == set()  # a dry run
 
 
@@ -299,7 +299,7 @@ def test_going_back_to_a_config_reuses_everything(fresh, reuse):
 # README's claim: a change reruns what depends on it and nothing else. Data and model stages stay
 # untouched by anything but their own keys; the held-out text and max_context reach only score_bpb;
 # the engine's batch size (numerics) reaches every engine stage and what reads them.
-AFTER_A_NEW_SPLIT = {"freeze_gsm8k": 1, "evaluate_shard": 4, "rank": 1, "evaluate_members": 1, "vote": 1,
+AFTER_A_NEW_SPLIT = {"freeze_problems": 1, "evaluate_shard": 4, "rank": 1, "evaluate_members": 1, "vote": 1,
                      "score_bpb": 1, "record": 1, "figures": 1}  # score_bpb: the top-k it reads is new (its member cache is not)
 AFTER_A_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, "record": 1, "figures": 1}
 CONFIG_CHANGES = {
@@ -641,7 +641,7 @@ def test_a_wrong_test_split_pin_is_a_clear_error_and_writes_nothing(wrong_test_p
     assert any("test.jsonl" in line and record["data"]["gsm8k_test_sha256"] in line and "d" * 64 in line
                for line in output(step.proc).splitlines()), output(step.proc)[-4000:]
     assert step.after == step.before  # neither split nor manifest written at the pinned key
-    assert step.jobs.get("freeze_gsm8k") == 1  # it ran (and failed) at the new key
+    assert step.jobs.get("freeze_problems") == 1  # it ran (and failed) at the new key
 
 
 @pytest.fixture(scope="module")
@@ -650,7 +650,7 @@ def edited_split(reuse, base_config, wrong_pins, wrong_test_pin, code_edits, con
     changed by hand. The JSON stays valid, so only its sha256 tells."""
     workdir, _ = reuse
     paths = Paths(base_config)
-    train = workdir / paths.gsm8k / "train.jsonl"
+    train = workdir / paths.problems / "train.jsonl"
     original, before_edit = train.read_bytes(), train.stat()
     at = re.search(rb"\d", original).start()
     edited = original[:at] + bytes([ord("0") + (original[at] - ord("0") + 1) % 10]) + original[at + 1:]
@@ -678,7 +678,7 @@ def test_a_hand_edited_frozen_split_is_a_clear_error(edited_split):
     text = output(step.proc)
     assert step.proc.returncode != 0
     actual = hashlib.sha256(edited_split["edited"]).hexdigest()
-    assert any(f"{paths.gsm8k}/train.jsonl" in line and actual in line and edited_split["manifest_sha256"] in line
+    assert any(f"{paths.problems}/train.jsonl" in line and actual in line and edited_split["manifest_sha256"] in line
                for line in text.splitlines()), text[-4000:]
     assert edited_split["train_after"] == edited_split["edited"]  # not overwritten by the refused run
     for path, state in step.after.items():  # nothing rewritten ...
@@ -745,4 +745,4 @@ def test_editing_a_stages_code_reruns_that_stage_and_an_unrelated_edit_reruns_no
     assert code_edits["rank"].jobs == population
     evaluate = code_edits["evaluate"].jobs
     assert evaluate["evaluate_shard"] == 4 and evaluate["evaluate_members"] == 1
-    assert not {"freeze_gsm8k", "fetch_fineweb", "prepare_model"} & set(evaluate)
+    assert not {"freeze_problems", "fetch_fineweb", "prepare_model"} & set(evaluate)

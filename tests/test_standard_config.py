@@ -110,7 +110,7 @@ def test_dry_run_builds_the_dag_offline(name, dry_runs):
     c = merged(path)
     proc = dry_runs(path)
     shards = len(c["population"]["sigmas"]) * c["population"]["n_seeds"] // c["population"]["shard_size"]
-    assert jobs_run(proc) == {"freeze_gsm8k": 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
+    assert jobs_run(proc) == {"freeze_problems": 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
                               "rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
     assert shards == 12
     for sigma in ("0.0005", "0.001", "0.002"):
@@ -141,7 +141,8 @@ def test_standard_asks_for_eight_h100s(dry_runs):
 def test_the_gsm8k_cross_check_sha256s_hold_on_the_jsonl_copy():
     """The standard config's comment gives the sha256s of its 200/200 selection (seed 0) from the JSONL
     copy of GSM8K; they must hold for that copy (../shared/data/gsm8k on CI)."""
-    from randopt.data.gsm8k import freeze_splits, rows_to_jsonl
+    from randopt.data.splits import rows_to_jsonl
+    from randopt.tasks.freeze import freeze_splits
     from randopt.io import sha256_bytes
     if not (SHARED_GSM8K / "train.jsonl").is_file():
         skip_unless_ci(f"no GSM8K JSONL copy at {SHARED_GSM8K} (set RANDOPT_GSM8K_DIR)")
@@ -150,8 +151,8 @@ def test_the_gsm8k_cross_check_sha256s_hold_on_the_jsonl_copy():
     assert set(claimed) == {"train", "test"}, "the config's cross-check comment lost its sha256 lines"
     c = merged(STANDARD)
     g = c["gsm8k"]
-    train, test, info = freeze_splits({"kind": "jsonl", "path": str(SHARED_GSM8K)}, g["n_train"], g["n_test"],
-                                      g["selection_seed"])
+    train, test, info = freeze_splits({"kind": "gsm8k", "source": {"kind": "jsonl", "path": str(SHARED_GSM8K)}},
+                                      g["n_train"], g["n_test"], g["selection_seed"])
     assert info["pool_sizes"] == {"train": 7473, "test": 1319}  # the sizes the comment names
     assert sha256_bytes(rows_to_jsonl(train)) == claimed["train"]
     assert sha256_bytes(rows_to_jsonl(test)) == claimed["test"]

@@ -15,7 +15,7 @@ from tests.support.workflow import jobs_run, read_record
 
 REQUIRED_KEYS = ["commit", "config_sha256", "model", "data", "population", "topk", "accuracy", "bpb",
                  "timings_s", "throughput", "versions", "hardware"]
-STAGES = ["fetch_fineweb", "freeze_gsm8k", "prepare_model", "evaluate_shard", "rank", "evaluate_members",
+STAGES = ["fetch_fineweb", "freeze_problems", "prepare_model", "evaluate_shard", "rank", "evaluate_members",
           "vote", "score_bpb"]
 
 

@@ -27,11 +27,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from randopt.model import prepare as model_prep  # noqa: E402
-from randopt.config import gsm8k_source, load_yaml, validate  # noqa: E402
+from randopt.config import load_yaml, task_spec, validate  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.engines.factory import make_engine  # noqa: E402
 from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights  # noqa: E402
-from randopt.data.gsm8k import freeze_splits  # noqa: E402
+from randopt.tasks.freeze import freeze_splits  # noqa: E402
 from randopt.io import write_json_atomic  # noqa: E402
 from randopt.records.assemble import hardware, package_versions  # noqa: E402
 
@@ -55,7 +55,7 @@ def prepare_inputs(config: dict, model_dir: Path | None, workdir: Path) -> tuple
         model_dir = workdir / "model"
         model_prep.save_from_gguf(model_prep.find_gguf(m["wheel_module"], m["gguf_file"]), model_dir, m["dtype"])
     g = config["gsm8k"]
-    train, _, _ = freeze_splits(gsm8k_source(config), g["n_train"], g["n_test"], g["selection_seed"])
+    train, _, _ = freeze_splits(task_spec(config), g["n_train"], g["n_test"], g["selection_seed"])
     return model_dir, train
 
 

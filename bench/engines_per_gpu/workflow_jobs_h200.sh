@@ -2,7 +2,7 @@
 # The workflow's own engine jobs with engines side by side on one H200 (engine.engines_per_gpu), against
 # one engine, in one device call. The device has no Snakemake, so the jobs' commands come from a dry
 # run here (`snakemake results/record.json -n -p --cores 16 --resources gpu=1 --configfile F`, the
-# "Shell command:" lines of prepare_model, freeze_gsm8k and evaluate_shard), and this script runs them
+# "Shell command:" lines of prepare_model, freeze_problems and evaluate_shard), and this script runs them
 # as Snakemake would: the evaluate_shard jobs E at a time (the engine_slot resource). The one-engine
 # arm writes under results_e1/ (its keys are the same: the engine count is in no key).
 #   bash bench/engines_per_gpu/workflow_jobs_h200.sh CMDS_AUTO CMDS_ONE SLOTS
@@ -21,7 +21,7 @@ arm() {  # $1 commands, $2 jobs at a time, $3 tag
   here < "$cmds" > /tmp/cmds_$tag.sh
   prepare_dirs /tmp/cmds_$tag.sh
   # the data stages once (the arms share data/), each only if its manifest is missing
-  grep -E "randopt\.stages\.(prepare_model|freeze_gsm8k) " /tmp/cmds_$tag.sh | while read -r c; do
+  grep -E "randopt\.stages\.(prepare_model|freeze_problems) " /tmp/cmds_$tag.sh | while read -r c; do
     m=$(echo "$c" | grep -oE -- "--manifest [^ ]+" | awk '{print $2}')
     [ -f "$m" ] || bash -c "$c" || echo "FAILED: $c" | tee -a "$OUT/summary.txt"
   done

@@ -7,7 +7,7 @@ and a report over the arms. bench/peers/peers_h200.sh runs it on the H200; READM
     python bench/peers/peers.py flashopt --workdir W --flashopt DIR --data DIR --model-dir D --out OUT [--timeout S]
     python bench/peers/peers.py report   --model smollm2|qwen7b --arms OUT/arm_*.json --out F.json
 
-setup: randopt's data stages (freeze_gsm8k, fetch_fineweb, prepare_model) once, in W/setup, with the
+setup: randopt's data stages (freeze_problems, fetch_fineweb, prepare_model) once, in W/setup, with the
 protocol's overlay (bench/peers/protocol.py); prints the prepared model dir, which FlashOpt loads too.
 randopt: a fresh W/randopt_<engines> whose data/ links to W/setup/data (bench/racing/racing.py's
 link_inputs), then the real workflow, `snakemake results/record.json --cores C --resources gpu=1
@@ -106,7 +106,7 @@ def randopt_summary(run_dir: Path, call: dict) -> dict:
         "ensemble_test_accuracy": topk_accuracy({k_of[f]: a for f, a in record["accuracy"]["ensemble_test"].items()}),
         "gen_tokens_search": throughput["gen_tokens_train"],
         "gen_tokens_per_s_search": throughput["gen_tokens_per_s"],
-        # the record's stage times; its setup stages (freeze_gsm8k, fetch_fineweb, prepare_model) ran once before
+        # the record's stage times; its setup stages (freeze_problems, fetch_fineweb, prepare_model) ran once before
         # the arm (peers.py setup) and are not in wall_s
         "timings_s": record["timings_s"], "jobs": call["jobs"],
         "record": record,

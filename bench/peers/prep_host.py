@@ -6,7 +6,7 @@ folder of the checkout the device call sends (default .peers/, which .git/info/e
     python bench/peers/prep_host.py wheels    --out .peers/wheels       (pip download, then pack)
 
 data: the same GSM8K problems for both arms, from the real splits: the project's selection
-(randopt.data.gsm8k.select_indices, seed 0) of 128 train and 256 test problems, each question followed
+(randopt.data.splits.select_indices, seed 0) of 128 train and 256 test problems, each question followed
 by FlashOpt's instruction as its own GSM8K maker (make_gsm8k_smoke.py in its scripts folder) writes it (read from the FlashOpt tree at
 --flashopt, so no FlashOpt text lives in this repo). Written twice, in each arm's format:
   randopt/{train,test}.jsonl         GSM8K's {"question", "answer"} (gsm8k.source jsonl)
@@ -39,7 +39,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from bench.peers.protocol import N_TEST, N_TRAIN  # noqa: E402
-from randopt.data.gsm8k import load_jsonl, reference_answer, select_indices  # noqa: E402
+from randopt.data.gsm8k import load_jsonl, reference_answer  # noqa: E402
+from randopt.data.splits import select_indices  # noqa: E402
 
 FLASHOPT_COMMIT = "cc396cd"
 FLASHOPT_EXCLUDE = ("baselines", "analysis")

@@ -23,14 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from snakemake.utils import update_config
 
-from randopt.config import decode_for, load_yaml, task_spec, validate
-from randopt.data.gsm8k import freeze_splits as freeze_gsm8k
+from randopt.config import decode_for, load_yaml, problems_block, task_spec, validate
 from randopt.engines import compute_dtype
 from randopt.engines.torch_engine import TorchEngine
 from randopt.checkout import REPO
 from randopt.scoring.scorer import DecodeSpec, build_prompts, score_completions
 from randopt.tasks import registry
-from randopt.tasks.freeze import freeze_splits as freeze_task
+from randopt.tasks.freeze import freeze_splits
 
 
 # What the answer's form looks like in each task's completion (the reward reads it): was it written at all?
@@ -54,11 +53,7 @@ def run_config(task: str, style: str, gsm8k_dir: str, max_tokens: int | None, co
 
 def train_rows(config: dict, n: int) -> list[dict]:
     """The first n problems of the run's frozen train split (selection seed 0, as a run freezes them)."""
-    if config["task"]["kind"] == "gsm8k":
-        source = {"kind": "jsonl", **config["gsm8k"]["jsonl"]}
-        return freeze_gsm8k(source, n, 1, config["gsm8k"]["selection_seed"])[0]
-    spec = task_spec(config)
-    return freeze_task(spec, n, 1, spec["selection_seed"])[0]
+    return freeze_splits(task_spec(config), n, 1, problems_block(config)["selection_seed"])[0]
 
 
 def main() -> None:

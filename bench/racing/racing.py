@@ -10,7 +10,7 @@ go over the overlay's `selection` block). Each arm runs in its own working direc
 per-member answer cache lives under results/, so in one directory the second arm would reuse the
 first one's answers. What the arms share is only what does not depend on the selection:
 
-  1. setup   DIR/setup runs freeze_gsm8k, fetch_fineweb and prepare_model once; both arms' data/
+  1. setup   DIR/setup runs freeze_problems, fetch_fineweb and prepare_model once; both arms' data/
              are symlinks to DIR/setup/data, so neither pays for, nor times, the other's setup.
   2. warm-up DIR/warmup scores one seed (the first sigma) with the same engine, up to rank: the
              engine's first-start costs (vLLM's compile cache, Triton/numba kernels, the page cache of
@@ -83,7 +83,7 @@ from randopt.paths import layout  # noqa: E402
 from randopt.records.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, REWARD_ATOL, ensemble_gain  # noqa: E402
 
 ARMS = ("full", "racing")
-SETUP_RULES = ("freeze_gsm8k", "fetch_fineweb", "prepare_model")
+SETUP_RULES = ("freeze_problems", "fetch_fineweb", "prepare_model")
 # Rules of the search phase that start no engine (everything else up to rank is an engine job).
 NON_ENGINE_RULES = {"rank", "race_round", "all"}
 TARGETS = {"recall": 0.9, "seeds_per_s_ratio": 2.0}

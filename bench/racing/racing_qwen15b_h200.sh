@@ -59,7 +59,7 @@ bench() {  # racing.py phases in $WORK (racing.py keeps its state between calls 
 }
 
 model_dir() { ls -d "$WORK"/setup/data/models/*/model 2>/dev/null | head -1; }
-train() { ls "$WORK"/setup/data/gsm8k/*/train.jsonl 2>/dev/null | head -1; }
+train() { ls "$WORK"/setup/data/problems/*/train.jsonl 2>/dev/null | head -1; }
 
 decode() {  # the run's decode block with the reasoning prompt resolved, as the workflow resolves it
   python3 -c "import json, sys; from randopt.config import effective_config, decode_for; \

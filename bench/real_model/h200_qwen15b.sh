@@ -62,7 +62,7 @@ PY
 engines() {
   local model train prompt t
   model=$(ls -d data/models/*/model 2>/dev/null | while read -r d; do grep -q '"qwen2"' "$d/config.json" && echo "$d"; done | head -1)
-  train=$(ls data/gsm8k/*/train.jsonl 2>/dev/null | head -1)
+  train=$(ls data/problems/*/train.jsonl 2>/dev/null | head -1)
   [ -n "$model" ] && [ -n "$train" ] || { log "run the gsm8k part first (no prepared model or frozen split)"; return 1; }
   # the gsm8k overlay's prompt, as the workflow resolved it (its record's decode block)
   python3 -c "import json; d = json.load(open('/tmp/real-keep/record_gsm8k.json'))['decode']; \

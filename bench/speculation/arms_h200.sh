@@ -3,7 +3,7 @@
 #   bash bench/speculation/arms_h200.sh TRAIN MEMBERS TAG:SPECULATION:DRAFT_TOKENS:MAX_TOKENS ...
 #   SHAPE=qwen7b bash bench/speculation/arms_h200.sh ...   (the random 7B shape instead of SmolLM2)
 #   MODEL_DIR=/tmp/q15b-prep/data/models/<key>/model DECODE_JSON=/tmp/q15b-prep/decode.json \
-#     bash bench/speculation/arms_h200.sh /tmp/q15b-prep/data/gsm8k/<key>/train.jsonl 16 none:none:8:512 suffix:suffix:24:512
+#     bash bench/speculation/arms_h200.sh /tmp/q15b-prep/data/problems/<key>/train.jsonl 16 none:none:8:512 suffix:suffix:24:512
 #       (issue 48 item 5: the real 1.5B that bench/vllm's vllm026_h200 script prepares (part model), its reasoning
 #       prompt, and vLLM's own suffix method from the arctic-inference wheel (build_arctic_wheel.sh here) in the
 #       lease's bundle, which a suffix arm installs into /tmp/site-arctic and only its process sees)

@@ -39,17 +39,17 @@ install() {
   done
 }
 
-model() {  # the workflow's own prepare_model and freeze_gsm8k on the committed overlays, nothing else
+model() {  # the workflow's own prepare_model and freeze_problems on the committed overlays, nothing else
   local gsm8k; gsm8k=$(cd ../shared/data/gsm8k && pwd) || { log "no GSM8K beside the checkout: run install"; return 1; }
   mkdir -p "$PREP"
   printf 'gsm8k:\n  jsonl: {path: %s}\n' "$gsm8k" > "$PREP/gsm8k.yaml"
   PYTHONPATH=$(path_of 025) timeout "$(left)" python3 -m snakemake --snakefile "$PWD/Snakefile" --directory "$PREP" \
     --cores 16 --configfile config/models/qwen2.5-coder-1.5b.yaml config/qwen15b_gsm8k.yaml "$PREP/gsm8k.yaml" \
-    --resources gpu=1 --until prepare_model freeze_gsm8k > "$OUT/model.log" 2>&1 || { tail -20 "$OUT/model.log"; return 1; }
+    --resources gpu=1 --until prepare_model freeze_problems > "$OUT/model.log" 2>&1 || { tail -20 "$OUT/model.log"; return 1; }
   PYTHONPATH=$(path_of 025) python3 -c "import json, sys; from randopt.config import effective_config, decode_for; \
 json.dump(decode_for(effective_config(sys.argv[1:])), open('$PREP/decode.json', 'w'))" \
     config/models/qwen2.5-coder-1.5b.yaml config/qwen15b_gsm8k.yaml "$PREP/gsm8k.yaml" || return 1
-  ls -d "$PREP"/data/models/*/model "$PREP"/data/gsm8k/*/train.jsonl
+  ls -d "$PREP"/data/models/*/model "$PREP"/data/problems/*/train.jsonl
 }
 
 contract() {
@@ -61,7 +61,7 @@ contract() {
 
 members() {
   local model train n=0
-  model=$(ls -d "$PREP"/data/models/*/model 2>/dev/null | head -1); train=$(ls "$PREP"/data/gsm8k/*/train.jsonl 2>/dev/null | head -1)
+  model=$(ls -d "$PREP"/data/models/*/model 2>/dev/null | head -1); train=$(ls "$PREP"/data/problems/*/train.jsonl 2>/dev/null | head -1)
   [ -n "$model" ] && [ -n "$train" ] || { log "run the model part first"; return 1; }
   for v in "$@"; do
     n=$((n + 1))

@@ -9,7 +9,7 @@ and every member pays one call at least. This measures c(m) for one model:
     python bench/vllm/vllm_call_cost.py --model smollm2 --prompts 8 16 32 64 128 256 --tokens 64 --out $OUT
     python bench/vllm/vllm_call_cost.py --model qwen7b --prompts 8 16 32 64 128 256 --tokens 256 --out $OUT
     python bench/vllm/vllm_call_cost.py --model-dir data/models/<key>/model --tokens 1024 --out $OUT
-    python bench/vllm/vllm_call_cost.py --model-dir <the prepared 1.5B> --train data/gsm8k/<key>/train.jsonl \
+    python bench/vllm/vllm_call_cost.py --model-dir <the prepared 1.5B> --train data/problems/<key>/train.jsonl \
         --decode-json decode.json --prompts 8 16 20 32 40 48 64 96 128 --tokens 512 --sigmas 0.001 --tag qwen15b --out $OUT
     python bench/vllm/vllm_call_cost.py --model-dir /tmp/s72/model --tensor-parallel-size 8 \
         --prompts 8 16 32 64 128 200 --tokens 1024 --out $OUT      # the standard's 72B shape on 8 GPUs

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from randopt.data.gsm8k import check_sha256, hf_dataset_file
+from randopt.data.hub import hf_dataset_file
 from randopt.inputs import Input, check_unchanged, file_input
-from randopt.schema import check_source
+from randopt.schema import check_sha256, check_source
 from randopt.io import InputError, atomic_path, canonical_json, numbered_jsonl, parquet_file, sha256_bytes
 from randopt.data.synth import StableRng
 

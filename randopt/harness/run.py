@@ -15,6 +15,7 @@ from pathlib import Path
 from randopt.ensemble.finished_run import check_model_dir, engine_options
 from randopt.io import InputError, read_json, sha256_file
 from randopt.population import BASE, Member, Population, sigma_label
+from randopt.schema import task_kind
 
 CHOICE_HELP = ("base | member:SEED:SIGMA | rank:N | ensemble:F (a fraction of the population, 0 < F < 1) "
                "| ensemble:K (the top K members, an integer)")
@@ -137,7 +138,7 @@ class Run:
                 "run": {"dir": str(self.dir.resolve()), "run_name": self.record.get("run_name"),
                         "record": str(self.record_path), "record_sha256": sha256_file(self.record_path),
                         "model_sha256": self.record["model"]["sha256"], "noise": self.record.get("noise"),
-                        "task": (self.record.get("task") or {}).get("kind", "gsm8k")}}
+                        "task": task_kind(self.record)}}
 
     def engine_options(self) -> dict:
         return engine_options(self.record)

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from randopt.io import canonical_json, sha256_bytes, write_text_atomic
+from randopt.schema import task_kind
 
 PACKAGES = ["torch", "transformers", "snakemake", "numpy", "pandas", "pyarrow", "triton", "vllm", "randopt"]
 
@@ -153,7 +154,7 @@ def records_row(record: dict) -> tuple[str, str]:
     gains = ", ".join(gain_cell(record["statistics"]["ensemble_gain"][f]) for f in fractions)
     bpb = ", ".join(f"{record['bpb']['ensemble'][f]:.4f}" for f in fractions)
     pop = record["population"]
-    kind = (record.get("task") or {}).get("kind", "gsm8k")
+    kind = task_kind(record)
     run = record["run_name"] + (f" ({kind})" if kind != "gsm8k" else "")  # GSM8K's rows read as before tasks
     if "not_a_result" in record["accuracy"]:  # a shape model's row says its accuracies are no result
         run += f" ({record['accuracy']['not_a_result']})"

@@ -16,6 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from randopt.population import sigma_label
 from randopt.io import InputError, atomic_path
+from randopt.schema import task_kind
 
 BASE_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1.2}
 CUT_STYLE = {"color": "tab:red", "linestyle": ":", "linewidth": 1.2}
@@ -28,7 +29,7 @@ def _figure(width: float = 6.4, height: float = 4.0) -> Figure:
 def _problems(record: dict) -> str:
     """'problems', or 'countdown problems' for a task other than GSM8K: the figures say what was asked
     (a GSM8K record's labels read as before tasks)."""
-    kind = (record.get("task") or {}).get("kind", "gsm8k")
+    kind = task_kind(record)
     return "problems" if kind == "gsm8k" else f"{kind} problems"
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from randopt.io import InputError
 from randopt.population import Population
-from randopt.schema import load_schema
+from randopt.schema import load_schema, task_kind
 from randopt.scoring.answer_blocks import block_size, problem_order
 
 # The selection block's defaults, from the schema (mode included).
@@ -182,5 +182,5 @@ class RacePlan:
 def _split_block(config: dict) -> dict:
     """The block with the run's n_train: gsm8k, or task.<kind> for another task (as randopt/config.py's
     problems_block, which this module does not import: the config's checks are no racing code)."""
-    kind = (config.get("task") or {}).get("kind", "gsm8k")
+    kind = task_kind(config)
     return config["gsm8k"] if kind == "gsm8k" else config["task"][kind]

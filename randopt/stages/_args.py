@@ -57,7 +57,7 @@ def stage_parser(stage: str, doc: str, *shared: str, **kwargs) -> argparse.Argum
     return parser
 
 
-# ------------------------------------------------------------------ the frozen splits (freeze_gsm8k, freeze_task)
+# ------------------------------------------------------------------ the frozen splits (freeze_problems)
 
 def add_frozen_split_args(p: argparse.ArgumentParser) -> None:
     """The split sizes, selection seed, pins and outputs of the freezing stages."""
@@ -72,8 +72,7 @@ def add_frozen_split_args(p: argparse.ArgumentParser) -> None:
 
 
 def frozen_split_kwargs(args) -> dict:
-    """add_frozen_split_args' values, as the write_frozen functions of randopt/data/gsm8k.py and
-    randopt/tasks/freeze.py take them after the source."""
+    """add_frozen_split_args' values, as randopt/tasks/freeze.py write_frozen takes them after the task."""
     return {"n_train": args.n_train, "n_test": args.n_test, "selection_seed": args.selection_seed,
             "out_train": args.out_train, "out_test": args.out_test, "manifest": args.manifest,
             "pinned_train_sha256": args.pinned_train_sha256, "pinned_test_sha256": args.pinned_test_sha256,

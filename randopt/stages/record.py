@@ -16,6 +16,7 @@ from randopt.selection.recall import recall_of_full_run
 from randopt.distill.summary import distill_round
 from randopt.model.shape import NOT_A_RESULT, shape_weights
 from randopt.runtime.cli import run_stage
+from randopt.schema import task_kind
 from randopt.stages._args import json_arg, stage_parser
 
 
@@ -26,7 +27,7 @@ def parse_args(argv=None):
     for flag in ("--model-manifest", "--heldout-manifest", "--topk", "--vote", "--bpb", "--members-timings",
                  "--records-md", "--out"):
         p.add_argument(flag, required=True)
-    p.add_argument("--problems-manifest", required=True, help="the frozen splits' manifest (freeze_gsm8k or freeze_task)")
+    p.add_argument("--problems-manifest", required=True, help="the frozen splits' manifest (freeze_problems)")
     p.add_argument("--ranking", required=True, help="rank's ranking table (parquet)")
     p.add_argument("--shard-timings", nargs="+", required=True)
     p.add_argument("--base-train", required=True, help="evaluate_members' base_train.json")
@@ -71,7 +72,7 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
     per arm]}. full_ranking, full_topk (racing): a full evaluation's ranking and top-k lists of the same
     population, when one was made in the run's directory; the record then reports racing's recall of them."""
     model, problems, heldout = (read_json(p) for p in (model_manifest, problems_manifest, heldout_manifest))
-    kind = (config.get("task") or {}).get("kind", "gsm8k")  # a config from before tasks: GSM8K
+    kind = task_kind(config)
     ranked, voted, scored = read_json(topk), read_json(vote), read_json(bpb)
     shards = [read_json(p) for p in shard_timings]
     members = read_json(members_timings)

@@ -1,7 +1,7 @@
 r"""score_answers: given completions scored with a task's reward, one row each: id, extracted answer,
 reward, reason (randopt/tasks/offline_scoring.py). A tool, no rule of the workflow.
 
-    python -m randopt.stages.score_answers --task countdown --problems data/tasks/<key>/test.jsonl \
+    python -m randopt.stages.score_answers --task countdown --problems data/problems/<key>/test.jsonl \
         --completions answers.jsonl
     python -m randopt.stages.score_answers --task '{"kind": "jsonl", "match": "numeric"}' --problems mine.jsonl \
         --completions answers.jsonl

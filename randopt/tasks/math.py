@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from randopt.data.gsm8k import hf_dataset_file
+from randopt.data.hub import hf_dataset_file
 from randopt.tasks.base import Reward, Task, full, zero
 from randopt.tasks.local_jsonl import load_rows
 

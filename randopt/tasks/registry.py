@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from randopt.io import InputError, read_json
+from randopt.schema import task_kind
 from randopt.tasks import gsm8k
 from randopt.tasks.base import Task
 
@@ -31,8 +32,8 @@ def make(spec: Mapping) -> Task:
 
 
 def of_split(split_path: str | Path) -> Task:
-    """The task a frozen split belongs to, from the manifest.json beside it; a split with no manifest,
-    or a GSM8K manifest (which names no task), is GSM8K."""
+    """The task a frozen split belongs to, from the manifest.json beside it; a split with no manifest, or
+    one frozen before GSM8K's manifests named their task, is of the default kind (GSM8K)."""
     manifest = Path(split_path).parent / "manifest.json"
-    spec = read_json(manifest).get("task") if manifest.is_file() else None
-    return make(spec or {"kind": "gsm8k"})
+    written = read_json(manifest) if manifest.is_file() else {}
+    return make(written.get("task") or {"kind": task_kind(written)})

@@ -60,7 +60,7 @@ def tasks_in_one_dir(root: Path, model_dir: Path) -> dict:
         except Exception as err:  # the test raises it for this kind
             done[kind] = {"error": err}
             continue
-        frozen = [json.loads(p.read_text()) for p in (workdir / "data" / "tasks").glob("*/manifest.json")]
+        frozen = [json.loads(p.read_text()) for p in (workdir / "data" / "problems").glob("*/manifest.json")]
         done[kind] = {"proc": proc, "record": read_record(workdir), "records_md": (workdir / "RECORDS.md").read_text(),
                       "frozen_kinds": [m["task"]["kind"] for m in frozen], "workdir": workdir}
     return done
