@@ -123,33 +123,11 @@ def job_resources(stage, gpu_stage=True):
 
 
 def get_benchmarks():
-    """RULE=PATH for every stage's Snakemake benchmark file, so the record can sum stage times: each round's
-    (distill.rounds; a stage's time is the sum over the rounds). Called by rule record, after every rule it names."""
-    paths = [
-        f"{name}={getattr(rules, name).benchmark}" for name in ("freeze_problems", "fetch_fineweb", "prepare_model")
-    ]
-    for r in range(1, PLAN.rounds.count + 1):
-        stages = ["rank", "evaluate_members", "vote", "score_bpb"] + (["round_base"] if r > 1 else [])
-        paths += [f"{name}={PLAN.rounds.at(str(getattr(rules, name).benchmark), r)}" for name in stages]
-        if PLAN.distill:  # distillation's stages (rules/distill.smk), each of its arms
-            paths.append(f"distill_data={PLAN.rounds.at(str(rules.distill_data.benchmark), r)}")
-            paths += [
-                f"{name}={PLAN.rounds.at(str(getattr(rules, name).benchmark), r).replace('{arm}', arm)}"
-                for name in ("distill_train", "evaluate_distilled")
-                for arm in PLAN.DISTILL_ARMS
-            ]
-        if not PLAN.racing:
-            paths += [
-                f"evaluate_shard={PATHS['benchmarks']}/evaluate_shard/{PLAN.rounds.keys[r - 1]['eval']}/{stem}.tsv"
-                for stem in PLAN.population.shard_stems()
-            ]
-    if PLAN.racing:
-        paths += [
-            f"race_slice={PATHS['benchmarks']}/race_slice/{KEYS['race']}/{stem}.tsv"
-            for k in range(PLAN.race.rounds)
-            for stem in PLAN.race_chunk_stems(k)
-        ]
-    return paths
+    """RULE=PATH for every stage's Snakemake benchmark file, so the record can sum stage times (randopt/plan/run.py
+    benchmark_files). Called by rule record, after every rule it names."""
+    # the rules' patterns as written (a Rule's own has the wildcard constraints folded in)
+    patterns = {rule.name: str(getattr(rules, rule.name).benchmark) for rule in workflow.rules if rule.benchmark}
+    return PLAN.benchmark_files(patterns)
 
 
 def check_engine_here():

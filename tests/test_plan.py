@@ -117,3 +117,41 @@ def test_distillation_rounds_name_their_round_in_a_path():
     regex = p.rounds.key_regex()
     assert regex["ekey"] == "|".join(sorted(k["eval"] for k in p.rounds.keys))
     assert regex["mkey"] == second["model"]   # round 1's model is prepare_model's, not round_base's
+
+
+# The rules' benchmark patterns as rules/*.smk write them (the record sums the files they name).
+def benchmark_patterns(p: RunPlan) -> dict[str, str]:
+    b = p.paths["benchmarks"]
+    round_stages = {name: f"{b}/{name}/{{ekey}}/{p.keys['population']}.tsv"
+                    for name in ("rank", "evaluate_members", "vote")}
+    return {"freeze_problems": f"{b}/freeze_problems/{p.keys['problems']}.tsv",
+            "fetch_fineweb": f"{b}/fetch_fineweb/{p.keys['heldout']}.tsv",
+            "prepare_model": f"{b}/prepare_model/{p.keys['model']}.tsv",
+            "round_base": f"{b}/round_base/{{mkey}}.tsv",
+            "evaluate_shard": f"{b}/evaluate_shard/{{ekey}}/sigma={{sigma}}/seeds_{{first}}-{{last}}.tsv",
+            "score_bpb": f"{b}/score_bpb/{{bkey}}/{{ekey}}/{p.keys['population']}.tsv",
+            "race_slice": f"{b}/race_slice/{p.keys['race']}/round={{round}}/chunk_{{chunk}}.tsv",
+            "distill_data": f"{b}/distill_data/{{ekey}}/{{dkey}}.tsv",
+            "distill_train": f"{b}/distill_train/{{ekey}}/{{dkey}}/{{tkey}}/{{arm}}.tsv",
+            "evaluate_distilled": f"{b}/evaluate_distilled/{{ekey}}/{{dkey}}/{{tkey}}/{{vkey}}/{{arm}}.tsv"} | round_stages
+
+
+def test_the_record_sums_every_benchmark_the_run_writes_and_no_other():
+    full = plan(cores=2)
+    files = dict(pair.split("=", 1)[::-1] for pair in full.benchmark_files(benchmark_patterns(full)))
+    shards = [f for f, rule in files.items() if rule == "evaluate_shard"]
+    assert len(shards) == len(full.population.shard_stems()) and all("{" not in f for f in files)
+    assert not any(rule == "race_slice" for rule in files.values())
+
+    racing = plan({"selection": {"mode": "racing"}, "gsm8k": {"n_train": 64}, "engine": {"batch_size": 8}}, cores=2)
+    rules = [pair.split("=", 1)[0] for pair in racing.benchmark_files(benchmark_patterns(racing))]
+    assert rules.count("race_slice") == racing.race.rounds * racing.race.chunks and "evaluate_shard" not in rules
+
+    two = plan({"distill": {"enabled": True, "rounds": 2}}, cores=2)
+    pairs = two.benchmark_files(benchmark_patterns(two))
+    assert all("{" not in pair for pair in pairs)
+    names = [pair.split("=", 1)[0] for pair in pairs]
+    # each round's ensemble stages and the arms' fine-tunes; round 2's base is the round_base link
+    assert names.count("vote") == 2 and names.count("round_base") == 1 and names.count("distill_train") == 4
+    second_eval = two.rounds.keys[1]["eval"]
+    assert any(pair.startswith("vote=") and second_eval in pair for pair in pairs)

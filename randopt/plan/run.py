@@ -21,9 +21,9 @@ from randopt.plan.engines import EnginePlan, plan_engines
 from randopt.plan.host import Host, PlanError
 from randopt.plan.rounds import Rounds
 from randopt.plan.selection import plan_selection, with_mode
-from randopt.population import Population
+from randopt.population import SHARD_STEM, Population
 from randopt.scoring.answer_blocks import block_size
-from randopt.paths import layout, race_chunk_stem, race_survivors
+from randopt.paths import RACE_CHUNK_STEM, layout, race_chunk_stem, race_survivors
 from randopt.selection.auto import SelectionChoice
 from randopt.selection.plan import RacePlan
 from randopt.specs import Specs
@@ -152,6 +152,27 @@ class RunPlan:
     def race_rounds(self) -> list[str]:
         """Racing: each round's survivors file, round 0 first (rank reads their reports); else none."""
         return [self.race_survivors(k) for k in range(self.race.rounds)] if self.racing else []
+
+    # ---- the stages' times, which the record sums --------------------------------------------------------
+    def benchmark_files(self, patterns: dict[str, str]) -> list[str]:
+        """RULE=PATH for every Snakemake benchmark file this run writes, from each rule's benchmark pattern
+        (patterns: rule name -> pattern, its round keys and stems as wildcards), so that the record can sum
+        stage times. Every round's (distill.rounds: a stage's time is the sum over its rounds)."""
+        files = [f"{name}={patterns[name]}" for name in ("freeze_problems", "fetch_fineweb", "prepare_model")]
+        for r in range(1, self.rounds.count + 1):
+            stages = ["rank", "evaluate_members", "vote", "score_bpb"] + (["round_base"] if r > 1 else [])
+            stages += ["distill_data"] if self.distill else []
+            files += [f"{name}={self.rounds.at(patterns[name], r)}" for name in stages]
+            if self.distill:  # each arm's fine-tune and its evaluation (rules/distill.smk)
+                files += [f"{name}={self.rounds.at(patterns[name], r).replace('{arm}', arm)}"
+                          for name in ("distill_train", "evaluate_distilled") for arm in self.DISTILL_ARMS]
+            if not self.racing:
+                files += [f"evaluate_shard={self.rounds.at(patterns['evaluate_shard'], r).replace(SHARD_STEM, stem)}"
+                          for stem in self.population.shard_stems()]
+        if self.racing:
+            files += [f"race_slice={patterns['race_slice'].replace(RACE_CHUNK_STEM, stem)}"
+                      for k in range(self.race.rounds) for stem in self.race_chunk_stems(k)]
+        return files
 
     # ---- the engine stages' arguments ------------------------------------------------------------------
     @property
