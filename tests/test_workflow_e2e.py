@@ -223,7 +223,7 @@ def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
     """data/ holds the pipeline's inputs (frozen splits, held-out slice, prepared model), each under its
     content key with a manifest; results/ holds only what the search computes from them."""
     workdir, _ = finished_run
-    for pattern in ("gsm8k/*/train.jsonl", "gsm8k/*/test.jsonl", "gsm8k/*/manifest.json",
+    for pattern in ("problems/*/train.jsonl", "problems/*/test.jsonl", "problems/*/manifest.json",
                     "heldout/*/heldout.jsonl", "heldout/*/manifest.json", "models/*/manifest.json"):
         assert len(list((workdir / "data").glob(pattern))) == 1, pattern
     assert (next((workdir / "data").glob("models/*")) / "model" / "config.json").is_file()
