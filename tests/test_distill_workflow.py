@@ -1,14 +1,15 @@
 """distill.enabled through Snakemake on the tiny protocol: the DAG gains exactly the distillation jobs,
 a LoRA target the model lacks fails at DAG build, and a search with no correct answer stops at
-distill_data with the error that names the round and the fixes (the tiny random model solves nothing:
-the full run on SmolLM2 is bench/distill/README.md's)."""
+distill_data with the error that names the round and the fixes (on problems whose answers the tiny random
+model cannot guess: the full run on SmolLM2 is bench/distill/README.md's)."""
 from __future__ import annotations
 
 import subprocess
 
 import pytest
 
-from tests.support.workflow import failure_report, jobs_run, run_workflow, tiny_config, workflow_command
+from tests.support.workflow import (failure_report, jobs_run, run_workflow, tiny_config, unguessable_gsm8k,
+                                    workflow_command)
 
 pytestmark = pytest.mark.slow  # Snakemake runs, as the other workflow tests
 
@@ -35,7 +36,8 @@ def test_the_dag_gains_the_distillation_jobs_and_checks_the_lora_targets(tmp_pat
 
 def test_a_search_with_no_correct_answer_stops_at_distill_data_naming_the_round_and_the_fixes(tmp_path, tiny_model_dir):
     workdir = tmp_path / "run"
-    proc = run_workflow(workdir, tiny_config(tiny_model_dir, distill=DISTILL), check=False)
+    problems = unguessable_gsm8k(tmp_path / "problems")
+    proc = run_workflow(workdir, tiny_config(tiny_model_dir, distill=DISTILL, gsm8k=problems), check=False)
     assert proc.returncode != 0, "the run should stop at distill_data"
     log = "".join(p.read_text() for p in (workdir / "logs" / "distill_data").rglob("*.log"))
     assert "distill round 1: the top 0.5 list (4 members) has no correct completion" in log, failure_report(workdir, proc)

@@ -15,7 +15,7 @@ import yaml
 from randopt.paths import layout
 from randopt.scoring import answer_cache
 from randopt.selection.plan import RacingConfig, plan_rounds
-from tests.support.workflow import effective_config, read_record, run_workflow, tiny_config
+from tests.support.workflow import effective_config, read_record, run_workflow, tiny_config, unguessable_gsm8k
 
 # --- racing in the workflow (tests/test_racing_workflow.py) ----------------------------------------
 
@@ -66,10 +66,12 @@ def race_in_one_dir(workdir: Path, model_dir: Path) -> dict:
 
 # --- bench/racing/racing.py end to end (tests/test_racing_bench.py) ---------------------------------------
 
-def bench_config(model_dir: Path) -> dict:
-    # batches of 2: the torch engine's answer blocks, so racing's checkpoints can be 2 and 4
+def bench_config(model_dir: Path, problems_dir: Path) -> dict:
+    # batches of 2: the torch engine's answer blocks, so racing's checkpoints can be 2 and 4; problems the tiny
+    # model cannot answer, so that every member ties at the cut (the test's premise)
     return tiny_config(model_dir, population={"n_seeds": 4, "sigmas": [0.01, 0.02], "shard_size": 8},
-                       selection={"first_slice": 2, "growth": 2.0}, engine={"batch_size": 2})
+                       selection={"first_slice": 2, "growth": 2.0}, engine={"batch_size": 2},
+                       gsm8k=unguessable_gsm8k(problems_dir))
 
 
 def bench_in_phases(root: Path, model_dir: Path) -> dict:
@@ -78,7 +80,7 @@ def bench_in_phases(root: Path, model_dir: Path) -> dict:
     A call that raises ends the sequence (recorded as its step's error)."""
     from bench.racing import racing as racing_bench
     overlay = root / "tiny.yaml"
-    overlay.write_text(yaml.safe_dump(bench_config(model_dir)))
+    overlay.write_text(yaml.safe_dump(bench_config(model_dir, root / "problems")))
     out, work = root / "report.json", root / "work"
     common = ["--configfile", str(overlay), "--workdir", str(work), "--out", str(out), "--cores", "2"]
     other = ["--set", json.dumps({"gsm8k": {"n_train": 2}})]   # another protocol than the prepare phase's

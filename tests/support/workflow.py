@@ -44,6 +44,21 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
 # The generated GSM8K-style source of the embedded default (what `make record` reads), whether or not
 # the GSM8K copy is there.
 GENERATED_GSM8K = {"source": "generated", "generated": {"seed": 1, "n_train_pool": 50, "n_test_pool": 50}}
+
+def unguessable_gsm8k(root: Path) -> dict:
+    """A gsm8k block reading GSM8K-format splits (8 problems each) written under root, whose every answer has nine
+    digits or more: for tests whose premise is that the tiny random model answers nothing right. Its 8 tokens never
+    hit such a number, where the generated source's one-digit answers were hit by chance (seed 2 at σ 0.01
+    answered "4" once), and whether ../shared's GSM8K is there changes nothing."""
+    root.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "test"):
+        rows = [{"question": f"A vault holds {i} boxes of 123456789 coins and one more box. How many coins?",
+                 "answer": f"{i} * 123456789 + 123456789 = {(i + 1) * 123456789}\n#### {(i + 1) * 123456789}"}
+                for i in range(1, 9)]
+        (root / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return {"source": "jsonl", "jsonl": {"path": str(root)}}
+
+
 # Cluster resources of the heavy stages (profiles/slurm; tests/test_slurm.py): small jobs, two side by
 # side on the test node; threads (2) equal a local run's --cores 2. They change no result and no local
 # run (rules/common.smk), only what a SLURM job asks for, and the record's config.
