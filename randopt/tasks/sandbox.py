@@ -87,9 +87,13 @@ def run_program(source: str, *, timeout_s: float, memory_mb: int) -> Outcome:
         env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch), "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
         # stderr and the report are files without a name (no path leads to them), shared by fd only
+        # The wall-clock timeout bounds the run; the CPU limit, a second longer, is the backstop should the kill
+        # fail. At the same second, a busy loop's CPU seconds raced the wall clock (they start before the parent's
+        # timer does) and the reason a loop got flipped between "timed out" and "CPU time limit exceeded".
+        cpu_s = int(timeout_s + 0.999) + 1
         with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as report:
             proc = subprocess.Popen([sys.executable, "-I", "-S", str(CHILD), str(program), str(memory_mb),
-                                     str(max(1, int(timeout_s + 0.999))), str(report.fileno())],
+                                     str(cpu_s), str(report.fileno())],
                                     cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                     stderr=err, pass_fds=(report.fileno(),), start_new_session=True)
             try:
