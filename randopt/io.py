@@ -54,12 +54,23 @@ def sweep_stale_temps(path: Path) -> None:
     """Remove the temporaries that writers of ``path`` killed mid-way (kill -9, a lost node) left
     beside it: those named for a process of this host that no longer exists. A live writer's, or one
     from another host (a shared filesystem), is left alone."""
-    host = socket.gethostname()
-    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        owner = stale.name[len(path.name) + 2:-len(".tmp")].rsplit(".", 2)
-        if len(owner) != 3 or owner[0] != host or not owner[1].isdigit() or process_alive(int(owner[1])):
+    sweep_stale_temps_in(path.parent, path.name)
+
+
+def sweep_stale_temps_in(folder: str | os.PathLike, name: str = "") -> None:
+    """Remove the temporaries of dead writers of this host in ``folder`` (of the output ``name`` only,
+    if given). A cache's reader calls this as well as its writers: a writer killed between its rename
+    and its cleanup leaves an empty temporary beside a whole file that no one writes again."""
+    folder, host = Path(folder), socket.gethostname()
+    if not folder.is_dir():
+        return
+    for stale in folder.glob(f".{glob.escape(name)}.*.tmp" if name else ".*.tmp"):
+        # .<output>.<host>.<pid>.<random>.tmp; the host may hold dots, the random part does not
+        head, _, pid = stale.name[:-len(".tmp")].rpartition(".")[0].rpartition(".")
+        if not (head.endswith(f".{host}") and pid.isdigit()) or (name and head != f".{name}.{host}"):
             continue
-        shutil.rmtree(stale, ignore_errors=True)
+        if not process_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def process_alive(pid: int) -> bool:

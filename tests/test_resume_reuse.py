@@ -553,7 +553,8 @@ def test_kill_during_evaluate_members_and_score_bpb_resumes(killed):
 def test_a_resumed_run_records_what_an_uninterrupted_run_records(fresh, killed):
     _, _, uninterrupted = fresh
     assert comparable(killed["record"]) == comparable(uninterrupted)
-    # The temporaries of the three killed writers were swept when their outputs were written again.
+    # The temporaries of the three killed writers were swept: by the next writer of their output, or (a
+    # writer killed between its rename and its cleanup) by the next reader of the cache they wrote into.
     assert not [p for d in ("data", "results") for p in (killed["workdir"] / d).rglob(".*.tmp")]
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from randopt.population import sigma_label
-from randopt.io import InputError, atomic_path
+from randopt.io import InputError, atomic_path, sweep_stale_temps_in
 
 log = logging.getLogger("randopt")
 
@@ -58,6 +58,7 @@ def load(cache_dir: str | Path, seed: int, sigma: float) -> pd.DataFrame:
     missing), but could from two runs racing on one folder; the part first in name order wins, so the
     answer read is the same every time."""
     folder = member_dir(cache_dir, seed, sigma)
+    sweep_stale_temps_in(folder)  # a part is never written again, so its dead writer's leftovers go here
     parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
     if not parts:
         return empty_table()

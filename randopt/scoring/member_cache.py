@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from randopt.io import sweep_stale_temps_in
 from randopt.population import BASE, Member, sigma_label
 
 
@@ -22,6 +23,7 @@ def member_path(cache_dir: str | Path, seed: int, sigma: float, suffix: str) -> 
 def plan_members(topk_lists: list[dict], cache_dir: str | Path, suffix: str) -> tuple[list[Member], list[Member]]:
     """(every member the stage reports: base first, then the union of the top-k lists in rank order;
     the members among them with no cached result of this suffix yet, to evaluate now)."""
+    sweep_stale_temps_in(cache_dir)  # a cached file is never written again, so its dead writer's leftovers go here
     members = [(BASE, 0.0)] + union_members(topk_lists)
     todo = [m for m in members if not member_path(cache_dir, *m, suffix).is_file()]
     return members, todo
