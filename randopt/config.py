@@ -119,6 +119,7 @@ def validate(config: dict) -> dict:
     _check_speculation(config["engine"])
     _check_member_batch(config)
     _check_distill(config)
+    _check_controls(config)
     for section in SOURCE_KINDS:
         kind = config[section]["source"]
         check_selected(section, kind, config[section][kind], lambda key: f"config key '{section}.{kind}.{key}'")
@@ -265,6 +266,14 @@ def round_knobs(config: dict, round_index: int) -> dict:
                     knobs[key] = {**knobs[key], **value} if isinstance(value, dict) else value
     knobs["fraction"] = knobs["fraction"] if knobs["fraction"] is not None else max(config["topk"]["fractions"])
     return knobs
+
+
+def _check_controls(config: dict) -> None:
+    """controls.random_vote repeats top-k votes, so each of its fractions must be one of them."""
+    unknown = [f for f in config["controls"]["random_vote"] if f not in config["topk"]["fractions"]]
+    if unknown:
+        raise ConfigError(f"config key 'controls.random_vote': {unknown} not in topk.fractions "
+                          f"{config['topk']['fractions']}; give fractions of topk.fractions (their random-k controls)")
 
 
 def _check_distill(config: dict) -> None:

@@ -121,9 +121,14 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     racing = selection["mode"] == "racing"
     # Racing's knobs decide which members are ranked complete, so they key the population (only under
     # racing: full evaluation's keys stay as they were).
+    # The controls (random-k votes, the base's batch compositions) add answers and votes to the ensemble's
+    # outputs, so they key the population too (only when on: runs without them keep their keys).
+    controls = config.get("controls") or {}
+    controls_on = bool(controls.get("random_vote")) or controls.get("base_compositions", 1) != 1
     population = short_key({"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
                             "fractions": config["topk"]["fractions"], "code": key_code("population", root)}
-                           | ({"selection": selection, "race_code": key_code("race", root)} if racing else {}))
+                           | ({"selection": selection, "race_code": key_code("race", root)} if racing else {})
+                           | ({"controls": controls} if controls_on else {}))
     # The racing rounds' tables: which members each chunk job takes depends on the chunk size too.
     race = short_key({"population": population, "chunk_size": config["population"]["shard_size"]}) if racing else None
     bpb = bpb_of(model)

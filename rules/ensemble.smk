@@ -1,5 +1,6 @@
 # The ensemble: top-k members (and the base model) answer the test split and vote (the base model
-# also answers the train split, the reference for the members' train rewards); bits-per-byte of
+# also answers the train split, the reference for the members' train rewards; the controls' members and
+# the base's other batch compositions answer the test split too, controls in config/schema.yaml); bits-per-byte of
 # the base model and of each top-k ensemble on the held-out text. Per-member results are cached under
 # content keys, so a new top-k fraction evaluates only members not seen before. Each distillation round
 # (distill.rounds) has its own: {ekey} and {bkey} in a path are the round's eval and bpb keys (rules/common.smk).
@@ -15,6 +16,7 @@ rule evaluate_members:
         answers=f"{ROUND['members']}/{KEYS['population']}/answers.parquet",
         timings=f"{ROUND['members']}/{KEYS['population']}/timings.json",
         base_train=f"{ROUND['members']}/{KEYS['population']}/base_train.json",
+        base_compositions=f"{ROUND['members']}/{KEYS['population']}/base_compositions.json",
     log:
         "logs/evaluate_members/{ekey}.log",
     benchmark:
@@ -26,18 +28,21 @@ rule evaluate_members:
         engine=round_engine_args(),
         decode=q_text(DECODE),
         cache=round_path("members", "cache"),
+        base_compositions=config["controls"]["base_compositions"],
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
+        " --base-compositions {params.base_compositions} --base-compositions-out {output.base_compositions}"
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
 
 
 rule vote:
     input:
         answers=rules.evaluate_members.output.answers,
+        base_compositions=rules.evaluate_members.output.base_compositions,
         topk=rules.rank.output.topk,
         test=f"{PATHS['problems']}/test.jsonl",
     output:
@@ -48,7 +53,8 @@ rule vote:
         f"{PATHS['benchmarks']}/vote/{{ekey}}/{KEYS['population']}.tsv"
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.vote --answers {input.answers} --topk {input.topk} --test {input.test}"
+        "{PY} randopt.stages.vote --answers {input.answers} --base-compositions {input.base_compositions}"
+        " --topk {input.topk} --test {input.test}"
         " --out {output.vote} 2> {log}"
 
 

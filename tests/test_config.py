@@ -197,7 +197,7 @@ def test_source_blocks_are_typed(bad, key, says):
     ({"run_name": "my run"}, 'config key \'run_name\': must match the pattern ^[A-Za-z0-9_.-]+$ (got "my run"); '
                              'the default is "randopt"'),
     ({"populaton": {"n_seeds": 4}}, "config key '(top level)': unknown key(s) ['populaton']; did you mean 'population'? "
-                                    "allowed: ['decode', "),
+                                    "allowed: ['controls', 'decode', "),
     ({"population": {"n_seed": 4}}, "config key 'population': unknown key(s) ['n_seed']; did you mean 'n_seeds'? "
                                     "allowed: ['n_seeds', 'shard_size', 'sigmas']"),
     ({"population": {"seeds": 4, "sigma": [0.1]}},

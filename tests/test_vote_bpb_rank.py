@@ -110,7 +110,10 @@ def test_vote_stage_gives_members_to_the_vote_in_rank_order(tmp_path):
     members = [{"seed": best[0], "sigma": best[1], "train_reward": 0.5, "rank": 1},
                {"seed": second[0], "sigma": second[1], "train_reward": 0.5, "rank": 2}]
     write_json_atomic(tmp_path / "topk.json", {"topk": [{"fraction": 0.5, "k": 2, "members": members}]})
+    write_json_atomic(tmp_path / "compositions.json", {"problem_ids": [p["id"] for p in problems], "compositions": [
+        {"composition": 1, "calls": 1, "accuracy": 0.0, "correct": [False] * 3}]})
     proc = subprocess.run([sys.executable, "-m", "randopt.stages.vote", "--answers", str(tmp_path / "answers.parquet"),
+                           "--base-compositions", str(tmp_path / "compositions.json"),
                            "--topk", str(tmp_path / "topk.json"), "--test", str(test), "--out", str(tmp_path / "v.json")],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -8,6 +8,10 @@
   (Spearman's rho)?
 - k_curve: the ensemble's test accuracy for every k from 1 to the largest top-k, voted exactly as the
   vote stage votes (randopt.ensemble.majority_vote).
+- random_vote (controls.random_vote): the vote of k members drawn at random against the base, and the top-k
+  vote's gain over it: what the selection adds to voting.
+- base_spread (controls.base_compositions): the base's test accuracy in each batch composition, and how many
+  problems change their result between them: the noise a single base evaluation carries.
 
 Every function is pure: tables and lists in, plain JSON-ready values out (None where a value is
 undefined, never NaN).
@@ -177,6 +181,42 @@ def per_problem_results(answers: pd.DataFrame, topk_lists: list[dict], reference
     }
 
 
+def control_results(answers: pd.DataFrame, controls: list[dict], references: Mapping[str, str],
+                    by_winner: bool = False) -> dict:
+    """The vote stage's controls.random_vote results: per control list (keyed like ensemble_test) its vote's
+    per-problem correctness and accuracy and its members' mean test accuracy, voted exactly as the top-k
+    lists are (members in their drawn order)."""
+    answers = answers.assign(answer=answers["answer"].astype(object).where(answers["answer"].notna(), None))
+    groups = {key: frame for key, frame in answers.groupby(["seed", "sigma"], sort=False)}
+    out = {"control_correct": {}, "control_test": {}, "control_member_mean_test": {}}
+    for lst in controls:
+        members = [(m["seed"], m["sigma"]) for m in lst["members"]]
+        missing = [m for m in members if m not in groups]
+        if missing:
+            raise InputError(f"no test answers for control members {missing}; rerun evaluate_members")
+        member_answers = [dict(zip(groups[m]["problem_id"], groups[m]["answer"])) for m in members]
+        member_correct = ([dict(zip(groups[m]["problem_id"], groups[m]["correct"])) for m in members]
+                          if by_winner else None)
+        key = repr(lst["fraction"])
+        correct = _vote(member_answers, references, member_correct)
+        out["control_correct"][key] = correct
+        out["control_test"][key] = float(np.mean(correct))
+        out["control_member_mean_test"][key] = float(np.mean([groups[m]["correct"].mean() for m in members]))
+    return out
+
+
+def base_spread(compositions: list[dict]) -> dict:
+    """{"accuracies", "mean", "sd", "min", "max", "problems_changing"} of the base's test accuracy over its batch
+    compositions (base_compositions.json's list, composition 1 first): sd is the sample sd (None for one), and
+    problems_changing counts the test problems whose result is not the same in every composition."""
+    accuracies = np.array([c["accuracy"] for c in compositions], dtype=np.float64)
+    correct = np.array([c["correct"] for c in compositions], dtype=bool)
+    return {"accuracies": accuracies.tolist(), "mean": float(accuracies.mean()),
+            "sd": float(accuracies.std(ddof=1)) if accuracies.size > 1 else None,
+            "min": float(accuracies.min()), "max": float(accuracies.max()),
+            "problems_changing": int(np.sum(correct.any(axis=0) & ~correct.all(axis=0)))}
+
+
 def record_statistics(vote: dict, ranking: pd.DataFrame, base_train_reward: float) -> dict:
     """record["statistics"] from the vote stage's output (per_problem_results' keys), rank's ranking
     table and the base model's train reward."""
@@ -191,8 +231,20 @@ def record_statistics(vote: dict, ranking: pd.DataFrame, base_train_reward: floa
     if unknown:
         raise InputError(f"members {unknown} answered the test split but are not in the ranking table; "
                          f"the vote and rank outputs come from different runs")
+    controls = {}
+    if vote.get("control_correct"):   # controls.random_vote only: other records keep their statistics' keys
+        controls["random_vote"] = {fraction: {
+            "k": len(vote["control_members"][fraction]), "members": vote["control_members"][fraction],
+            "control_test": vote["control_test"][fraction],
+            "control_member_mean_test": vote["control_member_mean_test"][fraction],
+            "control_vs_base": ensemble_gain(vote["base_correct"], correct),
+            # the top-k vote against the random-k vote of the same k: what the selection adds to voting
+            "selection_gain": ensemble_gain(correct, vote["ensemble_correct"][fraction]),
+        } for fraction, correct in vote["control_correct"].items()}
+    if len(vote.get("base_compositions", [])) > 1:   # controls.base_compositions above 1 only
+        controls["base_spread"] = base_spread(vote["base_compositions"])
     return {
         "ensemble_gain": gains,
         "members_vs_base": members_vs_base(ranking, base_train_reward),
         "selection": selection([float(rewards[m]) for m in members], [m["test_accuracy"] for m in vote["member_test"]]),
-    }
+    } | controls

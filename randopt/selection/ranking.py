@@ -7,6 +7,7 @@ a total, deterministic function of the shard tables.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from randopt.population import topk_size
@@ -63,4 +64,23 @@ def top_k(ranked: pd.DataFrame, fractions: list[float]) -> list[dict]:
         lists.append({"fraction": float(fraction), "k": k, "members": [
             {"seed": int(r.seed), "sigma": float(r.sigma), "train_reward": float(r.train_reward), "rank": int(r.rank)}
             for r in head.itertuples()]})
+    return lists
+
+
+# Fixed, so that a rerun draws the same control members.
+RANDOM_VOTE_SEED = 0
+
+
+def random_k(ranked: pd.DataFrame, fractions: list[float], seed: int = RANDOM_VOTE_SEED) -> list[dict]:
+    """controls.random_vote: for each fraction, k members drawn at random from the whole population (top_k's k,
+    in top_k's form), the vote without the selection. One seeded permutation of the population, cut at each k,
+    so the lists nest as the top-k lists do; the draw depends only on the population, not on the rewards."""
+    order = ranked.sort_values(["sigma", "seed"], kind="mergesort")   # the draw must not see the ranking
+    drawn = order.iloc[np.random.default_rng(seed).permutation(len(order))]
+    lists = []
+    for fraction in fractions:
+        k = topk_size(fraction, len(ranked))
+        lists.append({"fraction": float(fraction), "k": k, "members": [
+            {"seed": int(r.seed), "sigma": float(r.sigma), "train_reward": float(r.train_reward), "rank": int(r.rank)}
+            for r in drawn.head(k).itertuples()]})
     return lists

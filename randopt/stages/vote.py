@@ -1,5 +1,6 @@
 """vote: majority vote of each top-k list on the test split; base accuracy with the same extraction; the
-per-problem results and the k-curve that the record's statistics are computed from (randopt/records/statistics.py)."""
+per-problem results and the k-curve that the record's statistics are computed from (randopt/records/statistics.py);
+the controls' votes (controls.random_vote) and the base's batch compositions (controls.base_compositions)."""
 from __future__ import annotations
 
 import time
@@ -9,8 +10,8 @@ import pandas as pd
 
 from randopt.data.gsm8k import extract_answer
 from randopt.population import BASE
-from randopt.io import read_json, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.records.statistics import per_problem_results
+from randopt.io import InputError, read_json, read_jsonl, verify_against_manifest, write_json_atomic
+from randopt.records.statistics import control_results, per_problem_results
 from randopt.tasks import registry
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser
@@ -19,11 +20,12 @@ from randopt.stages._args import stage_parser
 def parse_args(argv=None):
     p = stage_parser("vote", __doc__, "--topk", "--test")
     p.add_argument("--answers", required=True, help="evaluate_members parquet")
+    p.add_argument("--base-compositions", required=True, help="evaluate_members' base_compositions.json")
     p.add_argument("--out", required=True, help="JSON")
     return p.parse_args(argv)
 
 
-def run(*, answers: str, topk: str, test: str, out: str) -> None:
+def run(*, answers: str, base_compositions: str, topk: str, test: str, out: str) -> None:
     start = time.perf_counter()
     verify_against_manifest(test)
     table = pd.read_parquet(answers)
@@ -37,7 +39,8 @@ def run(*, answers: str, topk: str, test: str, out: str) -> None:
     base = table[table["seed"] == BASE]
     result = {"stage": "vote", "n_test": len(references),
               "base_test": float(base["correct"].mean()), "ensemble_test": {}, "member_mean_test": {}}
-    lists = read_json(topk)["topk"]
+    ranked = read_json(topk)
+    lists = ranked["topk"]
     # Per-problem correctness, member test accuracies and the k-curve: what the record's statistics
     # need, so that they are computed from this stage's own votes.
     details = per_problem_results(table, lists, references, BASE, by_winner=not gsm8k)
@@ -48,6 +51,17 @@ def run(*, answers: str, topk: str, test: str, out: str) -> None:
         chosen = table.set_index(["seed", "sigma"]).loc[members]
         result["member_mean_test"][key] = float(chosen["correct"].mean())
     result |= details
+    if ranked.get("controls"):
+        result |= control_results(table, ranked["controls"], references, by_winner=not gsm8k)
+        result["control_members"] = {repr(c["fraction"]): [{"seed": m["seed"], "sigma": m["sigma"]} for m in c["members"]]
+                                     for c in ranked["controls"]}
+    compositions = read_json(base_compositions)
+    if compositions["problem_ids"] != details["problem_ids"] or \
+            compositions["compositions"][0]["correct"] != details["base_correct"]:
+        raise InputError(f"{base_compositions}: the base's compositions are not of these test answers (another run's?); "
+                         "rerun evaluate_members")
+    result["base_compositions"] = [{k: c[k] for k in ("composition", "calls", "accuracy", "correct")}
+                                   for c in compositions["compositions"]]
     result["seconds"] = time.perf_counter() - start
     write_json_atomic(out, result)
 
