@@ -5,7 +5,7 @@
 #
 # The run, in order: freeze the task's splits (GSM8K by default; randopt/tasks/) and the held-out text; prepare the model; score every
 # (seed, sigma) of the population on the train split, shard by shard (or in racing rounds); rank; let the top-k members
-# answer the test split and vote; score bits-per-byte of the base model and the top-k ensembles;
+# answer the test split (over every engine slot, in parts) and vote; score bits-per-byte of the base model and the top-k ensembles;
 # write the record (with its statistics: randopt/records/statistics.py) and draw the report's figures.
 # Output paths carry content keys (randopt/keys.py), so finished work is reused.
 # Inputs (frozen data, prepared models) go to data/, what the search computes to results/.
@@ -21,6 +21,7 @@
 #   rank              search.smk    randopt/stages/rank.py
 #   race_slice        racing.smk    randopt/stages/race_slice.py (selection.mode racing: docs/racing.md)
 #   race_round        racing.smk    randopt/stages/race_round.py
+#   evaluate_members_part ensemble.smk randopt/stages/evaluate_members_part.py (several engine slots: a share each)
 #   evaluate_members  ensemble.smk  randopt/stages/evaluate_members.py
 #   vote              ensemble.smk  randopt/stages/vote.py
 #   score_bpb         ensemble.smk  randopt/stages/score_bpb.py

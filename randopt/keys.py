@@ -27,7 +27,7 @@ KEY_STAGES = {
     "problems": ("freeze_problems",),
     "heldout": ("fetch_fineweb",),
     "model": ("prepare_model",),
-    "eval": ("evaluate_shard", "evaluate_members"),
+    "eval": ("evaluate_shard", "evaluate_members", "evaluate_members_part"),
     "bpb": ("score_bpb",),
     "population": ("rank", "vote"),
     "race": ("race_slice", "race_round"),

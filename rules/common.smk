@@ -56,6 +56,7 @@ wildcard_constraints:
     sigma=r"[0-9][0-9.e+-]*",
     round=r"\d\d",
     chunk=r"\d\d\d",
+    part=r"\d+",
     first=r"\d\d\d\d+",
     last=r"\d\d\d\d+",
 

@@ -4,6 +4,41 @@
 # the base model and of each top-k ensemble on the held-out text. Per-member results are cached under
 # content keys, so a new top-k fraction evaluates only members not seen before. Each distillation round
 # (distill.rounds) has its own: {ekey} and {bkey} in a path are the round's eval and bpb keys (rules/common.smk).
+# With several engine slots (engine.engines_per_gpu, --resources gpu=N), evaluate_members' work is first dealt
+# over part jobs, one a slot, side by side like the search's shards (randopt/scoring/member_work.py); they fill
+# the member cache and evaluate_members gathers it. With one slot there are no parts.
+
+
+rule evaluate_members_part:
+    input:
+        model=round_path("model", "manifest.json"),
+        test=f"{PATHS['problems']}/test.jsonl",
+        train=f"{PATHS['problems']}/train.jsonl",
+        topk=rules.rank.output.topk,
+    output:
+        part=f"{ROUND['members']}/{KEYS['population']}/parts/{{part}}of{PLAN.member_parts}.json",
+    log:
+        f"logs/evaluate_members_part/{{ekey}}/{{part}}of{PLAN.member_parts}.log",
+    benchmark:
+        f"{PATHS['benchmarks']}/evaluate_members_part/{{ekey}}/{KEYS['population']}/{{part}}of{PLAN.member_parts}.tsv"
+    # ahead of score_bpb, which wants a slot at the same time: the parts start together, so they end together
+    priority: 1
+    threads: job_threads()
+    resources:
+        **job_resources("evaluate_members"),
+    params:
+        engine=round_engine_args(),
+        decode=q_text(DECODE),
+        cache=round_path("members", "cache"),
+        base_compositions=config["controls"]["base_compositions"],
+        parts=PLAN.member_parts,
+        code=key_code("eval"),
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
+    shell:
+        "{PY} randopt.stages.evaluate_members_part {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode}"
+        " --test {input.test} --train {input.train} --topk {input.topk} --base-compositions {params.base_compositions}"
+        " --cache-dir {params.cache} --part {wildcards.part} --parts {params.parts} --out {output.part} 2> {log}"
 
 
 rule evaluate_members:
@@ -12,6 +47,8 @@ rule evaluate_members:
         test=f"{PATHS['problems']}/test.jsonl",
         train=f"{PATHS['problems']}/train.jsonl",
         topk=rules.rank.output.topk,
+        # several engine slots: the part jobs that evaluated the work into the cache (none with one slot)
+        parts=expand(rules.evaluate_members_part.output.part, part=PLAN.member_part_ids(), allow_missing=True),
     output:
         answers=f"{ROUND['members']}/{KEYS['population']}/answers.parquet",
         timings=f"{ROUND['members']}/{KEYS['population']}/timings.json",
@@ -30,13 +67,14 @@ rule evaluate_members:
         cache=round_path("members", "cache"),
         base_compositions=config["controls"]["base_compositions"],
         code=key_code("eval"),
+        parts=lambda wildcards, input: f" --parts {' '.join(input.parts)}" if input.parts else "",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
         " --base-compositions {params.base_compositions} --base-compositions-out {output.base_compositions}"
-        " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings} 2> {log}"
+        " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings}{params.parts} 2> {log}"
 
 
 rule vote:

@@ -268,6 +268,7 @@ def test_two_torch_engines_side_by_side_on_the_cpu_answer_as_one_engine(engine_s
     slots = {m for p in (workdir / "logs" / "evaluate_shard").rglob("*.log")
              for m in re.findall(r"engine slot (\d) of 2", p.read_text())}
     assert slots == {"0", "1"}
+    check_members_evaluated_in_parts(workdir, record, tmp_path, tiny_model_dir)
     # A member's answers, again from a lone engine in this process, batched as evaluate_shard batches
     from randopt.engines.factory import make_engine
     from randopt.io import read_jsonl
@@ -279,3 +280,53 @@ def test_two_torch_engines_side_by_side_on_the_cpu_answer_as_one_engine(engine_s
                     DecodeSpec.from_config(record["decode"]), str(tmp_path / "alone"), blocks(len(train), 0, 8))
     alone = scorer.answers(2, 0.01, range(len(train)))
     assert alone["completion"].tolist() == shard.sort_values("problem")["completion"].tolist()
+
+
+def check_members_evaluated_in_parts(workdir, record, tmp_path, tiny_model_dir):
+    """evaluate_members' work went to two part jobs, one a slot, side by side (rules/ensemble.smk): each member of
+    the lists' union was evaluated once, by one of them, evaluate_members itself evaluated nothing, and the record
+    votes as one evaluate_members job on one engine does."""
+    import json
+    from randopt.scoring.member_cache import union_members
+    from tests.test_controls import run_stage
+    logs = sorted((workdir / "logs" / "evaluate_members_part").rglob("*.log"))
+    assert [p.name for p in logs] == ["0of2.log", "1of2.log"]
+    texts = [p.read_text() for p in logs]
+    # Snakemake ran the two at once, each with an engine slot (not score_bpb first: the parts' priority), on the
+    # resident engine the search left on its slot. (Which slot each got is not checked: a tiny part may be done
+    # before the other claims one, and then the other takes the same slot.)
+    events = re.findall(r"^(?:local)?rule (\w+):\n(?:.*\n)*?\s+jobid: (\d+)|^Finished jobid: (\d+) \(Rule: (\w+)\)",
+                        next((workdir / ".snakemake" / "log").glob("*.snakemake.log")).read_text(), re.M)
+    order = [("start", rule) if rule else ("end", done) for rule, _, _, done in events]
+    parts = [i for i, event in enumerate(order) if event[1] == "evaluate_members_part"]
+    assert [order[i][0] for i in parts] == ["start", "start", "end", "end"], order
+    assert all(re.search(r"engine slot \d of 2", text) and "resident engine: reusing pid" in text for text in texts)
+    evaluated = sorted((int(s), float(g)) for text in texts
+                       for s, g in re.findall(r"member seed (-?\d+) sigma (\S+): test accuracy", text))
+    topk = json.loads(next((workdir / "results" / "rank").rglob("topk.json")).read_text())
+    assert evaluated == sorted([(-1, 0.0)] + union_members(topk["topk"]))
+    gather = next((workdir / "logs" / "evaluate_members").rglob("*.log")).read_text()
+    assert "member seed" not in gather and "0 to evaluate" in gather
+    timings = json.loads(next((workdir / "results" / "members").rglob("timings.json")).read_text())
+    assert timings["gathered"]["evaluated"] == 0 and timings["evaluated"] == len(evaluated)
+    assert record["throughput"]["members_evaluated_this_run"] == len(evaluated)
+    # the parts' times: their benchmarks added up, as every stage's but the search's
+    from randopt.records.assemble import benchmark_seconds
+    benchmarks = sorted(map(str, (workdir / "results" / "benchmarks" / "evaluate_members_part").rglob("*.tsv")))
+    assert len(benchmarks) == 2 and record["timings_s"]["evaluate_members_part"] == benchmark_seconds(benchmarks)
+    # One evaluate_members job on one engine, on a cache of its own, then the vote: the record's accuracies
+    out, problems = tmp_path / "one", next((workdir / "data" / "problems").rglob("test.jsonl")).parent
+    run_stage("evaluate_members", "--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options",
+              json.dumps({"device": "cpu", "batch_size": 8}), "--threads", 2, "--decode", json.dumps(record["decode"]),
+              "--test", problems / "test.jsonl", "--train", problems / "train.jsonl",
+              "--topk", next((workdir / "results" / "rank").rglob("topk.json")), "--cache-dir", out / "cache",
+              "--out", out / "answers.parquet", "--timings", out / "timings.json",
+              "--base-train-out", out / "base_train.json", "--base-compositions-out", out / "compositions.json")
+    run_stage("vote", "--answers", out / "answers.parquet", "--base-compositions", out / "compositions.json",
+              "--topk", next((workdir / "results" / "rank").rglob("topk.json")), "--test", problems / "test.jsonl",
+              "--out", out / "vote.json")
+    vote = json.loads((out / "vote.json").read_text())
+    assert {k: record["accuracy"][k] for k in ("base_test", "ensemble_test", "member_mean_test")} == \
+        {k: vote[k] for k in ("base_test", "ensemble_test", "member_mean_test")}
+    assert record["k_curve"] == vote["k_curve"]
+    assert record["accuracy"]["base_train"] == json.loads((out / "base_train.json").read_text())["accuracy"]

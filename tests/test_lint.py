@@ -15,7 +15,7 @@ CONDA = "Specify a conda environment or container for each rule."
 LOCAL_ENGINE = "Shell command directly uses variable LOCAL_ENGINE from outside of the rule"
 PY = "Shell command directly uses variable PY from outside of the rule"
 JOB_ENGINES = "Shell command directly uses variable JOB_ENGINES from outside of the rule"
-GPU_RULES = {"evaluate_shard", "evaluate_members", "score_bpb"}
+GPU_RULES = {"evaluate_shard", "evaluate_members", "evaluate_members_part", "score_bpb"}
 TRAIN_SCORING_RULES = {"evaluate_shard", "race_slice"}
 
 

@@ -21,8 +21,9 @@ from randopt.plan.engines import EnginePlan, plan_engines
 from randopt.plan.host import Host, PlanError
 from randopt.plan.rounds import Rounds
 from randopt.plan.selection import plan_selection, with_mode
-from randopt.population import SHARD_STEM, Population
+from randopt.population import SHARD_STEM, Population, topk_size
 from randopt.scoring.answer_blocks import block_size
+from randopt.scoring.member_work import fewest_items
 from randopt.paths import RACE_CHUNK_STEM, layout, race_chunk_stem, race_survivors
 from randopt.selection.auto import SelectionChoice
 from randopt.selection.plan import RacePlan
@@ -166,6 +167,8 @@ class RunPlan:
             if self.distill:  # each arm's fine-tune and its evaluation (rules/distill.smk)
                 files += [f"{name}={self.rounds.at(patterns[name], r).replace('{arm}', arm)}"
                           for name in ("distill_train", "evaluate_distilled") for arm in self.DISTILL_ARMS]
+            files += [f"evaluate_members_part={self.rounds.at(patterns['evaluate_members_part'], r)}"
+                      .replace("{part}", part) for part in self.member_part_ids()]
             if not self.racing:
                 files += [f"evaluate_shard={self.rounds.at(patterns['evaluate_shard'], r).replace(SHARD_STEM, stem)}"
                           for stem in self.population.shard_stems()]
@@ -173,6 +176,18 @@ class RunPlan:
             files += [f"race_slice={patterns['race_slice'].replace(RACE_CHUNK_STEM, stem)}"
                       for k in range(self.race.rounds) for stem in self.race_chunk_stems(k)]
         return files
+
+    # ---- evaluate_members over the engine slots (rules/ensemble.smk) ---------------------------------------
+    @property
+    def member_parts(self) -> int:
+        """The part jobs evaluate_members' work is dealt over: one an engine slot, never more than the fewest items
+        the work can have (randopt/scoring/member_work.py). 1: no part jobs, evaluate_members does it all."""
+        largest_k = topk_size(max(self.config["topk"]["fractions"]), self.population.size)
+        return min(self.engines.slots, fewest_items(largest_k, self.config["controls"]["base_compositions"]))
+
+    def member_part_ids(self) -> list[str]:
+        """The {part} wildcard of each part job; none with one engine slot."""
+        return [str(part) for part in range(self.member_parts)] if self.member_parts > 1 else []
 
     # ---- the engine stages' arguments ------------------------------------------------------------------
     @property

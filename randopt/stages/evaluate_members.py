@@ -3,7 +3,9 @@ also answers the train split (the reference for the members' train rewards). The
 (controls.random_vote) answer the test split too, and the base answers it again in each of its batch
 compositions (controls.base_compositions; randopt/scoring/base_compositions.py).
 
-Members already evaluated under the same key are read from the member cache, not evaluated again.
+Members already evaluated under the same key are read from the member cache, not evaluated again. Where the
+run has several engine slots, part jobs (evaluate_members_part) have evaluated the work between them into the
+cache first: this stage then adds up their timings (--parts) and evaluates only what they left, normally nothing.
 """
 from __future__ import annotations
 
@@ -13,16 +15,14 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from randopt.runtime.log import log
 from randopt.engines.base import Engine
-from randopt.scoring.scorer import DecodeSpec, build_prompts, evaluate_weights
-from randopt.io import atomic_path, read_json, read_jsonl, verify_against_manifest, write_json_atomic
-from randopt.engines.switch import engine_drift
-from randopt.population import BASE
-from randopt.scoring.base_compositions import composition_batches, composition_path, summary as compositions_summary
+from randopt.scoring.scorer import DecodeSpec
+from randopt.io import atomic_path, read_json, write_json_atomic
+from randopt.scoring.base_compositions import composition_path, summary as compositions_summary
 from randopt.scoring.member_cache import member_path, plan_members
-from randopt.runtime.progress import progress
-from randopt.tasks import registry
+from randopt.scoring.member_evaluation import Splits, Tally, evaluate_items
+from randopt.scoring.member_work import Item, work_items
+from randopt.population import BASE
 from randopt.runtime.cli import run_stage
 from randopt.runtime.engine_args import add_engine_args, engine_from_args, stage_kwargs
 from randopt.stages._args import stage_parser
@@ -40,73 +40,35 @@ def parse_args(argv=None):
                    help="controls.base_compositions: how many batch compositions the base answers the test split in")
     p.add_argument("--base-compositions-out", required=True,
                    help="JSON: the base's accuracy and per-problem correctness in each composition")
+    p.add_argument("--parts", nargs="*", default=[],
+                   help="the evaluate_members_part JSONs of this work, whose evaluations --timings adds up")
     return p.parse_args(argv)
 
 
-def evaluate_base_on_train(engine: Engine | None, make_engine: Callable[[], Engine], spec: DecodeSpec,
-                           train: str, cache_dir: str) -> dict:
-    """The base model on the train split (cached like a member, under its own suffix). Loads an
-    engine only when neither this nor any member needed one."""
-    verify_against_manifest(train)
-    path = member_path(cache_dir, BASE, 0.0, ".train.parquet")
-    if not path.is_file():
-        problems = read_jsonl(train, required=("id", "question", "answer"))
-        engine = engine or make_engine()
-        frame = evaluate_weights(engine, build_prompts(engine, problems, spec), problems, spec, BASE, 0.0,
-                                 task=registry.of_split(train))
-        log.info("base model: train accuracy %.3f", frame["correct"].mean())
-        with atomic_path(path) as tmp:
-            frame.to_parquet(tmp, index=False)
-    correct = pd.read_parquet(path)["correct"]
-    return {"accuracy": float(correct.mean()), "correct": int(correct.sum()), "n": int(len(correct))}
-
-
 def run(*, make_engine: Callable[[], Engine], decode: dict, test: str, train: str, topk: str, cache_dir: str,
-        out: str, timings: str, base_train_out: str, base_compositions_out: str, base_compositions: int = 1) -> None:
+        out: str, timings: str, base_train_out: str, base_compositions_out: str, base_compositions: int = 1,
+        parts: list[str] = ()) -> None:
     start = time.perf_counter()
-    verify_against_manifest(test)
-    problems = read_jsonl(test, required=("id", "question", "answer"))
-    spec = DecodeSpec.from_config(decode)
-    task = registry.of_split(test)
+    splits = Splits.read(test, train)
     lists = read_json(topk)
-    members, todo = plan_members(lists["topk"] + lists.get("controls", []), cache_dir, ".parquet")
-    compositions = range(2, base_compositions + 1)
-    again = [c for c in compositions if not composition_path(cache_dir, c).is_file()]
-    log.info("%d members (base included), %d cached, %d to evaluate; the base in %d more batch compositions, %d cached",
-             len(members), len(members) - len(todo), len(todo), len(compositions), len(compositions) - len(again))
-    timing = {"switch_s": 0.0, "generate_s": 0.0, "gen_tokens": 0, "evaluated": len(todo),
-              "base_compositions_evaluated": len(again)}
-    engine = None
-    if todo or again:
-        engine = make_engine()
-        prompts = build_prompts(engine, problems, spec)
-
-    def count(frame: pd.DataFrame) -> None:
-        timing["switch_s"] += float(frame["switch_s"].iloc[0])
-        timing["generate_s"] += float(frame["generate_s"].iloc[0])
-        timing["gen_tokens"] += int(frame["n_tokens"].sum())
-
-    for seed, sigma in progress(todo, total=len(todo), desc="test split", unit="member"):
-        frame = evaluate_weights(engine, prompts, problems, spec, seed, sigma, task=task)
-        log.info("member seed %d sigma %g: test accuracy %.3f", seed, sigma, frame["correct"].mean())
-        count(frame)
-        with atomic_path(member_path(cache_dir, seed, sigma, ".parquet")) as tmp:
-            frame.to_parquet(tmp, index=False)
-    for c in again:  # after the members: the base's own answers (composition 1) are cached by then
-        batches = composition_batches(len(problems), c)
-        frame = evaluate_weights(engine, prompts, problems, spec, BASE, 0.0, batches=batches, task=task)
-        log.info("base model, batch composition %d (%d calls): test accuracy %.3f", c, len(batches), frame["correct"].mean())
-        count(frame)
-        with atomic_path(composition_path(cache_dir, c)) as tmp:
-            frame.to_parquet(tmp, index=False)
-    timing["drift"] = engine_drift(engine)  # before the base's train pass, which restores base anyway
-    write_json_atomic(base_train_out, evaluate_base_on_train(engine, make_engine, spec, train, cache_dir))
+    members, _ = plan_members(lists["topk"] + lists.get("controls", []), cache_dir, ".parquet")
+    done = [read_json(path) for path in parts]
+    mine = evaluate_items(work_items(members, base_compositions), make_engine, DecodeSpec.from_config(decode),
+                          splits, cache_dir)
     table = pd.concat([pd.read_parquet(member_path(cache_dir, *m, ".parquet")) for m in members], ignore_index=True)
     with atomic_path(out) as tmp:
         table.to_parquet(tmp, index=False)
+    correct = pd.read_parquet(Item(BASE, 0.0, split="train").path(cache_dir))["correct"]
+    write_json_atomic(base_train_out, {"accuracy": float(correct.mean()), "correct": int(correct.sum()),
+                                       "n": int(len(correct))})
     frames = [pd.read_parquet(composition_path(cache_dir, c)) for c in range(1, base_compositions + 1)]
-    write_json_atomic(base_compositions_out, compositions_summary(frames, [p["id"] for p in problems]))
-    write_json_atomic(timings, {"stage": "evaluate_members", **timing, "seconds": time.perf_counter() - start})
+    test_ids = [p["id"] for p in splits.problems["test"]]
+    write_json_atomic(base_compositions_out, compositions_summary(frames, test_ids))
+    # evaluated, switch_s, ...: this job's and its parts', so that the record counts every evaluation once
+    total = Tally.total([part["tally"] for part in done] + [mine.as_json()])
+    parted = {"gathered": mine.as_json(), "parts": [{k: v for k, v in part.items() if k != "stage"} for part in done]}
+    write_json_atomic(timings, {"stage": "evaluate_members", **total.as_json(), **(parted if done else {}),
+                                "seconds": time.perf_counter() - start})
 
 
 def main(argv=None) -> int:
