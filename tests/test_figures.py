@@ -104,3 +104,30 @@ def test_k_curve_shows_the_base_line_and_every_interval_and_keeps_the_legend_off
         assert any(text.startswith(f"top {100 * cut['fraction']:g} % (k={cut['k']}): gain -0.050, 95 % interval "
                                    "[-0.100, +0.000], p = 0.5") for text in labels), labels
     assert ax.get_xlabel().startswith("k ") and ax.get_ylabel() == f"test accuracy ({N_TEST} problems)"
+
+
+def test_k_curve_draws_the_controls_where_the_record_has_them():
+    """controls.random_vote's curve and controls.base_compositions' band (docs/report.md "Controls"), from the
+    statistics' own functions on the constructed run, inside the y-range and named in the legend; a record
+    without them draws neither."""
+    from randopt.records.statistics import base_spread, control_results
+    from randopt.selection.ranking import random_k
+    record, vote, ranking = constructed_run()
+    plain = [t.get_text() for t in k_curve(record).legends[0].get_texts()]
+    assert not [text for text in plain if "random" in text or "compositions" in text], plain
+    rng = np.random.default_rng(0)
+    rows = [{"seed": int(s), "sigma": float(g), "problem_id": f"t{i}", "answer": str(i) if rng.random() < 0.3 else "x",
+             "correct": False} for s, g in zip(ranking.seed, ranking.sigma) for i in range(N_TEST)]
+    answers = pd.DataFrame(rows).assign(correct=lambda t: t["answer"] == t["problem_id"].str[1:])
+    controls = control_results(answers, random_k(ranking, [0.125, 0.25]), {f"t{i}": str(i) for i in range(N_TEST)})
+    record["k_curve_random"] = controls["control_k_curve"]
+    assert [p["k"] for p in record["k_curve_random"]] == list(range(1, 13))
+    assert record["k_curve_random"][-1]["ensemble_test"] == controls["control_test"]["0.25"]
+    record["statistics"]["base_spread"] = base_spread([{"accuracy": 0.05, "correct": [False] * N_TEST},
+                                                       {"accuracy": 0.9, "correct": [True] * N_TEST}])
+    fig = k_curve(record)
+    low, high = fig.axes[0].get_ylim()
+    assert low < 0.05 and high > 0.9
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "ensemble of k members drawn at random (controls.random_vote)" in labels
+    assert "base model in 2 batch compositions: 0.050 to 0.900" in labels

@@ -89,9 +89,21 @@ def k_curve(record: dict) -> Figure:
     ax.plot(ks, curve, marker="o", markersize=3, label="ensemble of the top k (majority vote)")
     base = record["accuracy"]["base_test"]
     ax.axhline(base, **BASE_STYLE, label=f"base model {base:.3f}")
+    ends = [base, *curve]
+    # the controls (docs/report.md "Controls"), where the run has them
+    if record.get("k_curve_random"):
+        random_curve = [p["ensemble_test"] for p in record["k_curve_random"]]
+        ax.plot([p["k"] for p in record["k_curve_random"]], random_curve, marker=".", markersize=3, linestyle="--",
+                color="0.45", label="ensemble of k members drawn at random (controls.random_vote)")
+        ends += random_curve
+    spread = record["statistics"].get("base_spread")
+    if spread:
+        ax.axhspan(spread["min"], spread["max"], color="0.85", zorder=0,
+                   label=f"base model in {len(spread['accuracies'])} batch compositions: "
+                         f"{spread['min']:.3f} to {spread['max']:.3f}")
+        ends += [spread["min"], spread["max"]]
     gains = record["statistics"]["ensemble_gain"]
     n_test = gains[next(iter(gains))]["n_test"]
-    ends = [base, *curve]
     for cut in record["topk"]:
         gain = gains[repr(cut["fraction"])]
         low, high = gain["ci95"]

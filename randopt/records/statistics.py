@@ -185,10 +185,12 @@ def control_results(answers: pd.DataFrame, controls: list[dict], references: Map
                     by_winner: bool = False) -> dict:
     """The vote stage's controls.random_vote results: per control list (keyed like ensemble_test) its vote's
     per-problem correctness and accuracy and its members' mean test accuracy, voted exactly as the top-k
-    lists are (members in their drawn order)."""
+    lists are (members in their drawn order); control_k_curve: the k-curve of the random draw (the lists nest), for
+    k up to the largest control list, beside the top-k lists' own."""
     answers = answers.assign(answer=answers["answer"].astype(object).where(answers["answer"].notna(), None))
     groups = {key: frame for key, frame in answers.groupby(["seed", "sigma"], sort=False)}
     out = {"control_correct": {}, "control_test": {}, "control_member_mean_test": {}}
+    drawn, drawn_answers, drawn_correct = [], [], None
     for lst in controls:
         members = [(m["seed"], m["sigma"]) for m in lst["members"]]
         missing = [m for m in members if m not in groups]
@@ -202,6 +204,9 @@ def control_results(answers: pd.DataFrame, controls: list[dict], references: Map
         out["control_correct"][key] = correct
         out["control_test"][key] = float(np.mean(correct))
         out["control_member_mean_test"][key] = float(np.mean([groups[m]["correct"].mean() for m in members]))
+        if len(members) > len(drawn):
+            drawn, drawn_answers, drawn_correct = members, member_answers, member_correct
+    out["control_k_curve"] = k_curve(drawn_answers, references, drawn_correct)
     return out
 
 

@@ -134,6 +134,8 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         # Did it work: the gain's interval and p-value, the members against the base, train-test rho.
         "statistics": record_statistics(voted, pd.read_parquet(ranking), base["accuracy"]) | not_a_result,
         "k_curve": voted["k_curve"],
+        # controls.random_vote only: the same curve for the members drawn at random
+        **({"k_curve_random": voted["control_k_curve"]} if voted.get("control_k_curve") else {}),
         "bpb": {"base": scored["base"], "ensemble": scored["ensemble"], "members": scored["members"]},
         "timings_s": timings,
         "throughput": {
