@@ -6,6 +6,7 @@ count: no GPU is needed. The workflow part is a dry run of the tiny config (`sna
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -207,7 +208,7 @@ def dry_run(tmp_path: Path, config: dict, *extra: str) -> dict[str, list[tuple[s
     return {rule: sorted(runs) for rule, runs in jobs.items()}
 
 
-GPU_RULES = ("evaluate_shard", "evaluate_members", "score_bpb")
+GPU_RULES = ("evaluate_shard", "evaluate_members_part", "evaluate_members", "score_bpb")
 
 
 @pytest.mark.slow
@@ -215,6 +216,7 @@ def test_dry_run_local_gpu_slots(tiny_model_dir, tmp_path):
     vllm = tiny_config(tiny_model_dir, engine={"kind": "vllm", "device": "cuda", "tensor_parallel_size": 1})
     jobs = dry_run(tmp_path, vllm, "--resources", "gpu=2")
     assert len(jobs["evaluate_shard"]) == 4
+    assert len(jobs["evaluate_members_part"]) == 2  # two slots: evaluate_members' work is dealt over both
     for rule in GPU_RULES:
         for threads, command in jobs[rule]:
             assert threads == "2", (rule, threads)  # 4 cores x 1 GPU / 2 GPUs: two jobs side by side
@@ -225,19 +227,23 @@ def test_dry_run_local_gpu_slots(tiny_model_dir, tmp_path):
     assert all("--gpu-slots" not in c for rule in jobs for _, c in jobs[rule] if rule not in GPU_RULES)
 
     plain = dry_run(tmp_path, vllm)  # no --resources gpu=N: one GPU job at a time, as before
+    assert "evaluate_members_part" not in plain  # one slot: evaluate_members does all its work itself
     for rule in GPU_RULES:
-        assert all(t == "4" and "--gpu-slots" not in c for t, c in plain[rule]), plain[rule]
-    # The same outputs either way (the flags are outside params and keys): same commands but the flags.
-    strip = lambda jobs_: sorted(c.replace(" --gpu-slots 2 --gpu-lock-dir .snakemake/gpu-locks", "")
+        assert all(t == "4" and "--gpu-slots" not in c for t, c in plain.get(rule, [])), plain.get(rule)
+    # The same outputs either way (the flags are outside params and keys): same commands but the flags, and
+    # evaluate_members' parts (which fill the same cache it reads).
+    strip = lambda jobs_: sorted(re.sub(r" --parts \S+ \S+", "", c)
+                                 .replace(" --gpu-slots 2 --gpu-lock-dir .snakemake/gpu-locks", "")
                                  .replace(" --keep-loaded-s 300 --resident-dir .snakemake/engines", "")
-                                 .replace("--threads 2", "--threads 4") for r in GPU_RULES for _, c in jobs_[r])
+                                 .replace("--threads 2", "--threads 4")
+                                 for r in GPU_RULES if r != "evaluate_members_part" for _, c in jobs_[r])
     assert strip(jobs) == strip(plain)
     # keep_loaded_s 0: each job loads its own engine; only the flag goes (no key, no param changes). In the same
     # dry run (one DAG build fewer), engine.worker_process reaches every engine's options and changes nothing else.
     own = dry_run(tmp_path, dict(vllm, engine=dict(vllm["engine"], keep_loaded_s=0, worker_process=True)))
-    assert all("--keep-loaded-s" not in c and '"worker_process": true' in c for r in GPU_RULES for _, c in own[r])
+    assert all("--keep-loaded-s" not in c and '"worker_process": true' in c for r in GPU_RULES for _, c in own.get(r, []))
     assert [c.replace(', "worker_process": true', "") for c in strip(own)] == strip(plain)
-    assert all("worker_process" not in c for r in GPU_RULES for _, c in plain[r])  # the default's params stay
+    assert all("worker_process" not in c for r in GPU_RULES for _, c in plain.get(r, []))  # the default's params stay
 
     tp2 = dict(vllm, engine=dict(vllm["engine"], tensor_parallel_size=2))
     for rule, runs in dry_run(tmp_path, tp2, "--resources", "gpu=4").items():
@@ -257,7 +263,7 @@ def test_dry_run_cpu_default_is_unchanged_by_gpu_resources(tiny_model_dir, tmp_p
     plain, with_gpus = dry_run(tmp_path, cpu), dry_run(tmp_path, cpu, "--resources", "gpu=2")
     assert plain == with_gpus
     for rule in GPU_RULES:
-        assert all(t == "4" and "--gpu-slots" not in c for t, c in plain[rule]), plain[rule]
+        assert all(t == "4" and "--gpu-slots" not in c for t, c in plain.get(rule, [])), plain.get(rule)
 
 
 @pytest.mark.slow

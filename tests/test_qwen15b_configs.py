@@ -101,7 +101,8 @@ def test_overlay_builds_its_dag_offline(kind, tmp_path):
     proc = subprocess_like(out)
     shards = len(c["population"]["sigmas"]) * c["population"]["n_seeds"] // c["population"]["shard_size"]
     assert jobs_run(proc) == {"freeze_problems": 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
-                              "rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
+                              "rank": 1, "evaluate_members_part": 3, "evaluate_members": 1, "vote": 1, "score_bpb": 1,
+                              "record": 1}
     assert shards == 6
     # three engines side by side on the one GPU: the jobs take engine slots, not GPUs
     assert all((res["engine_slot"], res["gpu"]) == ("1", "0") for res in resources_of(proc, "evaluate_shard"))

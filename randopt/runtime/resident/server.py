@@ -44,7 +44,8 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
         log.info("start lock taken after %.1f s of waiting", locked - start - import_s)
         engine = track(cls(model_dir, **options))
         build_s = time.perf_counter() - locked
-    log.info("built in %.1f s; start lock let go", build_s)
+        # said before the lock is let go, so that no other engine's "taken" can come first in the logs
+        log.info("built in %.1f s; start lock let go", build_s)
     dtype = getattr(engine, "compute_dtype", None)
     info = {"pid": os.getpid(), "key": key, "load_s": import_s + build_s, "import_s": import_s, "build_s": build_s,
             "start_wait_s": locked - start - import_s,
