@@ -30,8 +30,13 @@ docs/design.md, "Cache keys", says which key covers which stages.
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
 import io
+import json
+import os
+import sys
+import tempfile
 import tokenize
 from collections.abc import Iterable
 from functools import lru_cache
@@ -78,10 +83,62 @@ def imported_modules(name: str, path: Path, root: Path = REPO) -> set[str]:
 # keyed by the source text itself (and what else the result depends on), so an edited file is parsed
 # anew and a key is exactly what it was without them; what depends on the tree on disk (which
 # modules exist under a root) is looked up on every call.
+#
+# Every Snakemake start (a run, a dry run, `make status`) is a new process, though, and parsed the same files
+# again: 0.6 s of a 3 s DAG build. So the two results are also kept on disk, in the checkout's .snakemake/,
+# under the sha256 of the source text (and the Python version, whose tokenizer they come from): a file's
+# entry is found only for the very text it was computed from, so the memo can be stale in no case, only
+# missing (then it is computed again). Processes that write it at once lose entries, never add wrong ones.
+class _SourceMemo:
+    def __init__(self, path: Path):
+        self.path, self.entries, self.used, self.loaded, self.changed = path, {}, {}, False, False
+
+    def get(self, key: str, compute):
+        if not self.loaded:
+            self.loaded = True
+            try:
+                stored = json.loads(self.path.read_text(encoding="utf-8"))
+                if stored.get("python") == list(sys.version_info[:2]):
+                    self.entries = stored["entries"]
+            except (OSError, ValueError, KeyError, AttributeError):
+                pass   # absent or unreadable: computed again, and written anew
+        if key not in self.entries:
+            self.entries[key], self.changed = compute(), True
+        self.used[key] = self.entries[key]
+        return self.used[key]
+
+    def save(self) -> None:
+        """The entries this process used (so the file holds what the current code needs, not every edit ever)."""
+        if not self.changed:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump({"python": list(sys.version_info[:2]), "entries": self.used}, out)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass   # a read-only checkout: nothing is kept, nothing is wrong
+
+
+_MEMO = _SourceMemo(REPO / ".snakemake" / "randopt-code-keys.json")
+atexit.register(_MEMO.save)
+
+
+def _text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 @lru_cache(maxsize=4096)
 def _import_statements(package: str, text: str, filename: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(module, names imported from it) of each import in a module's source (names only for `from`);
     package: the module's own package, which relative imports start from."""
+    statements = _MEMO.get(f"imports:{package}:{_text_key(text)}",
+                           lambda: _parse_imports(package, text, filename))
+    return tuple((module, tuple(names)) for module, names in statements)
+
+
+def _parse_imports(package: str, text: str, filename: str) -> list[tuple[str, tuple[str, ...]]]:
     tree = ast.parse(text, filename=filename)
     statements = []
     for node in ast.walk(tree):
@@ -95,7 +152,7 @@ def _import_statements(package: str, text: str, filename: str) -> tuple[tuple[st
             else:
                 module = node.module
             statements.append((module, tuple(alias.name for alias in node.names)))
-    return tuple(statements)
+    return statements
 
 
 def _with_packages(modules: Iterable[str]) -> set[str]:
@@ -133,6 +190,10 @@ def keyed_source(path: Path) -> bytes:
 
 @lru_cache(maxsize=4096)
 def _without_comments(text: str) -> bytes:
+    return _MEMO.get(f"keyed:{_text_key(text)}", lambda: _strip_comments(text).decode()).encode()
+
+
+def _strip_comments(text: str) -> bytes:
     lines = text.splitlines()
     comments = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
     for token in reversed(comments):  # a comment runs to the end of its line

@@ -300,3 +300,46 @@ def test_a_new_import_keys_the_imported_module(scratch):
         vote_stage.write_text(original)
         target.write_text(target_text)
         code_keys.clear_cache()
+
+
+def test_the_parse_memo_on_disk_keys_the_same_and_is_read_only_for_the_same_text(tmp_path, monkeypatch):
+    """Every Snakemake start reads the parses an earlier process kept (randopt/code_keys.py _SourceMemo): the keys
+    are the ones computed from scratch; nothing is parsed again for unchanged text; an edited text is parsed
+    anew, never answered from the memo; a memo of another Python is not read."""
+    import ast
+    import json
+    import tokenize
+
+    from randopt import code_keys
+    from randopt.keys import KEY_STAGES, key_code
+
+    def fresh(memo):
+        monkeypatch.setattr(code_keys, "_MEMO", memo)
+        for cached in (code_keys._import_statements, code_keys._without_comments, code_keys._version):
+            cached.cache_clear()
+
+    path = tmp_path / "memo.json"
+    fresh(code_keys._SourceMemo(path))
+    scratch = {k: key_code(k) for k in KEY_STAGES}
+    code_keys._MEMO.save()
+    assert json.loads(path.read_text())["entries"]
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("parsed again")
+
+    fresh(code_keys._SourceMemo(path))
+    with monkeypatch.context() as m:
+        m.setattr(ast, "parse", no_parsing)
+        m.setattr(tokenize, "generate_tokens", no_parsing)
+        assert {k: key_code(k) for k in KEY_STAGES} == scratch
+        with pytest.raises(AssertionError, match="parsed again"):   # another text: computed, not looked up
+            code_keys._import_statements("randopt", "import randopt.io  # edited\n", "x.py")
+    stored = json.loads(path.read_text())
+    path.write_text(json.dumps(stored | {"python": [2, 7]}))
+    fresh(code_keys._SourceMemo(path))
+    with monkeypatch.context() as m:
+        m.setattr(ast, "parse", no_parsing)
+        with pytest.raises(AssertionError, match="parsed again"):
+            key_code("eval")
+    fresh(code_keys._SourceMemo(path))
+    assert {k: key_code(k) for k in KEY_STAGES} == scratch
