@@ -146,36 +146,21 @@ def per_problem_results(answers: pd.DataFrame, topk_lists: list[dict], reference
     by_winner: a task other than GSM8K, whose answer column holds vote keys and whose vote is right when
     its winning member is (randopt/ensemble/majority_vote.py).
     """
-    answers = answers.assign(answer=answers["answer"].astype(object).where(answers["answer"].notna(), None))
-    by_member = {key: dict(zip(frame["problem_id"], frame["answer"]))
-                 for key, frame in answers.groupby(["seed", "sigma"], sort=False)}
-    longest = max(topk_lists, key=lambda lst: lst["k"])["members"]
-    ranked = [(m["seed"], m["sigma"]) for m in longest]
-    for lst in topk_lists:
-        members = [(m["seed"], m["sigma"]) for m in lst["members"]]
-        if members != ranked[:len(members)]:
-            raise InputError(f"top-k list {lst['fraction']!r} is not a prefix of the longest list; rerun rank")
-    missing = [m for m in ranked if m not in by_member]
-    if missing:
-        raise InputError(f"no test answers for members {missing}; rerun evaluate_members")
+    answers_of, correct_of, accuracy = _by_member(answers)
+    ranked = _nested(topk_lists, answers_of, "top-k", "")
     base = answers[answers["seed"] == base_seed].set_index("problem_id")["correct"]
     absent = [p for p in references if p not in base.index]
     if absent:
         raise InputError(f"the base model has no answer row for {len(absent)} test problems (first: {absent[0]}); "
                          f"rerun evaluate_members")
-    member_answers = [by_member[m] for m in ranked]
-    member_correct = None
-    if by_winner:
-        correct_of = {key: dict(zip(frame["problem_id"], frame["correct"]))
-                      for key, frame in answers.groupby(["seed", "sigma"], sort=False)}
-        member_correct = [correct_of[m] for m in ranked]
-    correct = answers.groupby(["seed", "sigma"])["correct"].mean()
+    member_answers = [answers_of[m] for m in ranked]
+    member_correct = [correct_of[m] for m in ranked] if by_winner else None
     return {
         "problem_ids": list(references),
         "base_correct": [bool(base[p]) for p in references],
         "ensemble_correct": {repr(lst["fraction"]): _vote(member_answers[:lst["k"]], references, member_correct)
                              for lst in topk_lists},
-        "member_test": [{"seed": int(s), "sigma": float(g), "rank": i + 1, "test_accuracy": float(correct[(s, g)])}
+        "member_test": [{"seed": int(s), "sigma": float(g), "rank": i + 1, "test_accuracy": float(accuracy[(s, g)])}
                         for i, (s, g) in enumerate(ranked)],
         "k_curve": k_curve(member_answers, references, member_correct),
     }
@@ -187,27 +172,41 @@ def control_results(answers: pd.DataFrame, controls: list[dict], references: Map
     per-problem correctness and accuracy and its members' mean test accuracy, voted exactly as the top-k
     lists are (members in their drawn order); control_k_curve: the k-curve of the random draw (the lists nest), for
     k up to the largest control list, beside the top-k lists' own."""
-    answers = answers.assign(answer=answers["answer"].astype(object).where(answers["answer"].notna(), None))
-    groups = {key: frame for key, frame in answers.groupby(["seed", "sigma"], sort=False)}
+    answers_of, correct_of, accuracy = _by_member(answers)
+    drawn = _nested(controls, answers_of, "control", "control ")
+    drawn_answers = [answers_of[m] for m in drawn]
+    drawn_correct = [correct_of[m] for m in drawn] if by_winner else None
     out = {"control_correct": {}, "control_test": {}, "control_member_mean_test": {}}
-    drawn, drawn_answers, drawn_correct = [], [], None
     for lst in controls:
-        members = [(m["seed"], m["sigma"]) for m in lst["members"]]
-        missing = [m for m in members if m not in groups]
-        if missing:
-            raise InputError(f"no test answers for control members {missing}; rerun evaluate_members")
-        member_answers = [dict(zip(groups[m]["problem_id"], groups[m]["answer"])) for m in members]
-        member_correct = ([dict(zip(groups[m]["problem_id"], groups[m]["correct"])) for m in members]
-                          if by_winner else None)
-        key = repr(lst["fraction"])
-        correct = _vote(member_answers, references, member_correct)
-        out["control_correct"][key] = correct
-        out["control_test"][key] = float(np.mean(correct))
-        out["control_member_mean_test"][key] = float(np.mean([groups[m]["correct"].mean() for m in members]))
-        if len(members) > len(drawn):
-            drawn, drawn_answers, drawn_correct = members, member_answers, member_correct
+        key, k = repr(lst["fraction"]), lst["k"]
+        out["control_correct"][key] = _vote(drawn_answers[:k], references, drawn_correct)
+        out["control_test"][key] = float(np.mean(out["control_correct"][key]))
+        out["control_member_mean_test"][key] = float(np.mean([accuracy[m] for m in drawn[:k]]))
     out["control_k_curve"] = k_curve(drawn_answers, references, drawn_correct)
     return out
+
+
+def _by_member(answers: pd.DataFrame) -> tuple[dict, dict, pd.Series]:
+    """evaluate_members' table per member (seed, sigma): its answers and its correctness by problem id (a missing
+    answer as None), and its test accuracy."""
+    answers = answers.assign(answer=answers["answer"].astype(object).where(answers["answer"].notna(), None))
+    groups = answers.groupby(["seed", "sigma"], sort=False)
+    return ({key: dict(zip(frame["problem_id"], frame["answer"])) for key, frame in groups},
+            {key: dict(zip(frame["problem_id"], frame["correct"])) for key, frame in groups},
+            answers.groupby(["seed", "sigma"])["correct"].mean())
+
+
+def _nested(lists: list[dict], answered: Mapping, kind: str, who: str) -> list[tuple[int, float]]:
+    """The members of the longest list, checked: every list a prefix of it, every member with test answers."""
+    longest = [(m["seed"], m["sigma"]) for m in max(lists, key=lambda lst: lst["k"])["members"]]
+    for lst in lists:
+        members = [(m["seed"], m["sigma"]) for m in lst["members"]]
+        if members != longest[:len(members)]:
+            raise InputError(f"{kind} list {lst['fraction']!r} is not a prefix of the longest list; rerun rank")
+    missing = [m for m in longest if m not in answered]
+    if missing:
+        raise InputError(f"no test answers for {who}members {missing}; rerun evaluate_members")
+    return longest
 
 
 def base_spread(compositions: list[dict]) -> dict:

@@ -60,11 +60,14 @@ def top_k(ranked: pd.DataFrame, fractions: list[float]) -> list[dict]:
         if k > complete:
             raise InputError(f"top-k of {k} members but only {complete} answered every train problem: racing keeps "
                              f"at least the largest k racing to the end, so these tables are incomplete")
-        head = ranked.head(k)
-        lists.append({"fraction": float(fraction), "k": k, "members": [
-            {"seed": int(r.seed), "sigma": float(r.sigma), "train_reward": float(r.train_reward), "rank": int(r.rank)}
-            for r in head.itertuples()]})
+        lists.append({"fraction": float(fraction), "k": k, "members": listed(ranked.head(k))})
     return lists
+
+
+def listed(members: pd.DataFrame) -> list[dict]:
+    """Rows of the ranking table as a list's members (top-k and control lists alike), in the rows' order."""
+    return [{"seed": int(r.seed), "sigma": float(r.sigma), "train_reward": float(r.train_reward), "rank": int(r.rank)}
+            for r in members.itertuples()]
 
 
 # Fixed, so that a rerun draws the same control members.
@@ -77,10 +80,5 @@ def random_k(ranked: pd.DataFrame, fractions: list[float], seed: int = RANDOM_VO
     so the lists nest as the top-k lists do; the draw depends only on the population, not on the rewards."""
     order = ranked.sort_values(["sigma", "seed"], kind="mergesort")   # the draw must not see the ranking
     drawn = order.iloc[np.random.default_rng(seed).permutation(len(order))]
-    lists = []
-    for fraction in fractions:
-        k = topk_size(fraction, len(ranked))
-        lists.append({"fraction": float(fraction), "k": k, "members": [
-            {"seed": int(r.seed), "sigma": float(r.sigma), "train_reward": float(r.train_reward), "rank": int(r.rank)}
-            for r in drawn.head(k).itertuples()]})
-    return lists
+    return [{"fraction": float(fraction), "k": topk_size(fraction, len(ranked)),
+             "members": listed(drawn.head(topk_size(fraction, len(ranked))))} for fraction in fractions]
