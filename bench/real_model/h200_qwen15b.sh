@@ -21,8 +21,9 @@
 #   caches are content-addressed: a different model, split, prompt or code keys other folders).
 # basecheck: the base answered where the search answers its members. The GSM8K run's record puts every sigma-5e-4
 #   member above the base on train (the base's train score comes from evaluate_members, the members' from
-#   evaluate_shard); this runs the search's own evaluate_shard command, as the dry run prints it, at sigma 0
-#   (W0 + 0 R is W0) for seeds 0 and 1, then at sigma 5e-4 for seeds 0..3 on the same resident engine; their
+#   evaluate_shard); this runs the search's own evaluate_shard command, as the dry run prints it, at sigma 1e-7
+#   (the stage refuses 0; W0 + 1e-7 R rounds to W0's bf16 in all but weights under ~3e-5) for seeds 0 and 1,
+#   then at sigma 5e-4 for seeds 0..3 on the same resident engine; their
 #   answers come back as $OUT/basecheck_*.parquet, to compare with the run's shard cache.
 # Every part runs under a timeout from what is left of BUDGET seconds (570) of its call.
 set -uo pipefail
@@ -96,7 +97,7 @@ basecheck() {
     || { log "preparing the model failed"; tail -20 "$OUT/snakemake_basecheck.log"; return 1; }
   python3 -m snakemake -n -p --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" config/qwen15b_gsm8k.yaml \
     --scheduler greedy 2>/dev/null | grep -m1 'randopt.stages.evaluate_shard' > /tmp/shard_command || return 1
-  for arm in "0 0 1" "0.0005 0 3"; do
+  for arm in "1e-07 0 1" "0.0005 0 3"; do
     set -- $arm
     python3 - "$1" "$2" "$3" "$OUT" <<'PY' > /tmp/arm_command || return 1
 import shlex, sys
