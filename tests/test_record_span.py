@@ -2,7 +2,7 @@
 jobs that ran side by side (one engine per GPU) must not count twice."""
 import pytest
 
-from randopt.records.assemble import job_intervals, wall_clock_span
+from randopt.records.assemble import job_intervals, search_rate, wall_clock_span
 
 
 def test_side_by_side_jobs_count_once():
@@ -33,3 +33,14 @@ def test_intervals_come_from_the_timings_and_missing_ones_name_the_fix():
     assert job_intervals(timings) == [(1.0, 4.0), (2.0, 4.5)]
     with pytest.raises(ValueError, match="1 of 2 shard timings have no started_at/ended_at.*rerun"):
         job_intervals([timings[0], {"seconds": 2}])
+
+
+def test_the_rate_is_the_population_over_the_span_only_when_this_run_generated_every_slot():
+    assert search_rate(192, 240.0, 24576, 24576) == {"seeds_per_s": pytest.approx(0.8)}
+    assert search_rate(8, 4.0, 0, None) == {"seeds_per_s": 2.0}   # a selection that does not count its slots
+    # the distill lease's record: 192 members read from a full answer cache in 2.7 s once claimed 71.6 seeds/s
+    cached = search_rate(192, 2.68, 0, 24576)
+    assert cached["seeds_per_s"] is None
+    assert "24576 of the 24576 train slots came from the answer cache" in cached["seeds_per_s_why"]
+    resumed = search_rate(8, 3.0, 6, 8)   # a killed run's resumed search: two slots were cached
+    assert resumed["seeds_per_s"] is None and resumed["seeds_per_s_why"].startswith("2 of the 8")

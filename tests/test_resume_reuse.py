@@ -553,6 +553,11 @@ def test_kill_during_evaluate_members_and_score_bpb_resumes(killed):
 def test_a_resumed_run_records_what_an_uninterrupted_run_records(fresh, killed):
     _, _, uninterrupted = fresh
     assert comparable(killed["record"]) == comparable(uninterrupted)
+    # The resumed search read its finished seeds from the answer cache: its span is no search's time, so the
+    # record gives no rate rather than a fast one (randopt/records/assemble.py search_rate).
+    assert uninterrupted["throughput"]["seeds_per_s"] > 0
+    assert killed["record"]["throughput"]["seeds_per_s"] is None
+    assert "came from the answer cache" in killed["record"]["throughput"]["seeds_per_s_why"]
     # The temporaries of the three killed writers were swept: by the next writer of their output, or (a
     # writer killed between its rename and its cleanup) by the next reader of the cache they wrote into.
     assert not [p for d in ("data", "results") for p in (killed["workdir"] / d).rglob(".*.tmp")]

@@ -89,6 +89,8 @@ def randopt_summary(run_dir: Path, call: dict) -> dict:
     starts = [s["load_s"] for s in shards if s.get("engine_started") and not s.get("engine_reused")]
     k_of = {str(t["fraction"]): t["k"] for t in record["topk"]}
     throughput = record["throughput"]
+    if throughput["seeds_per_s"] is None:   # the arm read answers from a cache: no search was timed
+        raise SystemExit(f"{run_dir}: {throughput['seeds_per_s_why']}; run the randopt arm in a fresh directory")
     return {
         "system": "randopt", "ok": True, "wall_s": call["seconds"],
         "members": record["population"]["size"],

@@ -130,6 +130,19 @@ def wall_clock_span(intervals: list[tuple[float, float]]) -> float:
     return max(b for _, b in spans) - min(a for a, _ in spans)
 
 
+def search_rate(population: int, wall_s: float, slots_generated: int, slots_asked: int | None) -> dict:
+    """{"seeds_per_s": the population over the search's wall-clock span} when this run's search jobs generated
+    every train slot the selection asked for; else {"seeds_per_s": None, "seeds_per_s_why": ...}. A search whose
+    jobs read answers from the answer cache (a resumed run, or a lease that brought back another's caches) spent
+    its span on what was left, so population / span is the rate of no search: 192 members from a full cache
+    once read as 71.6 seeds/s (bench/results/real_model_qwen15b_h100_distill_record.json)."""
+    if slots_asked is None or slots_generated >= slots_asked:
+        return {"seeds_per_s": population / wall_s}
+    return {"seeds_per_s": None,
+            "seeds_per_s_why": f"{slots_asked - slots_generated} of the {slots_asked} train slots came from the answer "
+                               f"cache (a resumed or reused search): its {wall_s:.1f} s span is not the search's time"}
+
+
 def job_intervals(timings: list[dict], what: str = "shard timings") -> list[tuple[float, float]]:
     """(started_at, ended_at) of each job from the stages' timings JSON (seconds since the epoch)."""
     missing = [i for i, t in enumerate(timings) if "started_at" not in t or "ended_at" not in t]
@@ -154,6 +167,8 @@ def records_row(record: dict) -> tuple[str, str]:
     gains = ", ".join(gain_cell(record["statistics"]["ensemble_gain"][f]) for f in fractions)
     bpb = ", ".join(f"{record['bpb']['ensemble'][f]:.4f}" for f in fractions)
     pop = record["population"]
+    seeds_per_s = record["throughput"]["seeds_per_s"]
+    rate = f"{seeds_per_s:.4f}" if seeds_per_s is not None else "n/a (cached search)"
     kind = task_kind(record)
     run = record["run_name"] + (f" ({kind})" if kind != "gsm8k" else "")  # GSM8K's rows read as before tasks
     if "not_a_result" in record["accuracy"]:  # a shape model's row says its accuracies are no result
@@ -161,7 +176,7 @@ def records_row(record: dict) -> tuple[str, str]:
     row = (f"| {record['created_utc']} | {run} | {record['model']['id']} | "
            f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | "
            f"{record['accuracy']['base_train']:.3f}, {record['accuracy']['base_test']:.3f} | {ens} | {gains} | "
-           f"{record['bpb']['base']:.4f} | {bpb} | {record['throughput']['seeds_per_s']:.4f} | "
+           f"{record['bpb']['base']:.4f} | {bpb} | {rate} | "
            f"{(record['commit'] or 'code ' + record['code_sha256'])[:15]} |\n")
     return header, row
 

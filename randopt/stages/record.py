@@ -88,6 +88,7 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
     shard_wall = rec.wall_clock_span(rec.job_intervals(shards))
     timings[search_stage] = shard_wall
     generate_s = sum(s["generate_s"] for s in shards)
+    slots_generated = sum(s.get("slots_evaluated", 0) for s in shards)
     gen_tokens = sum(s["gen_tokens"] for s in shards)
     population = population_size(config)
     commit = rec.git_commit(repo_dir)
@@ -139,11 +140,13 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         "bpb": {"base": scored["base"], "ensemble": scored["ensemble"], "members": scored["members"]},
         "timings_s": timings,
         "throughput": {
-            "seeds_per_s": population / shard_wall,  # the search's wall-clock span (evaluate_shard or racing)
+            # the population over the search's wall-clock span (evaluate_shard or racing); None, and why, where
+            # the search's jobs read answers from the answer cache
+            **rec.search_rate(population, shard_wall, slots_generated, ranked["selection"].get("slots_evaluated")),
             "evaluate_shard_jobs_s": sum(s["seconds"] for s in shards),  # its jobs' times added up
             "seeds_per_s_loop": population / sum(s["switch_s"] + s["generate_s"] for s in shards),
             # what this run's jobs generated themselves (the rest came from the answer cache)
-            "train_slots_evaluated_this_run": sum(s.get("slots_evaluated", 0) for s in shards),
+            "train_slots_evaluated_this_run": slots_generated,
             # engines loaded for the search: a job that reused a resident engine (randopt/runtime/resident/) loaded none
             "engine_starts_search": sum(1 for s in shards if s.get("engine_started") and not s.get("engine_reused")),
             "gen_tokens_per_s": gen_tokens / generate_s if generate_s else None,
