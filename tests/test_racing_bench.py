@@ -4,15 +4,18 @@ slow, the whole benchmark as an A/A run of the tiny workflow."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from randopt.config import ConfigError
+from randopt.config import ConfigError, effective_config, validate
 from randopt.io import InputError
 from randopt.records.statistics import ensemble_gain
 from bench.racing import racing as racing_bench   # bench/ is a folder of scripts, importable from the repo root
+
+REPO = Path(__file__).resolve().parents[1]
 
 ArmResult, compare = racing_bench.ArmResult, racing_bench.compare
 
@@ -222,6 +225,16 @@ def test_the_arms_differ_only_in_selection_mode():
         racing_bench.arm_overlays({}, {}, control=False, has_selection=True, variant={"selection": {"growth": 3}})
     warmup = racing_bench.warmup_overlay({"population": {"sigmas": [0.002, 0.008]}}, True, variant)
     assert warmup["gsm8k"] == {"n_train": 128} and warmup["population"]["n_seeds"] == 1
+
+
+def test_the_warm_up_is_a_valid_config_over_one_with_controls():
+    # The GSM8K overlay of the real 1.5B votes a random top-10 % as a control; the warm-up's one list is the whole
+    # population, so its controls must go with the other lists (the H100 lease of 2026-12-06 stopped here).
+    from snakemake.utils import update_config
+    config = effective_config([REPO / "config" / "models" / "qwen2.5-coder-1.5b.yaml", REPO / "config" / "qwen15b_gsm8k.yaml"])
+    assert config["controls"]["random_vote"] == [0.1]
+    update_config(config, racing_bench.warmup_overlay(config, True))
+    assert validate(config)["topk"]["fractions"] == [1.0]
 
 
 def test_an_arm_starts_its_search_in_a_clean_directory(tmp_path):

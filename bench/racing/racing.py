@@ -329,10 +329,11 @@ def arm_overlays(base: dict, racing_knobs: dict, control: bool, has_selection: b
 
 
 def warmup_overlay(config: dict, has_selection: bool, variant: dict | None = None) -> dict:
-    """One seed at the first sigma, the same engine and data: it pays the engine's first-start costs."""
+    """One seed at the first sigma, the same engine and data: it pays the engine's first-start costs. Its one
+    top-k list is the whole population, so a config's controls (random votes of its own fractions) are off."""
     overlay = copy.deepcopy(variant or {}) | {
         "run_name": "warmup", "population": {"n_seeds": 1, "sigmas": config["population"]["sigmas"][:1], "shard_size": 1},
-        "topk": {"fractions": [1.0]}}
+        "topk": {"fractions": [1.0]}, "controls": {"random_vote": [], "base_compositions": 1}}
     if has_selection:
         overlay["selection"] = {"mode": "full"}
     return overlay
