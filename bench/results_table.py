@@ -54,6 +54,9 @@ METADATA = {
     # git metadata named 92ae792, dirty, which the records carry)
     **{f"real_model_qwen15b_h200_{task}_record.json": {"commit": "417f471"} for task in ("gsm8k", "countdown", "humaneval")},
     "engines_per_gpu_h200_qwen15b_mps.json": {"commit": "417f471", "date": "2026-12-04"},
+    "engines_per_gpu_h100_qwen15b_mps.json": {"commit": "5403e77", "date": "2026-12-06"},
+    "real_model_qwen15b_h100_basecheck.json": {"machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0",
+                                               "commit": "5403e77", "date": "2026-12-06"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
@@ -125,12 +128,34 @@ def _record(d):
     acc, gain = d["accuracy"], (d.get("statistics") or {}).get("ensemble_gain") or {}
     if "not_a_result" in acc:   # a shape model's record (random weights): its times only, never its accuracy
         t = d["throughput"]
-        return [acc["not_a_result"], f"{t['seeds_per_s']:.3g} seeds/s ({t['seeds_per_s_loop']:.3g} in the loop)",
+        return [acc["not_a_result"], f"{_rate(d)} ({t['seeds_per_s_loop']:.3g} in the loop)",
                 f"{t['gen_tokens_per_s'] / 1000:.1f}k tok/s", f"switch {t['switch_ms_per_seed']:.1f} ms"]
     return [f"base test {acc['base_test']:.3f}", _shares(acc["ensemble_test"], "vote test at top"),
             *(f"gain at {f}: {g['gain']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}], p {g['p_value']:.2g}"
               for f, g in gain.items()),
-            f"{d['throughput']['seeds_per_s']:.3g} seeds/s", f"bpb base {d['bpb']['base']:.4f}"]
+            *(f"random {f} vote {c['control_test']:.3f}: selection gain {c['selection_gain']['gain']:+.3f} "
+              f"[{c['selection_gain']['ci95'][0]:+.3f}, {c['selection_gain']['ci95'][1]:+.3f}]"
+              for f, c in ((d.get("statistics") or {}).get("random_vote") or {}).items()),
+            _rate(d), f"bpb base {d['bpb']['base']:.4f}"]
+
+
+def _distilled(record: dict) -> list[str]:
+    """Each distillation round's test accuracies and the distilled model against its control."""
+    out = []
+    for r in record["distill"]["rounds"]:
+        acc, vs = r["test_accuracy"], r["intervals"]["distilled_vs_control"]
+        out.append(f"round {r['round']}: distilled {acc['distilled']:.3f}, control {acc['control']:.3f}, ensemble "
+                   f"{acc['ensemble']:.3f}; distilled − control {vs['gain']:+.3f} [{vs['ci95'][0]:+.3f}, {vs['ci95'][1]:+.3f}]")
+    return out
+
+
+def _rate(record: dict) -> str:
+    """The search's seeds/s, or none where its jobs read answers from the answer cache (randopt/records/assemble.py
+    search_rate; a record written before that rule still has the rate of no search, so it is judged here too)."""
+    t, asked = record["throughput"], (record.get("selection") or {}).get("slots_evaluated")
+    if t["seeds_per_s"] is None or (asked is not None and t.get("train_slots_evaluated_this_run", asked) < asked):
+        return "seeds/s: none (the search came from the answer cache)"
+    return f"{t['seeds_per_s']:.3g} seeds/s"
 
 
 def _engines(d):
@@ -239,7 +264,13 @@ FIGURES = [
         f"search call: racing **{d['ratios_racing_over_full']['seeds_per_s_call']:.2f}×** full",
         f"generation {d['ratios_racing_over_full']['generation_speed_estimate']:.2f}×, "
         f"{d['ratios_racing_over_full']['slots_full_over_racing']:.2f}× fewer train slots (no report: cut)"]),
+    (("accuracy", "throughput", "bpb", "distill"), lambda d: _record(d) + _distilled(d)),
     (("accuracy", "throughput", "bpb"), _record),
+    (("base_train_evaluate_members", "neighbourhood_sigma_5e-4"), lambda d: [   # bench/real_model/basecheck_compare.py
+        f"base on train: evaluate_members {d['base_train_evaluate_members']:.3f}, the search's evaluate_shard "
+        + ", ".join(f"{v:.3f}" for v in d["base_train_evaluate_shard_sigma_1e-7"].values()),
+        f"sigma 5e-4 members {d['neighbourhood_sigma_5e-4']['mean']:.3f} mean, min {d['neighbourhood_sigma_5e-4']['min']:.3f}",
+        "members re-answered identically: " + ", ".join(f"{v:.0%}" for v in d["members_completions_identical_to_the_run"].values())]),
     (("runs", "prompts", "max_tokens", "sigma", "one_at_a_time"), lambda d: [   # bench/engines_per_gpu/member_batch.py
         f"{d['prompts']} prompts x {d['max_tokens']} tokens, {d['compute_dtype']}, {d.get('decode', 'eager')} decode: "
         + ", ".join(f"M={r['members']} {r['members_per_s']:.3g} members/s ({r['members_per_s_over_one_at_a_time']:.2f}×"

@@ -24,7 +24,8 @@
 #   evaluate_shard); this runs the search's own evaluate_shard command, as the dry run prints it, at sigma 1e-7
 #   (the stage refuses 0; W0 + 1e-7 R rounds to W0's bf16 in all but weights under ~3e-5) for seeds 0 and 1,
 #   then at sigma 5e-4 for seeds 0..3 on the same resident engine; their
-#   answers come back as $OUT/basecheck_*.parquet, to compare with the run's shard cache.
+#   answers come back as $OUT/basecheck_*.parquet; bench/real_model/basecheck_compare.py compares them with the
+#   run's caches (restore them first, or unpack the state.tgz that save returned).
 # Every part runs under a timeout from what is left of BUDGET seconds (570) of its call.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
@@ -96,7 +97,7 @@ basecheck() {
     --scheduler greedy --until freeze_problems prepare_model > "$OUT/snakemake_basecheck.log" 2>&1 \
     || { log "preparing the model failed"; tail -20 "$OUT/snakemake_basecheck.log"; return 1; }
   python3 -m snakemake -n -p --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" config/qwen15b_gsm8k.yaml \
-    --scheduler greedy 2>/dev/null | grep -m1 'randopt.stages.evaluate_shard' > /tmp/shard_command || return 1
+    --scheduler greedy 2>&1 | grep -m1 'randopt.stages.evaluate_shard' > /tmp/shard_command || return 1
   for arm in "1e-07 0 1" "0.0005 0 3"; do
     set -- $arm
     python3 - "$1" "$2" "$3" "$OUT" <<'PY' > /tmp/arm_command || return 1
