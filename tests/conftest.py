@@ -154,6 +154,16 @@ def killed_runs_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def reuse_sequence_started(background, tmp_path_factory, tiny_model_dir, tiny_run_started):
+    """The reuse sequence of tests/test_resume_reuse.py (its reuse_sequence: the steps, pins and edits on a copy
+    of the shared tiny run), queued in the background after the kill-and-resume sequence."""
+    from tests.support.workflow import shared_run_config
+    from tests.test_resume_reuse import reuse_sequence
+    return background.submit(reuse_sequence, tmp_path_factory.mktemp("reuse-sequence"), tiny_run_started,
+                             shared_run_config(tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
 def gaussian_run_started(background, tmp_path_factory, tiny_model_dir):
     """A Gaussian-noise run with its export (tests/support/task_runs.py), queued in the background, for
     tests/test_workflow_gaussian.py."""
@@ -224,7 +234,9 @@ def early_runs(request):
     and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
     inputs edited in place of test_inputs, the SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
     the shared tiny run, the shape model's run, the half-finished runs of test_status, the task runs,
-    the kill-and-resume sequence of test_resume_reuse, the Gaussian run, the member-batched runs and
+    the kill-and-resume sequence and the reuse sequence of test_resume_reuse (the foreground's longest
+    stretch of runs: the queue, done with the earlier jobs by then, used to idle the last ~190 s of the suite
+    while the foreground ran it; a job the queue has not started when its test comes is run by that test), the Gaussian run, the member-batched runs and
     the 2-round distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
     queued blocks the foreground, which cost 490 s when the 2-round run was read first and queued last),
     and after it the dry run, export and report of test_workflow_e2e, the module after it.
@@ -234,7 +246,8 @@ def early_runs(request):
     for name in ("slurm_runs", "engine_slots_run_started", "stale_inputs_started", "smollm2_started",
                  "racing_bench_started", "racing_workflow_started", "tiny_run_started", "shape_run_started",
                  "status_runs_started",
-                 "task_runs_started", "killed_runs_started", "gaussian_run_started", "member_batch_runs_started",
+                 "task_runs_started", "killed_runs_started", "reuse_sequence_started", "gaussian_run_started",
+                 "member_batch_runs_started",
                  "distill_rounds_started", "e2e_targets_started"):
         if name in needed:
             request.getfixturevalue(name)

@@ -196,18 +196,73 @@ def base_config(tiny_model_dir) -> dict:
     return shared_run_config(tiny_model_dir)  # 4 seeds x sigma {0.01, 0.02}, shards of 2, top 25 % and 50 %
 
 
+def reuse_sequence(root: Path, tiny_run_started, base_config: dict) -> dict:
+    """Every run on the reuse dir, in the order the tests below read them (the last one leaves a changed frozen
+    split there): the fresh run copied, the reuse steps, the config changes' dry runs, the wrong pins, the
+    code edits (on a copy) and the hand-edited split. Queued in the session's background queue after the
+    kill-and-resume sequence (tests/conftest.py, reuse_sequence_started), where the queue would idle while the
+    foreground still has a third of the suite to go; the fixtures below hand out its parts."""
+    done = {"fresh": make_fresh(root / "reuse", tiny_run_started.result(), base_config)}
+    done["reuse"] = reuse_steps(done["fresh"], base_config)
+    done["config_changes"] = config_change_steps(done["reuse"], base_config)
+    done["wrong_pins"] = wrong_pin_steps(done["reuse"], base_config)
+    done["wrong_test_pin"] = wrong_test_pin_step(done["fresh"], base_config)
+    done["code_edits"] = code_edit_steps(done["reuse"], base_config, root / "code")
+    done["edited_split"] = edited_split_steps(done["reuse"], base_config)
+    return done
+
+
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory, tiny_run, base_config):
+def sequence(reuse_sequence_started):
+    return reuse_sequence_started.result()
+
+
+@pytest.fixture(scope="module")
+def fresh(sequence):
+    return sequence["fresh"]
+
+
+@pytest.fixture(scope="module")
+def reuse(sequence):
+    return sequence["reuse"]
+
+
+@pytest.fixture(scope="module")
+def config_changes(sequence):
+    return sequence["config_changes"]
+
+
+@pytest.fixture(scope="module")
+def wrong_pins(sequence):
+    return sequence["wrong_pins"]
+
+
+@pytest.fixture(scope="module")
+def wrong_test_pin(sequence):
+    return sequence["wrong_test_pin"]
+
+
+@pytest.fixture(scope="module")
+def code_edits(sequence):
+    return sequence["code_edits"]
+
+
+@pytest.fixture(scope="module")
+def edited_split(sequence):
+    return sequence["edited_split"]
+
+
+def make_fresh(dest: Path, tiny_run, base_config: dict) -> tuple:
     """The fresh run: the session's finished tiny run (tests/conftest.py), copied with its bytes and
     mtimes into the reuse dir, which the steps below then change."""
     assert tiny_run.config == base_config
-    workdir = tiny_run.copy_to(tmp_path_factory.mktemp("reuse"))
+    dest.mkdir(parents=True)
+    workdir = tiny_run.copy_to(dest)
     step = Step(tiny_run.config, tiny_run.proc, {}, file_states(workdir))
     return workdir, step, read_record(workdir)
 
 
-@pytest.fixture(scope="module")
-def reuse(fresh, base_config):
+def reuse_steps(fresh: tuple, base_config: dict) -> tuple:
     workdir, _, _ = fresh
     steps = {}
     steps["sigma"] = run_step(workdir, with_changes(base_config, population={"sigmas": [0.01, 0.02, 0.03]}))
@@ -314,8 +369,7 @@ CONFIG_CHANGES = {
 }
 
 
-@pytest.fixture(scope="module")
-def config_changes(reuse, base_config):
+def config_change_steps(reuse: tuple, base_config: dict) -> dict:
     """Dry runs of each change on the reuse dir, with every output of the base config in place."""
     workdir, _ = reuse
     steps = {name: run_step(workdir, with_changes(base_config, **change), "-n")
@@ -604,8 +658,7 @@ def test_one_stage_forced_and_run_by_hand_gives_the_same_output(forced):
 WRONG = {"train": "a" * 64, "heldout": "b" * 64, "model": "c" * 64}
 
 
-@pytest.fixture(scope="module")
-def wrong_pins(reuse, base_config):
+def wrong_pin_steps(reuse: tuple, base_config: dict) -> tuple:
     workdir, _ = reuse
     config = with_changes(base_config, gsm8k={"train_sha256": WRONG["train"]},
                           heldout={"sha256": WRONG["heldout"]}, model={"sha256": WRONG["model"]})
@@ -614,8 +667,7 @@ def wrong_pins(reuse, base_config):
     return failed, back
 
 
-@pytest.fixture(scope="module")
-def wrong_test_pin(fresh, wrong_pins, base_config):
+def wrong_test_pin_step(fresh: tuple, base_config: dict) -> tuple:
     """The train split pinned right and the test split wrong: the test pin is checked too (a wrong
     train pin alone would fail first and hide it)."""
     workdir, _, record = fresh
@@ -650,8 +702,7 @@ def test_a_wrong_test_split_pin_is_a_clear_error_and_writes_nothing(wrong_test_p
     assert step.jobs.get("freeze_problems") == 1  # it ran (and failed) at the new key
 
 
-@pytest.fixture(scope="module")
-def edited_split(reuse, base_config, wrong_pins, wrong_test_pin, code_edits, config_changes):
+def edited_split_steps(reuse: tuple, base_config: dict) -> dict:
     """Last on the reuse dir (it leaves a changed frozen split there): one byte of the train split
     changed by hand. The JSON stays valid, so only its sha256 tells."""
     workdir, _ = reuse
@@ -714,10 +765,8 @@ def append(path: Path, text: str) -> None:
     path.write_text(path.read_text() + text)
 
 
-@pytest.fixture(scope="module")
-def code_edits(reuse, base_config, tmp_path_factory):
+def code_edit_steps(reuse: tuple, base_config: dict, root: Path) -> dict:
     workdir, _ = reuse
-    root = tmp_path_factory.mktemp("code")
     repo, work = root / "repo", root / "work"
     copy_code(repo)
     shutil.copytree(workdir, work, symlinks=True)

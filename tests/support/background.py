@@ -45,16 +45,39 @@ class Background(Generic[T]):
         self._thread.join()
 
 
+class Queued(Generic[T]):
+    """A job of a BackgroundQueue. result(): its value (or what it raised), waiting while the queue runs it;
+    a job the queue has not started yet is taken out of the queue and run by the caller, which would
+    otherwise wait for the jobs queued before it. So a job queued late, to fill the queue's idle end, never
+    costs the test that reads it more than running it itself."""
+
+    def __init__(self, future: Future, fn: Callable[..., T], args: tuple):
+        self._future, self._fn, self._args = future, fn, args
+        self._lock = threading.Lock()
+        self._taken: Future | None = None
+
+    def result(self) -> T:
+        with self._lock:
+            if self._taken is None and self._future.cancel():
+                self._taken = Future()
+                try:
+                    self._taken.set_result(self._fn(*self._args))
+                except BaseException as err:   # raised again below, and to every later caller
+                    self._taken.set_exception(err)
+        return (self._taken or self._future).result()
+
+
 class BackgroundQueue:
     """Setup jobs run one after another in one background thread, in the order they are submitted (the
     order the tests will need them), so that the background keeps about one core busy, not more.
-    submit() gives a Future: its result() waits for the job and returns its value or raises."""
+    submit() gives a Queued job: its result() waits for the job, or runs it where the queue has not
+    started it, and returns its value or raises."""
 
     def __init__(self):
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="background")
 
-    def submit(self, fn: Callable[..., T], *args) -> Future:
-        return self._pool.submit(fn, *args)
+    def submit(self, fn: Callable[..., T], *args) -> Queued[T]:
+        return Queued(self._pool.submit(fn, *args), fn, args)
 
     def close(self) -> None:
         """At the session's end: drop the jobs not started (their tests did not run, e.g. after -x) and
