@@ -217,39 +217,18 @@ def sequence(reuse_sequence_started):
     return reuse_sequence_started.result()
 
 
-@pytest.fixture(scope="module")
-def fresh(sequence):
-    return sequence["fresh"]
+PARTS = ("fresh", "reuse", "config_changes", "wrong_pins", "wrong_test_pin", "code_edits", "edited_split")
 
 
-@pytest.fixture(scope="module")
-def reuse(sequence):
-    return sequence["reuse"]
+def sequence_part(name: str):
+    """The module fixture `name`: that part of the reuse sequence."""
+    @pytest.fixture(scope="module", name=name)
+    def part(sequence):
+        return sequence[name]
+    return part
 
 
-@pytest.fixture(scope="module")
-def config_changes(sequence):
-    return sequence["config_changes"]
-
-
-@pytest.fixture(scope="module")
-def wrong_pins(sequence):
-    return sequence["wrong_pins"]
-
-
-@pytest.fixture(scope="module")
-def wrong_test_pin(sequence):
-    return sequence["wrong_test_pin"]
-
-
-@pytest.fixture(scope="module")
-def code_edits(sequence):
-    return sequence["code_edits"]
-
-
-@pytest.fixture(scope="module")
-def edited_split(sequence):
-    return sequence["edited_split"]
+fresh, reuse, config_changes, wrong_pins, wrong_test_pin, code_edits, edited_split = map(sequence_part, PARTS)
 
 
 def make_fresh(dest: Path, tiny_run, base_config: dict) -> tuple:
