@@ -14,7 +14,7 @@
 #   record, the Snakemake log and the logs + benchmark TSVs (a tgz). The prepared model stays in data/ while the
 #   machine is warm, so the later parts reuse it.
 # engines: members/s of 1..4 vLLM engines under CUDA MPS on the prepared model (bench/engines_per_gpu/), the 128
-#   frozen GSM8K train problems of the gsm8k part, its reasoning prompt and max_tokens.
+#   frozen GSM8K train problems of the gsm8k (or distill) part, its reasoning prompt and max_tokens.
 # save: the answer caches (the search's, the members' test answers, their bpb) as $OUT/state.tgz.aa, .ab, ... (15 MiB
 #   pieces, under the 16 MiB a returned file may have): a lease that ends mid-run loses the prepared model, not the
 #   answers. restore (carry .gpu-state): unpacks them, so the next lease's run generates only what is missing (the
@@ -76,9 +76,13 @@ engines() {
   model=$(ls -d data/models/*/model 2>/dev/null | while read -r d; do grep -q '"qwen2"' "$d/config.json" && echo "$d"; done | head -1)
   train=$(ls data/problems/*/train.jsonl 2>/dev/null | head -1)
   [ -n "$model" ] && [ -n "$train" ] || { log "run the gsm8k part first (no prepared model or frozen split)"; return 1; }
-  # the gsm8k overlay's prompt, as the workflow resolved it (its record's decode block)
-  python3 -c "import json; d = json.load(open('/tmp/real-keep/record_gsm8k.json'))['decode']; \
-json.dump({k: d[k] for k in ('system', 'examples', 'stop')}, open('/tmp/prompt.json', 'w')); print(d['max_tokens'])" > /tmp/max_tokens || return 1
+  # the gsm8k overlay's prompt, as the workflow resolved it (the decode block of the gsm8k part's record, or of
+  # the distill part's, which runs the same overlay under it)
+  local record; record=$(ls /tmp/real-keep/record_gsm8k.json /tmp/real-keep/record_distill.json 2>/dev/null | head -1)
+  [ -n "$record" ] || { log "run the gsm8k or distill part first (no record of the GSM8K overlay)"; return 1; }
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1]))['decode']; \
+json.dump({k: d[k] for k in ('system', 'examples', 'stop')}, open('/tmp/prompt.json', 'w')); print(d['max_tokens'])" \
+    "$record" > /tmp/max_tokens || return 1
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d || { log "the MPS daemon did not start"; return 1; }
