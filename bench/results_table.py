@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+from randopt.records.assemble import slots_from_cache  # noqa: E402  (the record's own rule, for older files too)
 
 # What a file does not record itself (or records only in part: a CPU without its model), from the
 # notes of the session that measured it (the topic READMEs). Where it names a value, that value is
@@ -153,7 +155,7 @@ def _rate(record: dict) -> str:
     """The search's seeds/s, or none where its jobs read answers from the answer cache (randopt/records/assemble.py
     search_rate; a record written before that rule still has the rate of no search, so it is judged here too)."""
     t, asked = record["throughput"], (record.get("selection") or {}).get("slots_evaluated")
-    if t["seeds_per_s"] is None or (asked is not None and t.get("train_slots_evaluated_this_run", asked) < asked):
+    if t["seeds_per_s"] is None or slots_from_cache(t.get("train_slots_evaluated_this_run", asked), asked):
         return "seeds/s: none (the search came from the answer cache)"
     return f"{t['seeds_per_s']:.3g} seeds/s"
 

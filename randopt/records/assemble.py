@@ -136,11 +136,18 @@ def search_rate(population: int, wall_s: float, slots_generated: int, slots_aske
     jobs read answers from the answer cache (a resumed run, or a lease that brought back another's caches) spent
     its span on what was left, so population / span is the rate of no search: 192 members from a full cache
     once read as 71.6 seeds/s (bench/results/real_model_qwen15b_h100_distill_record.json)."""
-    if slots_asked is None or slots_generated >= slots_asked:
+    cached = slots_from_cache(slots_generated, slots_asked)
+    if not cached:
         return {"seeds_per_s": population / wall_s}
     return {"seeds_per_s": None,
-            "seeds_per_s_why": f"{slots_asked - slots_generated} of the {slots_asked} train slots came from the answer "
-                               f"cache (a resumed or reused search): its {wall_s:.1f} s span is not the search's time"}
+            "seeds_per_s_why": f"{cached} of the {slots_asked} train slots came from the answer cache (a resumed or "
+                               f"reused search): its {wall_s:.1f} s span is not the search's time"}
+
+
+def slots_from_cache(slots_generated: int, slots_asked: int | None) -> int:
+    """The train slots the selection asked for that its search jobs did not generate (read from the answer
+    cache); 0 where the selection does not count its slots (a record from before it did)."""
+    return max(slots_asked - slots_generated, 0) if slots_asked is not None else 0
 
 
 def job_intervals(timings: list[dict], what: str = "shard timings") -> list[tuple[float, float]]:

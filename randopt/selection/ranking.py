@@ -80,5 +80,5 @@ def random_k(ranked: pd.DataFrame, fractions: list[float], seed: int = RANDOM_VO
     so the lists nest as the top-k lists do; the draw depends only on the population, not on the rewards."""
     order = ranked.sort_values(["sigma", "seed"], kind="mergesort")   # the draw must not see the ranking
     drawn = order.iloc[np.random.default_rng(seed).permutation(len(order))]
-    return [{"fraction": float(fraction), "k": topk_size(fraction, len(ranked)),
-             "members": listed(drawn.head(topk_size(fraction, len(ranked))))} for fraction in fractions]
+    sizes = [(fraction, topk_size(fraction, len(ranked))) for fraction in fractions]
+    return [{"fraction": float(f), "k": k, "members": listed(drawn.head(k))} for f, k in sizes]
