@@ -57,6 +57,10 @@ METADATA = {
     **{f"real_model_qwen15b_h200_{task}_record.json": {"commit": "417f471"} for task in ("gsm8k", "countdown", "humaneval")},
     "engines_per_gpu_h200_qwen15b_mps.json": {"commit": "417f471", "date": "2026-12-04"},
     "engines_per_gpu_h100_qwen15b_mps.json": {"commit": "5403e77", "date": "2026-12-06"},
+    # the lease of 2026-12-06 09:06-09:35 UTC at 2e4f58b (bench/racing/racing_qwen15b_h200.sh callcost and
+    # engines20 on an H100; the script names its files h200, renamed to the card they ran on)
+    "engines_per_gpu_h100_qwen15b_mps20.json": {"commit": "2e4f58b", "date": "2026-12-06"},
+    "vllm_h100_call_cost_qwen15b.json": {"commit": "2e4f58b", "date": "2026-12-06"},
     "real_model_qwen15b_h100_basecheck.json": {"machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0",
                                                "commit": "5403e77", "date": "2026-12-06"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {

@@ -13,8 +13,9 @@
 # problems, the reasoning prompt at 512 tokens, 3 engines under MPS; the test split cut to 128 problems and the
 # GSM8K files by their absolute path (RACE_SET) so that each arm fits a call and finds them from its directory. RACE_KNOBS (JSON, racing.py --racing) defaults to two rounds, a
 # first slice of 64: the structure docs/racing.md expects to lose least here (estimated 0.64x). Back in $OUT:
-# call_cost_qwen15b.json (to bench/results as vllm_h200_call_cost_qwen15b, and into auto CALL_COSTS),
-# engines_per_gpu_qwen15b_mps20.json, racing_qwen15b_h200.json with both arms' records, and the logs.
+# call_cost_qwen15b.json (to bench/results as vllm_<card>_call_cost_qwen15b), engines_per_gpu_qwen15b_mps20.json,
+# racing_qwen15b_<card>.json with both arms' records (<card>: h200 or h100, from nvidia-smi), and the logs.
+# Measured 2026-12-06 on an H100 (bench/racing/README.md "The real 1.5B, two rounds").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 unset CUDA_VISIBLE_DEVICES
@@ -23,6 +24,8 @@ OUT=${OUT:-/tmp/racing-qwen15b-out}; mkdir -p "$OUT"
 SITE=${SITE:-/tmp/site}
 export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
 BUDGET=${BUDGET:-570}
+CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o 'H[0-9]\+' | tr H h)
+CARD=${CARD:-gpu}
 WORK=${RACE_WORKDIR:-/tmp/racing-qwen15b}
 OVERLAY=/tmp/racing-qwen15b.yaml
 # the real GSM8K that the install put beside the checkout, by its absolute path: each arm runs in its own directory
@@ -47,14 +50,14 @@ PY
 
 bench() {  # racing.py phases in $WORK (racing.py keeps its state between calls in $WORK/bench_state.json)
   timeout "$(left)" python3 bench/racing/racing.py --configfile "$OVERLAY" --workdir "$WORK" \
-    --out "$OUT/racing_qwen15b_h200.json" --cores 16 --resources gpu=1 --set "$SET" --racing "$KNOBS" \
+    --out "$OUT/racing_qwen15b_$CARD.json" --cores 16 --resources gpu=1 --set "$SET" --racing "$KNOBS" \
     --phases "$@" 2>&1 | tee -a "$OUT/racing_qwen15b.log"
   local status=${PIPESTATUS[0]}
   log "racing.py --phases $*: exit $status (124: cut by the call's budget)"
   tar -czf "$OUT/racing_qwen15b-logs-$1.tgz" -C "$WORK" $(cd "$WORK" 2>/dev/null && ls -d */logs */bench_*.log \
     */results/record.json bench_state.json 2>/dev/null) 2>/dev/null
   for arm in full racing; do
-    [ -f "$WORK/$arm/results/record.json" ] && cp "$WORK/$arm/results/record.json" "$OUT/racing_qwen15b_h200_${arm}_record.json"
+    [ -f "$WORK/$arm/results/record.json" ] && cp "$WORK/$arm/results/record.json" "$OUT/racing_qwen15b_${CARD}_${arm}_record.json"
   done
   return "$status"
 }
