@@ -13,6 +13,7 @@ import pytest
 from randopt.config import ConfigError, effective_config, validate
 from randopt.io import InputError
 from randopt.records.statistics import ensemble_gain
+from randopt.selection.recall import recall_of_stops
 from bench.racing import racing as racing_bench   # bench/ is a folder of scripts, importable from the repo root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,6 +113,9 @@ def test_recall_judges_racing_members_by_their_full_reward_not_their_racing_rewa
     # seed 1 (full reward 0.7, tied with the k-th) was stopped: racing's own loss, counted apart
     assert result["recall"]["0.25"]["stopped_at_or_above_kth"] == 1
     assert compare(full_arm(), full_arm())["recall"]["0.25"]["stopped_at_or_above_kth"] == 0
+    # its stops left 3 of the 4 members at or above the k-th racing: a top-2 of them was still possible, so
+    # the miss is the ranking's (seed 5's lucky reward), not the stops'
+    assert result["recall"]["0.25"]["recall_of_stops"] == 1.0
     json.dumps(result, allow_nan=False)      # the report is plain JSON (no numpy scalars)
     assert result["racing_complete_rewards_vs_full"]["members_differing"] == 1
     assert result["sigma_spread"]["0.002"]["stopped_by_racing"] == 1
@@ -300,3 +304,19 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(racing_bench_started):
     assert report["configs"]["effective"]["racing"]["selection"]["mode"] == "racing"
     assert report["configs"]["effective"]["full"]["selection"]["mode"] == "full"
     assert report["machine"]["cpu"]["model"] and report["versions"]["snakemake"]
+
+
+def test_recall_of_stops_is_what_the_stops_leave_of_the_members_at_or_above_the_kth():
+    """The recall that racing's decisions alone leave, apart from how racing ranked what it completed: a top-2
+    over 4 members at or above the k-th loses nothing to 2 stops, half to 3, all to 4."""
+    frame = ranking(FULL_ROWS)
+    at_or_above_kth = [(s, g) for s, g, r in FULL_ROWS if r >= 0.7]
+    assert len(at_or_above_kth) == 4
+    for stops, left in ((2, 1.0), (3, 0.5), (4, 0.0)):
+        racing = ranking(FULL_ROWS, partial={m: 5 for m in at_or_above_kth[:stops]})
+        result = compare(full_arm(), ArmResult(racing, topk(racing), full_arm().vote))["recall"]["0.25"]
+        assert result["stopped_at_or_above_kth"] == stops
+        assert result["recall_of_stops"] == left
+        assert result["recall"] == left      # racing ranked what it completed by the same rewards: no other loss
+    with pytest.raises(InputError, match="do not fit"):
+        recall_of_stops(3, 4, 2)

@@ -75,7 +75,7 @@ from randopt.records import assemble as rec  # noqa: E402
 from bench.jobstats import job_counts  # noqa: E402
 from randopt.config import ConfigError, effective_config, load_schema, load_yaml  # noqa: E402
 from randopt.population import sigma_label, topk_size  # noqa: E402
-from randopt.selection.recall import at_or_above, kth_reward, recall  # noqa: E402
+from randopt.selection.recall import at_or_above, kth_reward, recall, recall_of_stops  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.io import InputError, read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from randopt.keys import run_keys  # noqa: E402
@@ -133,11 +133,13 @@ def stopped_recall(rewards: pd.Series, full_topk: list[tuple[int, float]], racin
     A miss has two possible causes, counted apart: racing stopped a member at or above the k-th
     (stopped_at_or_above_kth: its decisions), or racing ranked its complete members otherwise than the
     full arm did (the missed members are complete ones: their rewards differ between the arms when the
-    engine's answers depend on which problems share a batch; see answer_agreement)."""
+    engine's answers depend on which problems share a batch; see answer_agreement). recall_of_stops is what
+    the decisions alone leave (randopt/selection/recall.py)."""
     full = {member: float(r) for member, r in rewards.items()}
     result = recall(full, full_topk, racing_topk, k)
-    reached = at_or_above([full[m] for m in stopped], result["kth_reward"])
-    return result | {"stopped_at_or_above_kth": int(reached.sum())}
+    lost = int(at_or_above([full[m] for m in stopped], result["kth_reward"]).sum())
+    return result | {"stopped_at_or_above_kth": lost,
+                     "recall_of_stops": recall_of_stops(result["members_at_or_above_kth"], lost, k)}
 
 
 def sigma_spread(rewards: pd.Series, ks: dict[str, int], racing: pd.DataFrame) -> dict:
@@ -568,8 +570,8 @@ def print_summary(report: dict) -> None:
         acc = report["accuracy"][fraction]
         lo, hi = acc["difference_ci95"]
         print(f"top {fraction}: k {rc['k']} recall {rc['recall']:.3f} (k-th reward {rc['kth_reward']:.3f}; racing "
-              f"stopped {rc['stopped_at_or_above_kth']} of the {rc['members_at_or_above_kth']} at or above it; plain "
-              f"{rc['recall_plain']:.3f}); test "
+              f"stopped {rc['stopped_at_or_above_kth']} of the {rc['members_at_or_above_kth']} at or above it, which "
+              f"leaves a recall of {rc.get('recall_of_stops', float('nan')):.3f}; plain {rc['recall_plain']:.3f}); test "
               f"full {acc['full_test']:.3f} racing {acc['racing_test']:.3f}, racing - full {acc['difference']:+.3f} "
               f"[{lo:+.3f}, {hi:+.3f}]; inside full's interval {acc['full_ci95']}: {acc['racing_inside_full_ci95']}")
     bound = report["oracle_bound"]

@@ -48,6 +48,20 @@ def recall_with_ties(listed_full_rewards, kth: float, k: int) -> float:
     return int(at_or_above(listed_full_rewards, kth).sum()) / k
 
 
+def recall_of_stops(members_at_or_above_kth: int, stopped_at_or_above_kth: int, k: int) -> float:
+    """The recall with ties that racing's stops alone leave: a list of k drawn from the members still racing,
+    ranked by their full rewards, holds min(k, those at or above r_k that racing did not stop) of them.
+
+    Racing's own list can fall below it only through its ranking of the members it completed: where an
+    engine's answers depend on which problems share a batch (vLLM on a GPU), a member's complete reward in
+    the racing run differs from the full run's, and the two runs order near ties differently. The gap between
+    this and recall is that noise, not racing's decisions (bench/racing/racing.py answer_agreement)."""
+    if not 0 <= stopped_at_or_above_kth <= members_at_or_above_kth or k < 1:
+        raise InputError(f"stopped {stopped_at_or_above_kth} of {members_at_or_above_kth} members at or above "
+                         f"the k-th reward, k {k}: the counts do not fit")
+    return min(k, members_at_or_above_kth - stopped_at_or_above_kth) / k
+
+
 def recall(full: Mapping[Member, float], full_topk: Sequence[Member], racing_topk: Sequence[Member], k: int) -> dict:
     """Both recalls of one top-k list, with what they are made of.
 
