@@ -79,6 +79,29 @@ def test_the_real_15b_overlay_runs_full_where_racing_took_0_55x():
     assert 0.45 < choice.estimate["full_s"] / choice.estimate["racing_s"] < 0.65, choice.why
 
 
+def test_the_real_15b_two_round_race_measured_at_0_90x_runs_full():
+    """bench/results/racing_qwen15b_h100.json: the overlay's population on one H100, 3 engines under MPS,
+    checkpoints 64 and 128, test split cut to 128: racing's search took 330 s against full's 296 s (0.90x);
+    its one decision kept 85 of 192 members. auto takes full, and at the measured survivors its estimate
+    lands within 0.1 of the measured ratio."""
+    report = json.loads((RESULTS / "racing_qwen15b_h100.json").read_text())
+    config = report["configs"]["effective"]["racing"]
+    weights = engine_slots.MEASURED[1].weight_bytes
+    shape = SearchShape("vllm", "cuda", weights, config["decode"]["max_tokens"], config["engine"]["batch_size"],
+                        slots=3, engines_per_gpu=3, gain=engine_slots.gains(weights, True)[0][3],
+                        start_s=engine_start_s("vllm", True))
+    plan = RacePlan.from_config(config, parallel=3)
+    assert plan.checkpoints == (64, 128)
+    measured = report["ratios_racing_over_full"]["seeds_per_s"]
+    assert 0.85 < measured < 0.95
+    assert choose(plan, shape, shards(report["configs"]["effective"]["full"])).mode == "full"
+    racing = report["arms"]["racing"]
+    kept = racing["members_complete"] / racing["members"]
+    guess = estimate(plan, shape, shards(config), keep_share=kept)
+    assert [r["members"] for r in guess["rounds"]] == [192, racing["members_complete"]]
+    assert guess["full_s"] / guess["racing_s"] == pytest.approx(measured, abs=0.1)
+
+
 def test_a_single_round_or_an_unknown_model_size_is_full_evaluation():
     config = config_of([])                       # the embedded default: 16 train problems, one block of 64
     config["selection"]["mode"] = "racing"

@@ -57,6 +57,12 @@ CALL_COSTS = (
     # bench/results/vllm_h200_call_cost_qwen7b.json: the random Qwen2.5-7B shape, 256 tokens
     CallCost("Qwen2.5-7B shape", 15.2e9, {8: 0.6799, 16: 0.6935, 32: 0.7332, 64: 0.8083, 128: 1.0, 256: 1.5855}),
 )
+# Not here: the real Qwen2.5-Coder-1.5B's own curve (bench/results/vllm_h100_call_cost_qwen15b.json, one engine
+# alone on an H100: c(64) 0.67 of c(128) fixed, 0.72 with its real answers). In its runs, three engines under MPS,
+# a member on 64 problems took 0.85 of one on 128 (2.45 s against 2.87 s, racing_qwen15b_h100.json), and the
+# curve would put both measured races further off (0.66x for the one measured at 0.55x, 0.99x for 0.90x) than
+# the interpolation between the two curves above does (0.56x, 0.86x): a short call shares the GPU worse than
+# the 128-problem gains (engine_slots) say. docs/racing.md.
 REFERENCE_PROMPTS = 128   # the curves' 1.0, and engine_slots' member seconds are quoted on 128 problems
 # torch: seconds of one problem x max_tokens in an answer block, SmolLM2 in bf16: the 2-core Zen 4 CPU's full arm
 # (bench/results/racing_cpu_epyc_zen4_wide128.json: 1,368 s for 64 members x 128 problems, blocks of 16, 32 tokens)
@@ -71,7 +77,8 @@ JOB_S = 4.0
 DECISION_S = 2.0
 # The share of the racing members each decision kept, in the measured races (bench/results/racing_*.json, and
 # issue 48's real 1.5B, whose 17,984 of 24,576 slots over 20/40/80/128 mean ~0.84 a decision): 0.36-0.88,
-# median 0.63. A population of near ties keeps more, a broken one less.
+# median 0.63. A population of near ties keeps more, a broken one less (the real 1.5B's race at 64/128 kept
+# 85 of 192, 0.44: its sigma-2e-3 third was clearly worse).
 KEEP_SHARE = 0.63
 # Racing is taken only where its estimate beats full's by more than this: the estimate ranked the measured
 # runs right where they differed by more (tests/test_auto.py); closer, the survivors (KEEP_SHARE) decide.
