@@ -121,6 +121,10 @@ def test_a_racing_record_reports_its_recall_of_a_full_run_of_the_same_population
     full_ranking, full_topk = f"{paths['full']['rank']}/ranking.parquet", f"{paths['full']['rank']}/topk.json"
     assert f"--full-ranking {full_ranking} --full-topk {full_topk}" in command
     ranked = read_json(workdir / paths["again"]["rank"] / "topk.json")
-    recall = racing_recall(ranked, str(workdir / full_ranking), str(workdir / full_topk))["recall_of_full"]
+    recall = racing_recall(ranked, str(workdir / paths["again"]["rank"] / "ranking.parquet"), str(workdir / full_ranking),
+                           str(workdir / full_topk))["recall_of_full"]
     assert {f: (r["k"], r["recall"], r["recall_plain"]) for f, r in recall.items()} == {"0.25": (2, 1.0, 1.0),
                                                                                         "0.5": (4, 1.0, 1.0)}
+    # the record reads its own ranking for the members it stopped: what the stops alone leave is never below
+    # the recall of the list it made from the others
+    assert {f: r["recall_of_stops"] for f, r in recall.items()} == {"0.25": 1.0, "0.5": 1.0}

@@ -2,10 +2,11 @@
 hand-made rankings whose rewards tie at the cut (rewards move in steps of 1/n_train)."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from randopt.io import InputError
-from randopt.selection.recall import kth_reward, recall, recall_with_ties
+from randopt.selection.recall import kth_reward, recall, recall_of_full_run, recall_with_ties
 
 # Ten members, rewards in steps of 1/8. At k = 4 the cut (0.625) is shared by five members: seeds 2..6.
 FULL = {(0, 0.001): 0.875, (1, 0.001): 0.75, (2, 0.001): 0.625, (3, 0.002): 0.625, (4, 0.002): 0.625,
@@ -44,6 +45,34 @@ def test_the_issues_lists_with_every_miss_a_tie_count_as_recalled():
     racing_top = [(s, 0.001) for s in range(5)] + [(s, 0.001) for s in (9, 10, 11)]
     r = recall(full, full_top, racing_top, 8)
     assert (r["recall"], r["recall_plain"], r["same_members"]) == (1.0, 5 / 8, 5)
+
+
+def test_the_stops_alone_are_told_apart_from_how_racing_ranked_the_rest():
+    """Racing stopped seeds 2, 3 and 4 (all tied at the cut): 4 of the 7 at or above it raced on, so its
+    stops alone still allowed a whole top-4. Its list holds seed 7 (0.5), a member its own run rewarded
+    higher: that miss is its ranking's, and recall (0.75) stays below what the stops leave (1.0)."""
+    racing = [(0, 0.001), (1, 0.001), (6, 0.001), (7, 0.002)]
+    r = recall(FULL, FULL_TOP4, racing, 4, stopped=[(2, 0.001), (3, 0.002), (4, 0.002), (9, 0.002)])
+    assert (r["stopped_at_or_above_kth"], r["recall_of_stops"], r["recall"]) == (3, 1.0, 0.75)
+    # one more stop at the cut, and the stops alone cost a quarter
+    r = recall(FULL, FULL_TOP4, racing, 4, stopped=[(2, 0.001), (3, 0.002), (4, 0.002), (5, 0.002)])
+    assert (r["stopped_at_or_above_kth"], r["recall_of_stops"]) == (4, 0.75)
+    assert "recall_of_stops" not in recall(FULL, FULL_TOP4, racing, 4)        # unknown without the stops
+    with pytest.raises(InputError, match="stopped members .* no full-run reward"):
+        recall(FULL, FULL_TOP4, racing, 4, stopped=[(42, 0.001)])
+
+
+def test_a_racing_runs_ranking_gives_its_stopped_members():
+    """recall_of_full_run reads the stopped members from the racing run's ranking table (partial rows)."""
+    rows = [(s, g, r, False) for (s, g), r in FULL.items()]
+    full_ranking = pd.DataFrame(rows, columns=["seed", "sigma", "train_reward", "partial"])
+    racing_ranking = full_ranking.assign(partial=[(s, g) in {(2, 0.001), (3, 0.002), (8, 0.001)}
+                                                  for s, g in zip(full_ranking["seed"], full_ranking["sigma"])])
+    lists = lambda members: [{"fraction": 0.4, "members": [{"seed": s, "sigma": g} for s, g in members]}]
+    racing_top = [(0, 0.001), (1, 0.001), (4, 0.002), (5, 0.002)]
+    by_fraction = recall_of_full_run(full_ranking, lists(FULL_TOP4), lists(racing_top), racing_ranking)
+    assert (by_fraction["0.4"]["stopped_at_or_above_kth"], by_fraction["0.4"]["recall_of_stops"]) == (2, 1.0)
+    assert "recall_of_stops" not in recall_of_full_run(full_ranking, lists(FULL_TOP4), lists(racing_top))["0.4"]
 
 
 def test_bad_lists_are_refused_with_the_reason():

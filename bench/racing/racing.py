@@ -75,7 +75,7 @@ from randopt.records import assemble as rec  # noqa: E402
 from bench.jobstats import job_counts  # noqa: E402
 from randopt.config import ConfigError, effective_config, load_schema, load_yaml  # noqa: E402
 from randopt.population import sigma_label, topk_size  # noqa: E402
-from randopt.selection.recall import at_or_above, kth_reward, recall, recall_of_stops  # noqa: E402
+from randopt.selection.recall import at_or_above, kth_reward, recall  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.io import InputError, read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from randopt.keys import run_keys  # noqa: E402
@@ -135,11 +135,7 @@ def stopped_recall(rewards: pd.Series, full_topk: list[tuple[int, float]], racin
     full arm did (the missed members are complete ones: their rewards differ between the arms when the
     engine's answers depend on which problems share a batch; see answer_agreement). recall_of_stops is what
     the decisions alone leave (randopt/selection/recall.py)."""
-    full = {member: float(r) for member, r in rewards.items()}
-    result = recall(full, full_topk, racing_topk, k)
-    lost = int(at_or_above([full[m] for m in stopped], result["kth_reward"]).sum())
-    return result | {"stopped_at_or_above_kth": lost,
-                     "recall_of_stops": recall_of_stops(result["members_at_or_above_kth"], lost, k)}
+    return recall({member: float(r) for member, r in rewards.items()}, full_topk, racing_topk, k, stopped)
 
 
 def sigma_spread(rewards: pd.Series, ks: dict[str, int], racing: pd.DataFrame) -> dict:

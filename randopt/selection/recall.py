@@ -17,7 +17,7 @@ differently in the two runs (bench/racing/racing.py answer_agreement shows how o
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -62,14 +62,16 @@ def recall_of_stops(members_at_or_above_kth: int, stopped_at_or_above_kth: int, 
     return min(k, members_at_or_above_kth - stopped_at_or_above_kth) / k
 
 
-def recall(full: Mapping[Member, float], full_topk: Sequence[Member], racing_topk: Sequence[Member], k: int) -> dict:
+def recall(full: Mapping[Member, float], full_topk: Sequence[Member], racing_topk: Sequence[Member], k: int,
+           stopped: Collection[Member] | None = None) -> dict:
     """Both recalls of one top-k list, with what they are made of.
 
     full: every member's full-run train reward, by (seed, sigma); full_topk, racing_topk: the two runs' top-k
-    lists, best first. Returns k, kth_reward (r_k), recall (with ties), recall_plain, recalled (members of R
-    at or above r_k), same_members (|R ∩ F|), members_at_or_above_kth (in the whole population: the
-    members among which a top-k list is a choice), and missed (R's members below r_k, with their full
-    rewards)."""
+    lists, best first; stopped: the members racing stopped early, where known. Returns k, kth_reward (r_k),
+    recall (with ties), recall_plain, recalled (members of R at or above r_k), same_members (|R ∩ F|),
+    members_at_or_above_kth (in the whole population: the members among which a top-k list is a choice),
+    missed (R's members below r_k, with their full rewards) and, with stopped, stopped_at_or_above_kth and
+    recall_of_stops (above)."""
     for name, members in (("full", full_topk), ("racing", racing_topk)):
         if len(members) != k:
             raise InputError(f"the {name} top-{k} list has {len(members)} members")
@@ -81,18 +83,26 @@ def recall(full: Mapping[Member, float], full_topk: Sequence[Member], racing_top
     listed = [float(full[m]) for m in racing_topk]
     reached = at_or_above(listed, kth)
     same = len(set(full_topk) & set(racing_topk))
-    return {"k": k, "kth_reward": kth,
-            "recall": recall_with_ties(listed, kth, k), "recall_plain": same / k,
-            "recalled": int(reached.sum()), "same_members": same,
-            "members_at_or_above_kth": int(at_or_above(list(full.values()), kth).sum()),
-            "missed": [{"seed": int(s), "sigma": float(g), "full_reward": r}
-                       for (s, g), r, ok in zip(racing_topk, listed, reached) if not ok]}
+    reaching = int(at_or_above(list(full.values()), kth).sum())
+    result = {"k": k, "kth_reward": kth,
+              "recall": recall_with_ties(listed, kth, k), "recall_plain": same / k,
+              "recalled": int(reached.sum()), "same_members": same, "members_at_or_above_kth": reaching,
+              "missed": [{"seed": int(s), "sigma": float(g), "full_reward": r}
+                         for (s, g), r, ok in zip(racing_topk, listed, reached) if not ok]}
+    if stopped is None:
+        return result
+    unknown = [m for m in stopped if m not in full]
+    if unknown:
+        raise InputError(f"stopped members {unknown[:3]} have no full-run reward: the runs ranked different populations")
+    lost = int(at_or_above([full[m] for m in stopped], kth).sum())
+    return result | {"stopped_at_or_above_kth": lost, "recall_of_stops": recall_of_stops(reaching, lost, k)}
 
 
-def recall_of_full_run(full_ranking, full_topk: list[dict], racing_topk: list[dict]) -> dict:
+def recall_of_full_run(full_ranking, full_topk: list[dict], racing_topk: list[dict], racing_ranking=None) -> dict:
     """Both recalls of each top-k list of a racing run against a full run of the same population, by
     fraction: full_ranking is the full run's ranking table (seed, sigma, train_reward, partial), the two
-    *_topk rank's lists (topk.json's "topk")."""
+    *_topk rank's lists (topk.json's "topk"); with the racing run's ranking table, what its stops alone
+    leave too (its partial members are the ones it stopped)."""
     if "partial" in full_ranking and full_ranking["partial"].any():
         raise InputError("the full run's ranking has partial members: it is a racing run, not a full evaluation")
     full = {(int(s), float(g)): float(r) for s, g, r in
@@ -103,4 +113,7 @@ def recall_of_full_run(full_ranking, full_topk: list[dict], racing_topk: list[di
     full_lists, racing_lists = members(full_topk), members(racing_topk)
     if full_lists.keys() != racing_lists.keys():
         raise InputError(f"the runs cut different top-k fractions: {sorted(full_lists)} vs {sorted(racing_lists)}")
-    return {f: recall(full, full_lists[f], racing_lists[f], len(full_lists[f])) for f in full_lists}
+    stopped = None if racing_ranking is None else [
+        (int(s), float(g)) for s, g, part in zip(racing_ranking["seed"], racing_ranking["sigma"],
+                                                 racing_ranking["partial"]) if part]
+    return {f: recall(full, full_lists[f], racing_lists[f], len(full_lists[f]), stopped) for f in full_lists}

@@ -51,15 +51,16 @@ def by_arm(paths: list[str]) -> dict[str, dict]:
     return {item["arm"]: item for item in map(read_json, paths)}
 
 
-def racing_recall(ranked: dict, full_ranking: str | None, full_topk: str | None) -> dict:
-    """Under racing: recall_of_full, both recalls of each top-k list (randopt/selection/recall.py) against
-    the full evaluation's, or None where no full evaluation of the population was made; else nothing."""
+def racing_recall(ranked: dict, ranking: str, full_ranking: str | None, full_topk: str | None) -> dict:
+    """Under racing: recall_of_full, both recalls of each top-k list and what racing's stops alone leave
+    (randopt/selection/recall.py) against the full evaluation's, or None where no full evaluation of the
+    population was made; else nothing. ranking: this run's ranking table (its stopped members are partial)."""
     if ranked["selection"]["mode"] != "racing":
         return {}
     if full_ranking is None:
         return {"recall_of_full": None}
     return {"recall_of_full": recall_of_full_run(pd.read_parquet(full_ranking), read_json(full_topk)["topk"],
-                                                 ranked["topk"])}
+                                                 ranked["topk"], pd.read_parquet(ranking))}
 
 
 def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: str, heldout_manifest: str, topk: str,
@@ -124,7 +125,7 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         # What the selection spent: problems per member, drops per round, slots and tokens against full;
         # under racing, its recall of a full evaluation's top-k lists where one exists (else null); under
         # selection.mode auto, what auto chose and why.
-        "selection": ranked["selection"] | racing_recall(ranked, full_ranking, full_topk)
+        "selection": ranked["selection"] | racing_recall(ranked, ranking, full_ranking, full_topk)
         | ({"auto": selection_auto} if selection_auto else {}),
         "topk": [{"fraction": t["fraction"], "k": t["k"],
                   "members": [{k: m[k] for k in ("seed", "sigma", "train_reward")} for m in t["members"]]}
