@@ -8,6 +8,8 @@
 #   bash bench/racing/racing_qwen15b_h200.sh engines20   members/s of 1 and 3 engines under MPS on 20-problem calls
 #   bash bench/racing/racing_qwen15b_h200.sh full        the full arm: search, then test answers, vote, record
 #   bash bench/racing/racing_qwen15b_h200.sh racing report   the racing arm (RACE_KNOBS), then the comparison
+#   bash bench/racing/racing_qwen15b_h200.sh batchinv    a member's answers in one call against two, without and with
+#                                                         VLLM_BATCH_INVARIANT (bench/vllm/batch_invariance.py; ~4 min)
 # The arms are bench/racing/racing.py on the committed overlays (config/models/qwen2.5-coder-1.5b.yaml and
 # config/qwen15b_gsm8k.yaml, merged into one file: racing.py takes one): 192 members, 128 real GSM8K train
 # problems, the reasoning prompt at 512 tokens, 3 engines under MPS; the test split cut to 128 problems and the
@@ -91,7 +93,18 @@ engines20() {  # does a 20-problem call leave more of the GPU idle than a 128-pr
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 
-[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report ..." >&2; exit 2; }
+batchinv() {  # each mode in its own process: vLLM reads the variable when its engine starts
+  [ -n "$(model_dir)" ] || { log "run the prepare part first"; return 1; }
+  decode || return 1
+  local mode
+  for mode in 0 1; do
+    timeout "$(left)" python3 bench/vllm/batch_invariance.py --model-dir "$(model_dir)" --train "$(train)" \
+      --decode-json /tmp/racing-qwen15b-decode.json --batch-invariant $mode --members 4 --tag "qwen15b_$CARD" \
+      --out "$OUT" 2>&1 | grep -v "^INFO\|^WARNING\|^(EngineCore" | tail -8
+  done
+}
+
+[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv ..." >&2; exit 2; }
 overlay || exit 1
 for part in "$@"; do
   case $part in
@@ -99,6 +112,7 @@ for part in "$@"; do
     full|racing|report) bench "$part" ;;
     callcost) callcost ;;
     engines20) engines20 ;;
+    batchinv) batchinv ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

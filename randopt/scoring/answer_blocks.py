@@ -11,9 +11,16 @@ order (the order racing's slices follow), cut into blocks of engine.batch_size. 
 racing, and any mix of the two through the answer cache then batch each problem with the same other
 problems and read the same answers. Racing's checkpoints are whole blocks (randopt/selection/plan.py).
 
-vLLM batches continuously: a sequence's neighbours change step by step whatever we submit, and its
-answers did not move between full evaluation and racing (bench/results/racing_h200x2.json). It gets a single
-block, so a member's missing problems go to the engine in one call, as before.
+vLLM batches continuously: a sequence's neighbours change step by step whatever we submit. SmolLM2's short
+answers did not move between full evaluation and racing (bench/results/racing_h200x2.json), but the real
+Qwen2.5-Coder-1.5B's answers of hundreds of tokens did: 22.4 % of completions and 3.5 % of correctness between
+its 64-problem and 128-problem calls (racing_qwen15b_h100.json). vLLM still gets a single block, so a member's
+missing problems go to the engine in one call: blocks would cost full evaluation its one call a member (a call
+costs as long as its longest answer, so two calls of 64 cost ~1.3-1.7x one of 128), and each answer is still the
+member's greedy answer under one composition. A cache that mixes racing's and full evaluation's answers then
+mixes compositions: the two arms' rewards of the same members differed by 1.8 problems of 128 (sd; 39 members in
+both top-48 lists). vLLM's batch-invariant mode would remove that, at a cost bench/vllm/batch_invariance.py
+measures.
 """
 from __future__ import annotations
 
