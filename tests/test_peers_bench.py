@@ -129,19 +129,22 @@ def test_wheels_split_and_rejoin_to_the_manifest(tmp_path, monkeypatch):
     assert done.returncode == 1 and "CHECKSUM FAIL: ray-" in done.stderr and not (tmp_path / "site").exists()
 
 
-def arm(tag, wall, rate, start):
+def arm(tag, wall, rate, start, tokens=66_000):
     return {"arm": tag, "ok": True, "wall_s": wall, "members_per_s": rate, "search_s": 66 / rate,
             "engine_start_s": start, "base_test_accuracy": 0.2, "ensemble_test_accuracy": {"top1": 0.2},
-            "machine": {"gpus": ["NVIDIA H200"]}}
+            "members": 66, "gen_tokens_search": tokens, "machine": {"gpus": ["NVIDIA H200"]}}
 
 
 def test_report_ratios_are_flashopt_over_randopt(tmp_path):
     out = tmp_path / "peers.json"
-    result = peers.report("smollm2", [arm("flashopt", 300.0, 0.5, 60.0), arm("randopt_auto", 100.0, 1.0, 30.0),
+    result = peers.report("smollm2", [arm("flashopt", 300.0, 0.5, 60.0, 66_000), arm("randopt_auto", 100.0, 1.0, 30.0, 72_600),
                                       {"arm": "randopt_3", "ok": False, "wall_s": 120.0, "error": "timed out",
                                        "machine": {"gpus": ["NVIDIA H200"]}}], out)
     ratio = result["ratios"]["randopt_auto"]
     assert ratio["wall_flashopt_over_randopt"] == 3.0 and ratio["members_per_s_randopt_over_flashopt"] == 2.0
     assert ratio["search_s_flashopt_over_randopt"] == 2.0 and ratio["engine_start_s_flashopt_over_randopt"] == 2.0
     assert result["target"]["met"] == {"randopt_auto": True} and "randopt_3" not in result["ratios"]
+    # the work each arm did: a member's generated tokens (1,000 and 1,100 here)
+    assert result["arms"]["randopt_auto"]["gen_tokens_per_member"] == 1100.0
+    assert ratio["gen_tokens_per_member_randopt_over_flashopt"] == pytest.approx(1.1)
     assert json.loads(out.read_text())["wall_ratio_randopt_auto"] == 3.0 and result["same_gpu_model_in_every_arm"]

@@ -271,6 +271,10 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
     for arm in by_tag.values():   # randopt's search span starts with its first engine's load; FlashOpt's after it
         if arm.get("system") == "randopt" and arm.get("ok") and arm.get("engine_starts_s"):
             arm["search_after_first_engine_s"] = arm["search_s"] - min(arm["engine_starts_s"])
+        # the same work in both arms: a member's generated tokens on the train problems (the answers of a real
+        # model end at EOS, so a faster arm that answered shorter would show here)
+        if arm.get("ok") and arm.get("gen_tokens_search") and arm.get("members"):
+            arm["gen_tokens_per_member"] = arm["gen_tokens_search"] / arm["members"]
     peer = by_tag.get("flashopt")
     ratios, met = {}, {}
     for tag, arm in by_tag.items():
@@ -284,7 +288,10 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
                            peer["search_s"] / arm["search_after_first_engine_s"]
                            if arm.get("search_after_first_engine_s") else None,
                        "engine_start_s_flashopt_over_randopt": (peer["engine_start_s"] / arm["engine_start_s"]
-                                                                if arm.get("engine_start_s") else None)}
+                                                                if arm.get("engine_start_s") else None),
+                       "gen_tokens_per_member_randopt_over_flashopt":
+                           arm["gen_tokens_per_member"] / peer["gen_tokens_per_member"]
+                           if arm.get("gen_tokens_per_member") and peer.get("gen_tokens_per_member") else None}
         met[tag] = ratios[tag]["wall_flashopt_over_randopt"] >= TARGET_WALL_RATIO[model]
     gpus = {tuple(a.get("machine", {}).get("gpus") or []) for a in arms}
     result = {
@@ -307,12 +314,15 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
     write_json_atomic(out, result)
     for tag, arm in by_tag.items():
         print(f"{tag:>16}: " + (f"wall {arm['wall_s']:.0f} s, {arm['members_per_s']:.3f} members/s, engine start "
-                                f"{arm['engine_start_s'] or float('nan'):.0f} s, base {arm['base_test_accuracy']:.3f}, "
+                                f"{arm['engine_start_s'] or float('nan'):.0f} s, "
+                                f"{arm.get('gen_tokens_per_member') or float('nan'):.0f} tokens a member, "
+                                f"base {arm['base_test_accuracy']:.3f}, "
                                 f"ensembles {arm['ensemble_test_accuracy']}" if arm.get("ok") else f"FAILED: {arm.get('error')}"))
     for tag, r in ratios.items():
         print(f"{tag}: FlashOpt's wall / randopt's {r['wall_flashopt_over_randopt']:.2f} (target {TARGET_WALL_RATIO[model]}), "
               f"members/s {r['members_per_s_randopt_over_flashopt']:.2f}x, search once an engine is up "
-              f"{r['search_after_first_engine_flashopt_over_randopt'] or float('nan'):.2f}x")
+              f"{r['search_after_first_engine_flashopt_over_randopt'] or float('nan'):.2f}x, tokens a member "
+              f"{r['gen_tokens_per_member_randopt_over_flashopt'] or float('nan'):.3f}x")
     return result
 
 
