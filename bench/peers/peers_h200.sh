@@ -37,7 +37,7 @@
 #   26     bash bench/peers/peers_h200.sh stash                           carry .peers/wheels/p1            ~5 s
 #   27     bash bench/peers/peers_h200.sh qwen15b-randopt                 carry .bundle/bundle.sha256 .bundle/unpack.sh
 #          .gpu-data .peers/wheels/p2 .peers/flashopt .peers/data: ~350-400 s: install ~45 s (31-45 s measured for
-#          the bundle) + ray's wheels ~15 s; setup ~100 s (prepare_model 84-88 s); randopt ~200 s (66 members at
+#          the bundle) + ray's wheels ~15 s; setup ~100 s (prepare_model 84-104 s); randopt ~200 s (66 members at
 #          0.54-0.69 members/s for one engine on 128 problems x 512 tokens, more with auto's engines side by side,
 #          after an engine start of 41 s warm to ~90 s with the compile cache cold; the test answers, bpb, vote)
 #   28     bash bench/peers/peers_h200.sh qwen15b-flashopt                carry .peers/flashopt .peers/data
