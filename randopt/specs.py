@@ -109,7 +109,7 @@ class EngineSpec(Spec):
     worker_process: bool = knob("engine.worker_process", answers=False, engines=(VLLM,), passed_when="away")
     # The torch engine answers in fixed blocks of a seeded problem order (randopt/scoring/answer_blocks.py): the
     # order's seed decides which problems share a batch, and so the answers; keyed by the name it always had,
-    # and only there (None: vLLM, whose answers do not depend on what is submitted together).
+    # and only there (None: vLLM, which answers a member's problems in one block: answer_blocks.py says why).
     answer_order_seed: int | None = knob("selection.order_seed", answers=True, keyed_when="set")
     # Speculation's verification runs other kernels than plain decode steps, so a near-tie may resolve otherwise;
     # bpb's engine generates nothing and is built without it.

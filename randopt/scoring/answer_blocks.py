@@ -37,7 +37,8 @@ def problem_order(n_problems: int, order_seed: int) -> np.ndarray:
 
 def block_size(engine: dict) -> int | None:
     """Problems per fixed block for an engine config block: the torch engine's batch, or None (one
-    block: vLLM, whose answers do not depend on what we submit together)."""
+    block: vLLM, where blocks would cost full evaluation its one call a member; the module's docstring says
+    what its answers do between compositions)."""
     return int(engine["batch_size"]) if engine["kind"] == "torch" else None
 
 
