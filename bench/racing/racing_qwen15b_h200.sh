@@ -58,6 +58,9 @@ bench() {  # racing.py phases in $WORK (racing.py keeps its state between calls 
   log "racing.py --phases $*: exit $status (124: cut by the call's budget)"
   tar -czf "$OUT/racing_qwen15b-logs-$1.tgz" -C "$WORK" $(cd "$WORK" 2>/dev/null && ls -d */logs */bench_*.log \
     */results/record.json bench_state.json 2>/dev/null) 2>/dev/null
+  # the full arm's train answers with their lengths and the split, for bench/real_model/answer_tail.py on the host
+  [ "$1" = full ] && tar -czf "$OUT/answers_full.tgz" -C "$WORK" $(cd "$WORK" 2>/dev/null && \
+    ls full/results/shards/*/sigma=*/seeds_*.parquet setup/data/problems/*/train.jsonl 2>/dev/null) 2>/dev/null
   for arm in full racing; do
     [ -f "$WORK/$arm/results/record.json" ] && cp "$WORK/$arm/results/record.json" "$OUT/racing_qwen15b_${CARD}_${arm}_record.json"
   done

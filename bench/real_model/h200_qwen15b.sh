@@ -62,6 +62,9 @@ workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then
   local rc=$?; log "workflow $1: exit $rc (124: cut by the timeout; the next call resumes it)"
   [ -f results/record.json ] && cp results/record.json "$OUT/record_$1.json" 2>/dev/null && mkdir -p /tmp/real-keep && cp results/record.json "/tmp/real-keep/record_$1.json"
   tar czf "$OUT/logs_$1.tgz" logs results/benchmarks "$OUT/snakemake_$1.log" 2>/dev/null
+  # the search's train answers with their lengths, for bench/real_model/answer_tail.py on the host (what a lower
+  # max_tokens would save and cost), with the frozen split they were scored on
+  tar czf "$OUT/answers_$1.tgz" $(ls results/shards/*/sigma=*/seeds_*.parquet data/problems/*/train.jsonl 2>/dev/null) 2>/dev/null
   [ -f "$OUT/record_$1.json" ] && python3 - "$OUT/record_$1.json" <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -1,0 +1,146 @@
+"""What a lower decode.max_tokens would save and cost on a real model, from the answers a run already has.
+
+On a GPU a member's call lasts as long as its longest answer: the real Qwen2.5-Coder-1.5B's call on its first
+20 GSM8K problems (longest answer ~130 tokens) cost a quarter of one on 128, and from 32 problems on, where one
+problem draws a ~430-token answer, 0.69-0.74 (bench/vllm/README.md). So max_tokens bounds every member's cost,
+and the question is what the long answers are worth. This reads a run's train answers (the shard tables
+results/shards/<key>/sigma=*/seeds_*.parquet, or the answer cache's parts: the columns of
+randopt/scoring/answer_cache.py) and, for each cap L, cuts every answer longer than L tokens at its L-th
+token (the model's tokenizer, re-encoding the answer's text), scores the cut text with the task's reward, and
+reports:
+
+  cut          the share of answers longer than L
+  accuracy     the mean reward over all answers, as run and with the cap
+  rewards      how far each member's train reward moves, and the rank correlation of the members' rewards
+               with the cap against without (does the cap change the selection?)
+  decode       the sum over member-calls of min(longest answer, L) over the sum of the longest answers: the
+               decode steps a call waits for, the measured driver of its seconds (prefill and the fixed
+               cost of a call are left out, so the saving in seconds is smaller)
+
+    python bench/real_model/answer_tail.py --answers 'DIR/results/shards/*/sigma=*/*.parquet' \
+        --train DIR/data/problems/<key>/train.jsonl --tokenizer DIR/data/models/<key>/model \
+        --caps 192 256 320 384 --out bench/results/answer_tail_<model>.json
+
+A member-call is one (seed, sigma, part): the answers one generate call returned. GSM8K's reward only; the
+re-encoding of an answer's text can differ from the generated ids by a token at the cut.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from randopt.io import InputError, read_jsonl, write_json_atomic  # noqa: E402
+
+
+def read_answers(patterns: list[str]) -> pd.DataFrame:
+    """The answers of every file the patterns match, one row per (seed, sigma, problem)."""
+    paths = sorted({p for pattern in patterns for p in glob.glob(pattern, recursive=True)})
+    if not paths:
+        raise InputError(f"no answer files match {patterns}: give the shard tables or the answer cache's parts")
+    frame = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    missing = {"seed", "sigma", "problem", "completion", "correct", "n_tokens", "part"} - set(frame.columns)
+    if missing:
+        raise InputError(f"the answer files lack columns {sorted(missing)}: they are not randopt's answer tables")
+    if frame.duplicated(["seed", "sigma", "problem"]).any():
+        raise InputError("a (member, problem) appears twice: pass the shard tables or the cache's parts, not both")
+    return frame
+
+
+def cut_text(tokenizer, text: str, cap: int) -> str:
+    """The answer's text up to its cap-th token."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return text if len(ids) <= cap else tokenizer.decode(ids[:cap], skip_special_tokens=True)
+
+
+def capped(frame: pd.DataFrame, problems: list[dict], tokenizer, cap: int, task) -> pd.Series:
+    """Each answer's reward with the cap: the run's where the answer fits, else its cut text's."""
+    rewards = frame["correct"].astype(float).copy()
+    long = frame.index[frame["n_tokens"] > cap]
+    texts = [cut_text(tokenizer, frame.at[i, "completion"], cap) for i in long]
+    scored = task.score_all(texts, [problems[int(frame.at[i, "problem"])] for i in long])
+    rewards.loc[long] = [float(r.value >= 1.0) for r in scored]
+    return rewards
+
+
+def spearman(a: pd.Series, b: pd.Series) -> float | None:
+    ranks = lambda s: s.rank(method="average").to_numpy()
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return None      # a constant side has no ranking
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def quantiles(values: np.ndarray) -> dict:
+    return {name: float(np.quantile(values, q)) for name, q in (("median", 0.5), ("p90", 0.9), ("p99", 0.99))}
+
+
+def tail(frame: pd.DataFrame, problems: list[dict], tokenizer, caps: list[int], task) -> dict:
+    """The report above, one entry per cap."""
+    members = ["seed", "sigma"]
+    longest = frame.groupby(members + ["part"])["n_tokens"].max()
+    base_rewards = frame.groupby(members)["correct"].mean()
+    lengths = frame["n_tokens"].to_numpy()
+    out = {"answers": len(frame), "members": int(base_rewards.size), "member_calls": int(longest.size),
+           "accuracy": float(frame["correct"].mean()),
+           "n_tokens": quantiles(lengths) | {"max": int(lengths.max())},
+           "correct_n_tokens": quantiles(lengths[frame["correct"].to_numpy(bool)]) if frame["correct"].any() else None,
+           "caps": {}}
+    for cap in caps:
+        rewards = capped(frame, problems, tokenizer, cap, task)
+        member_rewards = rewards.groupby([frame["seed"], frame["sigma"]]).mean()
+        moved = (member_rewards - base_rewards).abs()
+        out["caps"][str(cap)] = {
+            "cut": float((frame["n_tokens"] > cap).mean()),
+            "accuracy": float(rewards.mean()),
+            "correct_lost": int((frame["correct"] & (rewards < 1.0)).sum()),
+            "wrong_gained": int((~frame["correct"] & (rewards >= 1.0)).sum()),
+            "member_reward_moved_mean": float(moved.mean()), "member_reward_moved_max": float(moved.max()),
+            "rank_correlation": spearman(base_rewards, member_rewards.loc[base_rewards.index]),
+            "decode_steps_ratio": float(np.minimum(longest, cap).sum() / longest.sum())}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--answers", nargs="+", required=True, help="glob(s) of the run's answer tables")
+    parser.add_argument("--train", required=True, help="the frozen train split the answers were scored on")
+    parser.add_argument("--tokenizer", required=True, help="the model dir (its tokenizer cuts the answers)")
+    parser.add_argument("--caps", type=int, nargs="+", default=[192, 256, 320, 384])
+    parser.add_argument("--out", default=None, help="the report as JSON")
+    args = parser.parse_args(argv)
+    if any(c < 1 for c in args.caps):
+        parser.error("--caps are token counts, at least 1")
+    from transformers import AutoTokenizer
+
+    from randopt.tasks.gsm8k import GSM8K
+
+    frame = read_answers(args.answers)
+    problems = read_jsonl(args.train)
+    if int(frame["problem"].max()) >= len(problems):
+        raise InputError(f"the answers name problem {int(frame['problem'].max())}, and {args.train} has "
+                         f"{len(problems)}: give the split they were scored on")
+    report = tail(frame, problems, AutoTokenizer.from_pretrained(args.tokenizer), sorted(args.caps), GSM8K({}))
+    report |= {"what": "bench/real_model/answer_tail.py: what a lower max_tokens saves and costs",
+               "answer_files": args.answers, "train": args.train}
+    print(f"{report['answers']} answers, {report['member_calls']} member-calls, accuracy {report['accuracy']:.3f}; "
+          f"answer tokens median {report['n_tokens']['median']:.0f}, 99 % {report['n_tokens']['p99']:.0f}, max "
+          f"{report['n_tokens']['max']}")
+    for cap, c in report["caps"].items():
+        print(f"cap {cap}: cut {c['cut']:.1%}, accuracy {c['accuracy']:.3f} ({c['correct_lost']} right answers lost, "
+              f"{c['wrong_gained']} gained), member rewards moved {c['member_reward_moved_mean']:.4f} on average, "
+              f"rank correlation {c['rank_correlation']}; decode steps {c['decode_steps_ratio']:.2f} of now")
+    if args.out:
+        write_json_atomic(Path(args.out), report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
