@@ -52,6 +52,7 @@ def test_a_cap_cuts_long_answers_and_rescores_them(tokenizer):
     assert report["caps"]["10000"] | {"rank_correlation": None} == {
         "cut": 0.0, "accuracy": 0.75, "correct_lost": 0, "wrong_gained": 0, "member_reward_moved_mean": 0.0,
         "member_reward_moved_max": 0.0, "rank_correlation": None, "decode_steps_ratio": 1.0}
+    assert report["caps"]["10000"]["rank_correlation"] == pytest.approx(1.0)   # nothing cut: the same ranking
     json.dumps(report, allow_nan=False)
 
 

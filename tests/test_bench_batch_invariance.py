@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from bench.vllm.batch_invariance import agreement, summarize
+from randopt.io import InputError
 
 
 def answers(completions: list[str], correct: list[bool], order: list[int] | None = None) -> pd.DataFrame:
@@ -18,7 +19,8 @@ def test_answers_are_compared_problem_by_problem_whatever_order_the_calls_return
     whole = answers(["a", "b", "c", "d"], [True, True, False, False])
     split = answers(["a", "b*", "c*", "d"], [True, False, False, False], order=[2, 0, 3, 1])
     got = agreement(whole, split)
-    assert got == {"problems": 4, "completions_differing": 2, "correct_differing": 1,
+    assert got == {"pairs_compared": 4, "completions_differing": 2, "correct_differing": 1,
+                   "share_completions_differing": 0.5, "share_correct_differing": 0.25,
                    "accuracy_a": 0.5, "accuracy_b": 0.25}
     assert agreement(whole, whole.iloc[::-1])["completions_differing"] == 0
 
@@ -26,12 +28,15 @@ def test_answers_are_compared_problem_by_problem_whatever_order_the_calls_return
 def test_answer_sets_of_other_problems_are_refused():
     with pytest.raises(ValueError, match="other problems"):
         agreement(answers(["a", "b"], [True, True]), answers(["a"], [True]))
+    other = answers(["a", "b"], [True, True]).assign(problem_id=["train-0", "train-9"])
+    with pytest.raises(InputError, match="no full-arm answer"):
+        agreement(answers(["a", "b"], [True, True]), other)
 
 
 def test_the_summary_pools_the_members_answers_and_takes_median_seconds():
     def member(moved_split, moved_again, seconds):
         n = 4
-        pair = lambda moved: {"problems": n, "completions_differing": moved, "correct_differing": moved // 2,
+        pair = lambda moved: {"pairs_compared": n, "completions_differing": moved, "correct_differing": moved // 2,
                               "accuracy_a": 0.5, "accuracy_b": 0.5 + moved / (2 * n)}
         return {"whole_vs_split": pair(moved_split), "whole_vs_again": pair(moved_again),
                 "seconds": {"whole": seconds, "split": 2 * seconds, "again": seconds}}

@@ -75,7 +75,7 @@ from randopt.records import assemble as rec  # noqa: E402
 from bench.jobstats import job_counts  # noqa: E402
 from randopt.config import ConfigError, effective_config, load_schema, load_yaml  # noqa: E402
 from randopt.population import sigma_label, topk_size  # noqa: E402
-from randopt.selection.recall import at_or_above, kth_reward, recall  # noqa: E402
+from randopt.selection.recall import at_or_above, kth_reward, recall, stopped_members  # noqa: E402
 from randopt.engines import compute_dtype as cdt  # noqa: E402
 from randopt.io import InputError, read_json, write_json_atomic, write_text_atomic  # noqa: E402
 from randopt.keys import run_keys  # noqa: E402
@@ -125,24 +125,11 @@ def full_rewards(full_ranking: pd.DataFrame) -> pd.Series:
     return rewards
 
 
-def stopped_recall(rewards: pd.Series, full_topk: list[tuple[int, float]], racing_topk: list[tuple[int, float]],
-                   k: int, stopped: set[tuple[int, float]] = frozenset()) -> dict:
-    """Both recalls of the full top-k by the racing top-k (randopt/selection/recall.py: plain, and with ties
-    at the cut, which "recall" is), and how many members racing stopped at or above the full k-th reward.
-
-    A miss has two possible causes, counted apart: racing stopped a member at or above the k-th
-    (stopped_at_or_above_kth: its decisions), or racing ranked its complete members otherwise than the
-    full arm did (the missed members are complete ones: their rewards differ between the arms when the
-    engine's answers depend on which problems share a batch; see answer_agreement). recall_of_stops is what
-    the decisions alone leave (randopt/selection/recall.py)."""
-    return recall({member: float(r) for member, r in rewards.items()}, full_topk, racing_topk, k, stopped)
-
-
 def sigma_spread(rewards: pd.Series, ks: dict[str, int], racing: pd.DataFrame) -> dict:
     """Per sigma: the full ranking's reward spread (mean, sd, best, share at reward 0) and, per top-k
     fraction, the k-th reward within the sigma, how many of its members reach the full k-th reward,
     and how many of those the racing arm stopped early (lost)."""
-    stopped = set(_members(racing[_partial(racing)]))
+    stopped = set(stopped_members(racing))
     out = {}
     frame = rewards.reset_index()
     for sigma, group in frame.groupby("sigma", sort=True):
@@ -210,11 +197,12 @@ def reward_agreement(rewards: pd.Series, racing: pd.DataFrame) -> dict:
             "max_abs_difference": float(diff.max()) if diff.size else 0.0}
 
 
-def answer_agreement(full: pd.DataFrame, racing: pd.DataFrame) -> dict:
+def answer_agreement(full: pd.DataFrame, racing: pd.DataFrame, key=("seed", "sigma", "problem")) -> dict:
     """The same (member, problem) answered in both arms: how often the completion (and its correctness)
     differs. Full evaluation answers a member's problems in one batch, racing in one batch per slice; an
-    engine whose greedy answer depends on the batch's other prompts (bf16 kernels, padding) shows it here."""
-    key = ["seed", "sigma", "problem"]
+    engine whose greedy answer depends on the batch's other prompts (bf16 kernels, padding) shows it here.
+    key: the columns that name one answer (bench/vllm/batch_invariance.py compares one member by problem_id)."""
+    key = list(key)
     both = full[key + ["completion", "correct"]].merge(racing[key + ["completion", "correct"]], on=key,
                                                       suffixes=("_full", "_racing"))
     if len(both) != len(racing):
@@ -244,8 +232,9 @@ def compare(full: ArmResult, racing: ArmResult) -> dict:
         if lst["k"] != ks[fraction] or racing_lists[fraction]["k"] != ks[fraction]:
             raise InputError(f"top-k list {fraction}: k is {lst['k']} (full) and {racing_lists[fraction]['k']} "
                              f"(racing), expected {ks[fraction]}")
-    stopped = set(_members(racing.ranking[_partial(racing.ranking)]))
-    recall = {}
+    stopped = set(stopped_members(racing.ranking))
+    full_by_member = {m: float(r) for m, r in rewards.items()}
+    recalls = {}
     for fraction, k in ks.items():
         racing_topk = [(int(m["seed"]), float(m["sigma"])) for m in racing_lists[fraction]["members"]]
         in_topk_stopped = [m for m in racing_topk if m in stopped]
@@ -253,11 +242,13 @@ def compare(full: ArmResult, racing: ArmResult) -> dict:
             raise InputError(f"racing top-k list {fraction} holds members that stopped early {in_topk_stopped[:3]}; "
                              f"top-k lists take complete members only")
         full_topk = [(int(m["seed"]), float(m["sigma"])) for m in full_lists[fraction]["members"]]
-        recall[fraction] = stopped_recall(rewards, full_topk, racing_topk, k, stopped)
+        # a miss is racing's stops (stopped_at_or_above_kth, recall_of_stops) or its ranking of the members it
+        # completed, whose rewards differ from the full arm's where answers depend on the batch (answer_agreement)
+        recalls[fraction] = recall(full_by_member, full_topk, racing_topk, k, stopped)
     n_train = int(full.ranking["n_problems"].iloc[0])
     return {
         "population": len(rewards), "n_train": n_train,
-        "recall": recall,
+        "recall": recalls,
         "sigma_spread": sigma_spread(rewards, ks, racing.ranking),
         "accuracy": {fraction: accuracy_comparison(full.vote, racing.vote, fraction) for fraction in ks},
         "cost": {"full": search_cost(full, n_train), "racing": search_cost(racing, n_train)},

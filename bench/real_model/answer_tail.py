@@ -70,12 +70,10 @@ def capped(frame: pd.DataFrame, problems: list[dict], tokenizer, cap: int, task)
     return rewards
 
 
-def spearman(a: pd.Series, b: pd.Series) -> float | None:
-    ranks = lambda s: s.rank(method="average").to_numpy()
-    ra, rb = ranks(a), ranks(b)
-    if ra.std() == 0 or rb.std() == 0:
-        return None      # a constant side has no ranking
-    return float(np.corrcoef(ra, rb)[0, 1])
+def rank_correlation(a: pd.Series, b: pd.Series) -> float | None:
+    """Spearman's, or None where a side is constant (it has no ranking)."""
+    value = a.corr(b, method="spearman")
+    return None if np.isnan(value) else float(value)
 
 
 def quantiles(values: np.ndarray) -> dict:
@@ -103,7 +101,7 @@ def tail(frame: pd.DataFrame, problems: list[dict], tokenizer, caps: list[int], 
             "correct_lost": int((frame["correct"] & (rewards < 1.0)).sum()),
             "wrong_gained": int((~frame["correct"] & (rewards >= 1.0)).sum()),
             "member_reward_moved_mean": float(moved.mean()), "member_reward_moved_max": float(moved.max()),
-            "rank_correlation": spearman(base_rewards, member_rewards.loc[base_rewards.index]),
+            "rank_correlation": rank_correlation(base_rewards, member_rewards.loc[base_rewards.index]),
             "decode_steps_ratio": float(np.minimum(longest, cap).sum() / longest.sum())}
     return out
 

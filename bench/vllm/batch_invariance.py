@@ -34,25 +34,23 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from bench.racing.racing import answer_agreement  # noqa: E402
 
 
 def agreement(a: pd.DataFrame, b: pd.DataFrame) -> dict:
-    """How two answer sets of one member (rows: problem_id, completion, correct) differ, problem by problem."""
-    columns = ["problem_id", "completion", "correct"]
-    joined = a[columns].merge(b[columns], on="problem_id", how="inner", suffixes=("_a", "_b"), validate="one_to_one")
-    if len(joined) != len(a) or len(joined) != len(b):
-        raise ValueError(f"the two answer sets hold other problems ({len(a)} and {len(b)} rows, {len(joined)} shared)")
-    return {"problems": len(joined),
-            "completions_differing": int((joined["completion_a"] != joined["completion_b"]).sum()),
-            "correct_differing": int((joined["correct_a"] != joined["correct_b"]).sum()),
-            "accuracy_a": float(joined["correct_a"].mean()), "accuracy_b": float(joined["correct_b"].mean())}
+    """How two answer sets of one member (rows: problem_id, completion, correct) differ, problem by problem
+    (bench/racing/racing.py answer_agreement), with each set's accuracy."""
+    if len(a) != len(b):
+        raise ValueError(f"the two answer sets hold other problems ({len(a)} and {len(b)} rows)")
+    return answer_agreement(a, b, key=["problem_id"]) | {"accuracy_a": float(a["correct"].mean()),
+                                                         "accuracy_b": float(b["correct"].mean())}
 
 
 def summarize(members: list[dict]) -> dict:
     """Over the members: the share of answers that moved between the compositions, and each one's seconds."""
     out = {}
     for pair in ("whole_vs_split", "whole_vs_again"):
-        problems = sum(m[pair]["problems"] for m in members)
+        problems = sum(m[pair]["pairs_compared"] for m in members)
         out[pair] = {"share_completions_differing": sum(m[pair]["completions_differing"] for m in members) / problems,
                      "share_correct_differing": sum(m[pair]["correct_differing"] for m in members) / problems,
                      "reward_changes": [m[pair]["accuracy_b"] - m[pair]["accuracy_a"] for m in members]}

@@ -98,6 +98,14 @@ def recall(full: Mapping[Member, float], full_topk: Sequence[Member], racing_top
     return result | {"stopped_at_or_above_kth": lost, "recall_of_stops": recall_of_stops(reaching, lost, k)}
 
 
+def stopped_members(ranking) -> list[Member]:
+    """The members a racing run stopped early: its ranking table's partial rows (none in a full evaluation's,
+    which may lack the column)."""
+    if "partial" not in ranking:
+        return []
+    return [(int(s), float(g)) for s, g, part in zip(ranking["seed"], ranking["sigma"], ranking["partial"]) if part]
+
+
 def recall_of_full_run(full_ranking, full_topk: list[dict], racing_topk: list[dict], racing_ranking=None) -> dict:
     """Both recalls of each top-k list of a racing run against a full run of the same population, by
     fraction: full_ranking is the full run's ranking table (seed, sigma, train_reward, partial), the two
@@ -113,7 +121,5 @@ def recall_of_full_run(full_ranking, full_topk: list[dict], racing_topk: list[di
     full_lists, racing_lists = members(full_topk), members(racing_topk)
     if full_lists.keys() != racing_lists.keys():
         raise InputError(f"the runs cut different top-k fractions: {sorted(full_lists)} vs {sorted(racing_lists)}")
-    stopped = None if racing_ranking is None else [
-        (int(s), float(g)) for s, g, part in zip(racing_ranking["seed"], racing_ranking["sigma"],
-                                                 racing_ranking["partial"]) if part]
+    stopped = None if racing_ranking is None else stopped_members(racing_ranking)
     return {f: recall(full, full_lists[f], racing_lists[f], len(full_lists[f]), stopped) for f in full_lists}
