@@ -63,6 +63,11 @@ METADATA = {
     "vllm_h100_call_cost_qwen15b.json": {"commit": "2e4f58b", "date": "2026-12-06"},
     "real_model_qwen15b_h100_basecheck.json": {"machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0",
                                                "commit": "5403e77", "date": "2026-12-06"},
+    # the lease of 2026-12-06 11:21-11:46 UTC on an H100 at e13ace8 (clean): peers_h200.sh qwen15b-randopt (its arm
+    # cold: vLLM's compile cache empty), qwen15b-flashopt, the randopt arm again warm, then 3 engines; the arm files
+    # and batch_invariance.py's (racing_qwen15b_h200.sh batchinv) name no commit of their own
+    "peers_h100_qwen15b_cold_auto_arm.json": {"commit": "e13ace8"},
+    **{f"vllm_h100_batch_invariance_qwen15b_bi{m}.json": {"commit": "e13ace8", "date": "2026-12-06"} for m in (0, 1)},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
@@ -264,6 +269,13 @@ def _perturb_cpu(d):
 FIGURES = [
     (("ratios", "arms", "protocol", "target"), _peers),
     (("modes", "protocol", "model_dir"), _modes),
+    (("batch_invariant", "summary", "protocol"), lambda d: [   # bench/vllm/batch_invariance.py
+        f"VLLM_BATCH_INVARIANT {int(d['batch_invariant'])}: {d['protocol']['members']} members x "
+        f"{d['protocol']['problems']} problems in 1 call against {d['protocol']['calls']}: "
+        f"{d['summary']['whole_vs_split']['share_completions_differing']:.1%} of answers differ "
+        f"({d['summary']['whole_vs_split']['share_correct_differing']:.1%} in correctness); the same call twice: "
+        f"{d['summary']['whole_vs_again']['share_completions_differing']:.1%}",
+        f"a whole call {d['summary']['whole_generate_s_median']:.2f} s (median)"]),
     (("rounds", "starts", "memory_plan", "protocol"), _engines),
     (("ratios_racing_over_full", "arms", "recall"), _racing),
     (("ratios_racing_over_full", "arms", "cut"), lambda d: [   # a racing bench cut before its report
