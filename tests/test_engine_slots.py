@@ -59,15 +59,47 @@ def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_thei
     assert inside.engines_per_gpu == 2 and "inside each train-scoring cluster job" in inside.why
 
 
+def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which():
+    """The real 1.5B was measured on an H100 too (bench/results/engines_per_gpu_h100_qwen15b_mps.json): a run
+    there takes those gains and that member time; a model or a card without rows of its own takes the H200's,
+    and the record names the card the numbers come from. The H100's own 1.5B run (bench/peers/README.md,
+    66 members in 9 shards) then estimates 2 and 3 engines within noise of each other, as the H200's did."""
+    from randopt.engines.memory import CARD_BYTES, card_name
+    from randopt.runtime.engine_slots import MEASURED, ON_OTHER_CARDS, gains, member_seconds
+    qwen, h100 = MEASURED[1], ON_OTHER_CARDS[0]
+    assert (h100.name, h100.card) == (qwen.name, "h100")
+    assert card_name(CARD_BYTES["h100"]) == "h100" and card_name(CARD_BYTES["h200"]) == "h200"
+    assert card_name(40 * GB) is None and card_name(None) is None   # an A100 40 GB: no name, the H200's rows
+    assert gains(qwen.weight_bytes, True, "h100") == (h100.gain_mps, f"measured on an H100: {qwen.name}")
+    assert gains(qwen.weight_bytes, True, "h200") == gains(qwen.weight_bytes, True, None) == \
+        (qwen.gain_mps, f"measured on an H200: {qwen.name}")
+    assert member_seconds(qwen.weight_bytes, 128 * 512, "h100") == pytest.approx(1 / 0.541)
+    assert member_seconds(qwen.weight_bytes, 128 * 512) == pytest.approx(1 / 0.689)
+    # SmolLM2 and the 7B shape have only H200 rows: an H100 run takes those, and says so
+    smol_on_h100 = gains(MEASURED[0].weight_bytes, True, "h100")
+    assert smol_on_h100 == (MEASURED[0].gain_mps, f"measured on an H200: {MEASURED[0].name}")
+    # between SmolLM2 (H200) and the 1.5B (H100) on an H100: both cards named
+    mid = gains((MEASURED[0].weight_bytes * qwen.weight_bytes) ** 0.5, True, "h100")
+    assert mid[1] == f"measured on an H100 and an H200: between {MEASURED[0].name} and {qwen.name}"
+    assert mid[0][3] == pytest.approx((MEASURED[0].gain_mps[3] + h100.gain_mps[3]) / 2)
+    peers = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=int(qwen.weight_bytes), members_per_group=66,
+                 work=128 * 512, under_mps=True, shard_members=[8, 8, 6] * 3)
+    on_h100 = resolve("auto", **peers, card="h100")
+    assert "1.55x" in on_h100.why and "measured on an H100" in on_h100.why, on_h100.why
+    assert re.search(r"2: 93 s, 3: 90 s", on_h100.why), on_h100.why
+    assert on_h100.engines_per_gpu == 2   # 90 s is within NOISE of 93 s: the fewer engines
+    assert "measured on an H200" in resolve("auto", **peers).why
+
+
 def test_auto_sizes_a_model_from_the_measured_models_either_side_of_its_weights():
     """The gains are the measured models' (MEASURED), interpolated on log weight bytes; the real 1.5B's own
     (3 engines under MPS 1.56x one engine's on an H200) size its GSM8K overlay: 6 shards of 32 members."""
     from randopt.runtime.engine_slots import MEASURED, gains
     smol, qwen, shape7b = (m.weight_bytes for m in MEASURED)
-    assert gains(qwen, True) == (MEASURED[1].gain_mps, MEASURED[1].name)
+    assert gains(qwen, True) == (MEASURED[1].gain_mps, f"measured on an H200: {MEASURED[1].name}")
     assert gains(qwen * 1.15, True)[0] == MEASURED[1].gain_mps   # a GGUF's tensor table counts a tied output twice
     between, source = gains((smol * qwen) ** 0.5, True)           # halfway on a log scale
-    assert source == f"between {MEASURED[0].name} and {MEASURED[1].name}"
+    assert source == f"measured on an H200: between {MEASURED[0].name} and {MEASURED[1].name}"
     for n in (2, 3, 4):
         assert between[n] == pytest.approx((MEASURED[0].gain_mps[n] + MEASURED[1].gain_mps[n]) / 2)
     # the 1.5B was measured under MPS only: time-sliced, it lies between SmolLM2's and the 7B shape's

@@ -44,6 +44,19 @@ def test_the_default_on_a_cpu_host():
                                    "compute_dtype": p.compute_dtype}
 
 
+def test_the_plan_names_the_card_whose_measurements_auto_took():
+    """GPU 0's memory names the card (randopt/engines/memory.py card_name); engine.engines_per_gpu auto takes that
+    card's measurements where there are any, the H200's otherwise, and its reason says which."""
+    auto = VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": "auto"}}
+    on_h100 = plan(auto, cores=16, gpus=1, card_bytes=81_559 << 20)
+    assert on_h100.engines.card == "h100"
+    # SmolLM2 (the default model) has no H100 row: the H200's, named as such
+    assert "measured on an H200: SmolLM2-135M-Instruct" in on_h100.engines.layout.why, on_h100.engines.layout.why
+    assert plan(auto, cores=16, gpus=1, card_bytes=H200).engines.card == "h200"
+    assert plan(auto, cores=16, gpus=1, card_bytes=40 * 10**9).engines.card is None   # a card not measured
+    assert plan(cores=2).engines.card is None   # the CPU
+
+
 def test_engines_side_by_side_on_a_gpu_host_take_engine_slots_under_mps():
     p = plan(VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": 3}}, cores=16, gpus=2, card_bytes=H200)
     e = p.engines

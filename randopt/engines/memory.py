@@ -25,6 +25,13 @@ CARD_BYTES = {"h100": 81_559 << 20,      # H100 SXM 80 GB: nvidia-smi's 81,559 M
               "h200": 150_754_820_096}   # H200 141 GB: torch's total_memory on the device (140.4 GiB)
 
 
+def card_name(card_bytes: int | None) -> str | None:
+    """The CARD_BYTES name of a card of this memory (within 2 %), or None for another card or none."""
+    if not card_bytes:
+        return None
+    return next((name for name, known in CARD_BYTES.items() if abs(card_bytes / known - 1) < 0.02), None)
+
+
 def engine_need_bytes(weight_bytes_per_gpu: float, card_bytes: int) -> float:
     """What one engine needs of each of its GPUs: its weights, the same again as its base copy, CUDA
     context and graphs, and the least KV cache."""

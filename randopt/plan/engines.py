@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from randopt.plan.host import Host, PlanError
 from randopt.population import Population
 from randopt.runtime import cuda_mps
-from randopt.engines.memory import CARD_BYTES, check_fit, gguf_weight_bytes, weight_bytes
+from randopt.engines.memory import CARD_BYTES, card_name, check_fit, gguf_weight_bytes, weight_bytes
 from randopt.runtime.engine_slots import EngineLayout, idle_engines_note, resolve
 
 GPU_LOCK_DIR = ".snakemake/gpu-locks"
@@ -76,6 +76,7 @@ class EnginePlan:
     layout: EngineLayout
     mps: cuda_mps.MpsChoice
     shard_members: tuple[int, ...] | None   # the members of each search shard one GPU group answers, in order
+    card: str | None = None                 # the GPU's name (memory.card_name) whose measurements auto took
 
     @property
     def engines_per_gpu(self) -> int:
@@ -179,6 +180,7 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
     shard_members = None if racing else tuple(sizes[::groups])   # the shards dealt round the groups
     needs_weights = gpus and requested == "auto" or config["engine"]["kind"] == "vllm"
     weights = model_weight_bytes(config, model_dir) if gpus and needs_weights else None
+    card = card_bytes(config, host) if gpus else None
     if gpus and not local and not host.on_cluster:
         # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
         if requested not in ("auto", 1):
@@ -188,8 +190,8 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
     else:
         layout = resolve(requested, gpus_per_engine=gpus, on_cluster=host.on_cluster, weight_bytes=weights,
                          members_per_group=-(-population.size // groups), work=work, under_mps=mps.possible,
-                         shard_members=list(shard_members) if shard_members else None)
-    if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes(config, host)):
+                         shard_members=list(shard_members) if shard_members else None, card=card_name(card))
+    if config["engine"]["kind"] == "vllm" and weights and card:
         check_fit(layout.engines_per_gpu, weights / gpus, card, tp=gpus)
     keep = 0 if host.on_cluster else config["engine"]["keep_loaded_s"]
-    return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members)
+    return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members, card_name(card))

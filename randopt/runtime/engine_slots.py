@@ -1,20 +1,20 @@
 """Engines side by side on one device (engine.engines_per_gpu): how many (whether they fit, and each one's
 share of the card: randopt/engines/memory.py).
 
-A small model leaves a GPU idle between its decode steps (most of a step is fixed host cost), so
-several engines on one GPU, each answering its own members, raise members/s; a large model's steps
-already keep the GPU busy, and a second engine buys nothing. What was measured on one H200 with vLLM
-0.25 (MEASURED; bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x one
-engine's members/s with 2 engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA
-MPS; the real Qwen2.5-Coder-1.5B (3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4; a 7B shape
-(15 GB) 0.97x with 2 and 3. Each further engine starts after the one before (30-48 s). So `auto` takes the
-number of engines that finishes the members soonest (search_seconds; the starts overlap the work of the
-engines already up, and whole shards are handed out as the workflow hands them: scheduled_seconds), at
-the gains of the measured models either side of the model's weight bytes (interpolated on log bytes:
-gains) and a member's time scaled from theirs by train problems x max_tokens (member_seconds). Past the
-7B shape the gains stay below 1, so auto takes 1 there, never slower than one engine. Under CUDA MPS
-(engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, and the gains and the
-shorter starts are MPS's.
+A small model leaves a GPU idle between its decode steps (most of a step is fixed host cost), so several
+engines on one GPU, each answering its own members, raise members/s; a large model's steps already keep the
+GPU busy, and a second engine buys nothing. What was measured on one H200 with vLLM 0.25 (MEASURED;
+bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x one engine's members/s with 2
+engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA MPS; the real Qwen2.5-Coder-1.5B
+(3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4 (on an H100, whose rows replace the H200's for a run
+there: 1.55x, 1.73x and 1.76x); a 7B shape (15 GB) 0.97x with 2 and 3. Each further engine starts after the
+one before (30-48 s). So `auto` takes the number of engines that finishes the members soonest (search_seconds;
+the starts overlap the work of the engines already up, and whole shards are handed out as the workflow hands
+them: scheduled_seconds), at the gains of the measured models either side of the model's weight bytes
+(interpolated on log bytes: gains) and a member's time scaled from theirs by train problems x max_tokens
+(member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1 there, never slower than one
+engine. Under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, and
+the gains and the shorter starts are MPS's.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
@@ -27,16 +27,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Measured:
-    """One model's engines side by side on one H200 with vLLM 0.25 (bench/engines_per_gpu/README.md): its
+    """One model's engines side by side on one card with vLLM 0.25 (bench/engines_per_gpu/README.md): its
     bf16 weight bytes a GPU; one member's seconds on one engine alone at `work` (train problems x max_tokens of
-    that protocol); and members/s against one engine's for 1.. engines, time-sliced (gain) and under CUDA MPS
-    (gain_mps), None where not measured."""
+    that protocol); members/s against one engine's for 1.. engines, time-sliced (gain) and under CUDA MPS
+    (gain_mps), None where not measured; and the card (randopt/engines/memory.py CARD_BYTES' name)."""
     name: str
     weight_bytes: float
     member_s: float
     work: int
     gain: dict[int, float] | None
     gain_mps: dict[int, float] | None
+    card: str = "h200"
 
 
 MEASURED = (
@@ -50,6 +51,14 @@ MEASURED = (
     # a random Qwen2.5-7B shape, 128 prompts x 256 tokens, time-sliced. Not measured under MPS: a GPU its one
     # engine keeps busy has no idle SMs for MPS to fill, so its time-sliced gains bound MPS's too
     Measured("Qwen2.5-7B shape", 15.2e9, 1 / 0.479, 128 * 256, {1: 1.0, 2: 0.97, 3: 0.97}, {1: 1.0, 2: 0.97, 3: 0.97}),
+)
+# The same models measured on another card, in place of their H200 rows there: the real 1.5B on an H100 (the
+# protocol of its H200 row; bench/results/engines_per_gpu_h100_qwen15b_mps.json, 2026-12-06), whose one engine
+# answered slower (0.541 members/s) and whose engines side by side gained more than on the H200. A model with no
+# row for the run's card, or a card that is neither, takes the H200's rows: the reference, and the record says so.
+ON_OTHER_CARDS = (
+    Measured("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, 1 / 0.541, 128 * 512, None, {1: 1.0, 2: 1.55, 3: 1.73, 4: 1.76},
+             card="h100"),
 )
 MEASURED_WORK = 128 * 512   # the protocol a member's seconds are quoted at (MEASURED scales each to it)
 START_S = 40.0                      # a further engine's start, time-sliced (47.5 s and 31.9 s measured)
@@ -91,36 +100,50 @@ def between(weight_bytes: float, points: list) -> tuple:
     return low, high, math.log(weight_bytes / low.weight_bytes) / math.log(high.weight_bytes / low.weight_bytes)
 
 
-def gains(weight_bytes: float, under_mps: bool) -> tuple[dict[int, float], str]:
-    """Members/s against one engine's for 1.. engines of a model of weight_bytes a GPU, and where the numbers
-    come from: the measured models' gains (MEASURED), interpolated on log weight bytes between the two either
-    side (an engine count one of them lacks keeps that model's largest count's gain); past the largest, its."""
+def measured_on(card: str | None) -> list[Measured]:
+    """The measured models for a run on this card: each model's row on the card where it has one
+    (ON_OTHER_CARDS), else its H200 row (MEASURED)."""
+    mine = {m.name: m for m in ON_OTHER_CARDS if m.card == card}
+    return [mine.get(m.name, m) for m in MEASURED]
+
+
+def source_of(low: Measured, high: Measured) -> str:
+    """Where a gain or a member's seconds come from, for a record: the card and the model(s)."""
+    cards = " and an ".join(sorted({m.card.upper() for m in (low, high)}))
+    return f"measured on an {cards}: " + (low.name if low is high else f"between {low.name} and {high.name}")
+
+
+def gains(weight_bytes: float, under_mps: bool, card: str | None = None) -> tuple[dict[int, float], str]:
+    """Members/s against one engine's for 1.. engines of a model of weight_bytes a GPU on this card, and where
+    the numbers come from: the measured models' gains (measured_on), interpolated on log weight bytes between
+    the two either side (an engine count one of them lacks keeps that model's largest count's gain); past the
+    largest, its."""
     kind = "gain_mps" if under_mps else "gain"
-    low, high, at = between(weight_bytes, [m for m in MEASURED if getattr(m, kind)])
+    low, high, at = between(weight_bytes, [m for m in measured_on(card) if getattr(m, kind)])
     a, b = getattr(low, kind), getattr(high, kind)
     counts = range(1, max(max(a), max(b)) + 1)
     table = {n: a.get(n, a[max(a)]) + at * (b.get(n, b[max(b)]) - a.get(n, a[max(a)])) for n in counts}
-    source = low.name if low is high else f"between {low.name} and {high.name}"
-    return table, source
+    return table, source_of(low, high)
 
 
-def member_seconds(weight_bytes: float, work: int) -> float:
-    """One member's seconds on one engine alone: the measured models' (MEASURED), scaled to the work (train
-    problems x max_tokens) and interpolated on log-log scales between the two either side."""
-    low, high, at = between(weight_bytes, list(MEASURED))
+def member_seconds(weight_bytes: float, work: int, card: str | None = None) -> float:
+    """One member's seconds on one engine alone on this card: the measured models' (measured_on), scaled to the
+    work (train problems x max_tokens) and interpolated on log-log scales between the two either side."""
+    low, high, at = between(weight_bytes, measured_on(card))
     per_work = [m.member_s / m.work for m in (low, high)]
     return math.exp(math.log(per_work[0]) + at * (math.log(per_work[1]) - math.log(per_work[0]))) * work
 
 
 def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None,
             members_per_group: int = 0, work: int = MEASURED_WORK, under_mps: bool = False,
-            shard_members: list[int] | None = None) -> EngineLayout:
+            shard_members: list[int] | None = None, card: str | None = None) -> EngineLayout:
     """engine.engines_per_gpu (auto or N >= 1) for one run. gpus_per_engine: 0 for the CPU;
     weight_bytes: the model's weight bytes (None when unknown when the DAG is built);
     members_per_group: the members one GPU group evaluates; work: train problems x max_tokens;
     under_mps: whether engines side by side would share the GPU under CUDA MPS (its gains, its starts);
     shard_members: the members of each engine job of one GPU group, in the order they run (full
-    evaluation's shards), or None where jobs are cut to fit the engines (racing's slices)."""
+    evaluation's shards), or None where jobs are cut to fit the engines (racing's slices); card: the GPU's
+    name (memory.card_name), whose own measurements are taken where there are any."""
     if on_cluster:
         # nothing outlives a cluster job: its engines side by side are its own (randopt/runtime/job_engines.py)
         if requested in ("auto", 1):
@@ -136,16 +159,16 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
         return EngineLayout(1, "auto: the model's size is unknown when the DAG is built (prepare it first), so one "
                                "engine, never slower")
     per_gpu = weight_bytes / gpus_per_engine
-    gain, source = gains(per_gpu, under_mps)
+    gain, source = gains(per_gpu, under_mps, card)
     start_s = START_S_MPS if under_mps else START_S
-    member_s = member_seconds(per_gpu, work)
+    member_s = member_seconds(per_gpu, work, card)
     shards = [m * member_s for m in shard_members] if shard_members else None
     seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards) for n in gain}
     # the fewest engines within NOISE of the least time: a difference that small is no measured difference
     best = min(n for n, s in seconds.items() if s <= min(seconds.values()) * (1 + NOISE))
     return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU, {best} engine(s) at "
                               f"{gain[best]:.2f}x one engine's members/s{' under CUDA MPS' if under_mps else ''} "
-                              f"(measured on an H200: {source}); for {members_per_group} members a GPU group, about "
+                              f"({source}); for {members_per_group} members a GPU group, about "
                               f"{member_s:.2f} s each, each further engine starting ~{start_s:.0f} s after the one "
                               f"before while those up keep answering (estimates after the first start: "
                               f"{', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
