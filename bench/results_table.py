@@ -68,6 +68,11 @@ METADATA = {
     # and batch_invariance.py's (racing_qwen15b_h200.sh batchinv) name no commit of their own
     "peers_h100_qwen15b_cold_auto_arm.json": {"commit": "e13ace8"},
     **{f"vllm_h100_batch_invariance_qwen15b_bi{m}.json": {"commit": "e13ace8", "date": "2026-12-06"} for m in (0, 1)},
+    # bench/real_model/answer_tail.py on the 2-core session host, over the train answers of the peers lease's
+    # randopt arm (its record: 2026-12-06 11:28 UTC, e13ace8, clean); the report names neither machine
+    "real_model_qwen15b_h100_answer_tail.json": {
+        "machine": "answers: 1× NVIDIA H100 80GB HBM3, vLLM 0.25.0; analysis: AMD EPYC (Zen 4), 2 cores",
+        "commit": "e13ace8", "date": "2026-12-06"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
@@ -319,6 +324,14 @@ FIGURES = [
         _shares({m: c["call_s_median"] for m, c in curve.items()}, f"{name}: seconds a call at m problems")
         for name, curve in d["curves"].items()]),
     (("smollm2_135m", "tiny_qwen2_untied"), _verify),
+    (("caps", "member_calls", "n_tokens"), lambda d: [   # bench/real_model/answer_tail.py
+        f"{d['answers']} answers, accuracy {d['accuracy']:.3f}, tokens median {d['n_tokens']['median']:.0f}, "
+        f"max {d['n_tokens']['max']}",
+        *(f"cap {cap}: cut {c['cut']:.1%}, accuracy {c['accuracy']:.3f}, decode steps "
+          f"**{c['decode_steps_ratio']:.2f}×**, Spearman "
+          + ("none" if c["rank_correlation"] is None else f"{c['rank_correlation']:.2f}")
+          + (", top-k kept " + ", ".join(f"{t['kept']}/{t['k']}" for t in c["topk"]) if c.get("topk") else "")
+          for cap, c in d["caps"].items())]),
     (("engine_in_process", "engine_core_process", "import_s"), lambda d: [
         f"engine start {d['engine_in_process']['total_s']:.1f} s in-process, "
         f"{d['engine_core_process']['total_s']:.1f} s with a separate core",

@@ -41,7 +41,7 @@ def test_a_cap_cuts_long_answers_and_rescores_them(tokenizer):
     assert frame["correct"].tolist() == [True, True, True, False]
     cap = int(frame["n_tokens"].min()) + 8
     assert (frame["n_tokens"] > cap).tolist() == [False, True, True, True]
-    report = answer_tail.tail(frame, PROBLEMS, tokenizer, [cap, 10_000], GSM8K({}))
+    report = answer_tail.tail(frame, PROBLEMS, tokenizer, [cap, 10_000], GSM8K({}), [0.5, 1.0])
     capped = report["caps"][str(cap)]
     assert (capped["cut"], capped["correct_lost"], capped["wrong_gained"]) == (0.75, 1, 1)
     assert capped["accuracy"] == 0.75 == report["accuracy"]
@@ -49,11 +49,30 @@ def test_a_cap_cuts_long_answers_and_rescores_them(tokenizer):
     # each member-call waits for its longest answer; the cap bounds both calls at `cap`
     longest = frame.groupby("part")["n_tokens"].max()
     assert capped["decode_steps_ratio"] == pytest.approx(2 * cap / longest.sum())
+    # the selection: as run seed 0 (2 of 2) tops seed 1 (1 of 2); the cap swaps them, so top-1 keeps no one
+    assert [[m["seed"] for m in t["members"]] for t in report["topk"]] == [[0], [0, 1]]
+    assert capped["topk"] == [{"fraction": 0.5, "k": 1, "kept": 0}, {"fraction": 1.0, "k": 2, "kept": 2}]
     assert report["caps"]["10000"] | {"rank_correlation": None} == {
         "cut": 0.0, "accuracy": 0.75, "correct_lost": 0, "wrong_gained": 0, "member_reward_moved_mean": 0.0,
-        "member_reward_moved_max": 0.0, "rank_correlation": None, "decode_steps_ratio": 1.0}
+        "member_reward_moved_max": 0.0, "rank_correlation": None, "decode_steps_ratio": 1.0,
+        "topk": [{"fraction": 0.5, "k": 1, "kept": 1}, {"fraction": 1.0, "k": 2, "kept": 2}]}
     assert report["caps"]["10000"]["rank_correlation"] == pytest.approx(1.0)   # nothing cut: the same ranking
     json.dumps(report, allow_nan=False)
+
+
+def test_ties_in_the_capped_selection_go_to_the_fewer_tokens_the_cap_leaves(tokenizer):
+    """Two members tie on reward once capped; the rank stage's tie-break (fewer generated tokens) then reads the
+    capped lengths, as a capped run's tables would hold them, not the run's."""
+    ramble = " and then we think about it again" * 12
+    frame = answers(tokenizer, [
+        (0, "a", 0, "#### 7"), (0, "a", 1, "Count:" + ramble + ramble + " #### 7"),   # right, longest: cut wrong
+        (1, "b", 0, "#### 7"), (1, "b", 1, "Count:" + ramble + " #### 9"),            # wrong, shorter
+    ])
+    cap = int(frame["n_tokens"].iloc[3]) - 4
+    report = answer_tail.tail(frame, PROBLEMS, tokenizer, [cap], GSM8K({}), [0.5])
+    assert [m["seed"] for m in report["topk"][0]["members"]] == [0]
+    # capped, both score 1 of 2 and both long answers stop at the cap: equal tokens, so sigma then seed: seed 0
+    assert report["caps"][str(cap)]["topk"] == [{"fraction": 0.5, "k": 1, "kept": 1}]
 
 
 def test_files_that_are_not_answer_tables_or_overlap_are_refused(tmp_path, tokenizer):
@@ -77,10 +96,11 @@ def test_the_command_reads_a_runs_files_and_writes_its_report(tmp_path, tokenize
     train.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
     out = tmp_path / "tail.json"
     assert answer_tail.main(["--answers", str(tmp_path / "seeds_*.parquet"), "--train", str(train), "--tokenizer",
-                             str(tiny_model_dir), "--caps", "6", "--out", str(out)]) == 0
+                             str(tiny_model_dir), "--caps", "6", "--fractions", "1", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["answers"] == 2 and report["member_calls"] == 1 and report["accuracy"] == 0.5
     assert report["caps"]["6"]["cut"] == 0.5 and report["answer_files"] == [str(tmp_path / "seeds_*.parquet")]
+    assert report["caps"]["6"]["topk"] == [{"fraction": 1.0, "k": 1, "kept": 1}]
     with pytest.raises(InputError, match="has 1"):
         train.write_text(json.dumps(PROBLEMS[0]) + "\n")
         answer_tail.main(["--answers", str(tmp_path / "seeds_*.parquet"), "--train", str(train), "--tokenizer",

@@ -12,14 +12,16 @@ reports:
   cut          the share of answers longer than L
   accuracy     the mean reward over all answers, as run and with the cap
   rewards      how far each member's train reward moves, and the rank correlation of the members' rewards
-               with the cap against without (does the cap change the selection?)
+               with the cap against without
+  topk         with --fractions, the run's own top-k lists (randopt/selection/ranking.py: reward, then fewer
+               tokens) as run, and per cap how many of each list's members the capped ranking still selects
   decode       the sum over member-calls of min(longest answer, L) over the sum of the longest answers: the
                decode steps a call waits for, the measured driver of its seconds (prefill and the fixed
                cost of a call are left out, so the saving in seconds is smaller)
 
     python bench/real_model/answer_tail.py --answers 'DIR/results/shards/*/sigma=*/*.parquet' \
         --train DIR/data/problems/<key>/train.jsonl --tokenizer DIR/data/models/<key>/model \
-        --caps 192 256 320 384 --out bench/results/answer_tail_<model>.json
+        --caps 192 256 320 384 --fractions 0.02 0.05 --out bench/results/real_model_<model>_<machine>_answer_tail.json
 
 A member-call is one (seed, sigma, part): the answers one generate call returned. GSM8K's reward only; the
 re-encoding of an answer's text can differ from the generated ids by a token at the cut.
@@ -38,6 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from randopt.io import InputError, read_jsonl, write_json_atomic  # noqa: E402
+from randopt.selection.ranking import rank_population, top_k  # noqa: E402
 
 
 def read_answers(patterns: list[str]) -> pd.DataFrame:
@@ -76,12 +79,27 @@ def rank_correlation(a: pd.Series, b: pd.Series) -> float | None:
     return None if np.isnan(value) else float(value)
 
 
+def top_lists(frame: pd.DataFrame, correct: pd.Series, n_tokens: pd.Series, fractions: list[float]) -> list[dict]:
+    """The top-k lists the rank stage would cut from these rewards and token counts (full evaluation: every
+    seed 0..max at every sigma, each on the same problems); none without fractions."""
+    if not fractions:
+        return []
+    rows = pd.DataFrame({"seed": frame["seed"], "sigma": frame["sigma"], "correct": correct, "n_tokens": n_tokens})
+    sigmas = sorted(float(s) for s in frame["sigma"].unique())
+    return top_k(rank_population(rows, int(frame["seed"].max()) + 1, sigmas), fractions)
+
+
+def members_of(entry: dict) -> set[tuple[int, float]]:
+    return {(m["seed"], m["sigma"]) for m in entry["members"]}
+
+
 def quantiles(values: np.ndarray) -> dict:
     return {name: float(np.quantile(values, q)) for name, q in (("median", 0.5), ("p90", 0.9), ("p99", 0.99))}
 
 
-def tail(frame: pd.DataFrame, problems: list[dict], tokenizer, caps: list[int], task) -> dict:
-    """The report above, one entry per cap."""
+def tail(frame: pd.DataFrame, problems: list[dict], tokenizer, caps: list[int], task,
+         fractions: list[float] = ()) -> dict:
+    """The report above, one entry per cap; the top-k lists for each of fractions."""
     members = ["seed", "sigma"]
     longest = frame.groupby(members + ["part"])["n_tokens"].max()
     base_rewards = frame.groupby(members)["correct"].mean()
@@ -90,11 +108,13 @@ def tail(frame: pd.DataFrame, problems: list[dict], tokenizer, caps: list[int], 
            "accuracy": float(frame["correct"].mean()),
            "n_tokens": quantiles(lengths) | {"max": int(lengths.max())},
            "correct_n_tokens": quantiles(lengths[frame["correct"].to_numpy(bool)]) if frame["correct"].any() else None,
+           "topk": top_lists(frame, frame["correct"], frame["n_tokens"], list(fractions)),
            "caps": {}}
     for cap in caps:
         rewards = capped(frame, problems, tokenizer, cap, task)
         member_rewards = rewards.groupby([frame["seed"], frame["sigma"]]).mean()
         moved = (member_rewards - base_rewards).abs()
+        selected = top_lists(frame, rewards >= 1.0, frame["n_tokens"].clip(upper=cap), list(fractions))
         out["caps"][str(cap)] = {
             "cut": float((frame["n_tokens"] > cap).mean()),
             "accuracy": float(rewards.mean()),
@@ -102,7 +122,9 @@ def tail(frame: pd.DataFrame, problems: list[dict], tokenizer, caps: list[int], 
             "wrong_gained": int((~frame["correct"] & (rewards >= 1.0)).sum()),
             "member_reward_moved_mean": float(moved.mean()), "member_reward_moved_max": float(moved.max()),
             "rank_correlation": rank_correlation(base_rewards, member_rewards.loc[base_rewards.index]),
-            "decode_steps_ratio": float(np.minimum(longest, cap).sum() / longest.sum())}
+            "decode_steps_ratio": float(np.minimum(longest, cap).sum() / longest.sum()),
+            "topk": [{"fraction": run["fraction"], "k": run["k"], "kept": len(members_of(run) & members_of(now))}
+                     for run, now in zip(out["topk"], selected)]}
     return out
 
 
@@ -112,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train", required=True, help="the frozen train split the answers were scored on")
     parser.add_argument("--tokenizer", required=True, help="the model dir (its tokenizer cuts the answers)")
     parser.add_argument("--caps", type=int, nargs="+", default=[192, 256, 320, 384])
+    parser.add_argument("--fractions", type=float, nargs="*", default=[],
+                        help="the run's topk.fractions: how many of each top-k list a cap keeps")
     parser.add_argument("--out", default=None, help="the report as JSON")
     args = parser.parse_args(argv)
     if any(c < 1 for c in args.caps):
@@ -125,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     if int(frame["problem"].max()) >= len(problems):
         raise InputError(f"the answers name problem {int(frame['problem'].max())}, and {args.train} has "
                          f"{len(problems)}: give the split they were scored on")
-    report = tail(frame, problems, AutoTokenizer.from_pretrained(args.tokenizer), sorted(args.caps), GSM8K({}))
+    report = tail(frame, problems, AutoTokenizer.from_pretrained(args.tokenizer), sorted(args.caps), GSM8K({}),
+                  args.fractions)
     report |= {"what": "bench/real_model/answer_tail.py: what a lower max_tokens saves and costs",
                "answer_files": args.answers, "train": args.train}
     print(f"{report['answers']} answers, {report['member_calls']} member-calls, accuracy {report['accuracy']:.3f}; "
@@ -134,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     for cap, c in report["caps"].items():
         print(f"cap {cap}: cut {c['cut']:.1%}, accuracy {c['accuracy']:.3f} ({c['correct_lost']} right answers lost, "
               f"{c['wrong_gained']} gained), member rewards moved {c['member_reward_moved_mean']:.4f} on average, "
-              f"rank correlation {c['rank_correlation']}; decode steps {c['decode_steps_ratio']:.2f} of now")
+              f"rank correlation {c['rank_correlation']}; decode steps {c['decode_steps_ratio']:.2f} of now"
+              + "".join(f"; top-{t['k']} keeps {t['kept']}" for t in c["topk"]))
     if args.out:
         write_json_atomic(Path(args.out), report)
     return 0
