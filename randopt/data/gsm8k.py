@@ -1,8 +1,10 @@
 """GSM8K's own data: answer extraction, numeric scoring, and strict loading of its sources.
 
 Extraction is robust where upstream is not ("1,000", "$18.00", "18.", "-3", "#### 7."): the
-final answer is the first number after the last "####" (or, with no "####", the last number in
-the text), and answers are compared as exact decimals, so "18.00" equals "18".
+final answer is the first number after the last "####"; with no "####", the first number in the
+last \\boxed{} (a real instruct model boxes its answer more often than it writes "####", then often
+goes on: "\\boxed{5}. Javier needs 5 hits in the remaining 10 games"); with neither, the last number
+in the text. Answers are compared as exact decimals, so "18.00" equals "18".
 
 A source gives a train and a test pool of {"question", "answer"} rows, in source order: generated
 problems (randopt/data/synth.py), a directory of train.jsonl and test.jsonl, or the Hub's parquet at
@@ -17,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from randopt.data.boxed import last_boxed
 from randopt.data.hub import hf_dataset_file
 from randopt.inputs import Input
 from randopt.schema import check_source
@@ -57,15 +60,20 @@ def _normalise(match: re.Match) -> str:
 def extract_answer(text: str) -> str | None:
     """The final numeric answer of ``text`` as a normalised string ("1000", "18", "-3", "1234.5").
 
-    The first number after the last "####"; without "####", the last number in the text.
-    None when there is no number there.
+    The first number after the last "####"; without "####", the first number in the last \\boxed{}
+    (one that holds a number); without either, the last number in the text. None when there is no
+    number there. (On the real Qwen2.5-Coder-1.5B's answers under FlashOpt's prompt, 94 % boxed
+    their answer and 2 % wrote "####"; where the box and the last number differed, the box was right
+    86 times and the last number once: bench/real_model/README.md.)
     """
     if not isinstance(text, str):
         return None
     if "####" in text:
         match = _NUMBER_RE.search(text.rsplit("####", 1)[1])
-    else:
-        match = None
+        return _normalise(match) if match else None
+    boxed = last_boxed(text)
+    match = _NUMBER_RE.search(boxed) if boxed else None
+    if match is None:
         for match in _NUMBER_RE.finditer(text):
             pass
     return _normalise(match) if match else None

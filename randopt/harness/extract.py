@@ -1,8 +1,8 @@
 """The answer a member's completion gives, for the ensemble's vote in generate_until (docs/lm_eval.md).
 
 - When the lm-eval task is the run's own task (its name starts with one of LM_EVAL_NAMES[kind]), the
-  run's own extraction and vote key (randopt/tasks/): GSM8K's number after the last "####" (else the
-  last number), compared as exact numbers, as the vote stage compares them.
+  run's own extraction and vote key (randopt/tasks/): GSM8K's number after the last "####" (else in the
+  last \\boxed{}, else the last number), compared as exact numbers, as the vote stage compares them.
 - Any other task: the same number rule (randopt/data/gsm8k.py extract_answer), compared as exact
   numbers; a completion with no number votes with its last non-empty line, stripped; an empty
   completion abstains.

@@ -10,31 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from randopt.data.boxed import last_boxed
 from randopt.data.hub import hf_dataset_file
 from randopt.tasks.base import Reward, Task, full, zero
 from randopt.tasks.local_jsonl import load_rows
 
 FIELDS = ("problem", "answer")
 WHAT = 'MATH-500-format rows {"problem", "answer", "subject", "level"}'
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}) in text, braces balanced; None when there
-    is none or it is not closed."""
-    if not isinstance(text, str):
-        return None
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    brace = text.find("{", start)
-    if brace < 0:
-        return None
-    depth = 0
-    for i in range(brace, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[brace + 1:i].strip() or None
-    return None
 
 
 def equivalent(answer: str, reference: str) -> bool:

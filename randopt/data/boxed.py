@@ -1,0 +1,22 @@
+"""The last \\boxed{...} of a completion: MATH's answer, and GSM8K's where a model boxes its answer
+instead of writing "####" (randopt/data/gsm8k.py)."""
+from __future__ import annotations
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} (or \\fbox{...}) in text, braces balanced; None when there
+    is none or it is not closed."""
+    if not isinstance(text, str):
+        return None
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    brace = text.find("{", start)
+    if brace < 0:
+        return None
+    depth = 0
+    for i in range(brace, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[brace + 1:i].strip() or None
+    return None
