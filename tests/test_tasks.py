@@ -53,6 +53,7 @@ def test_an_unknown_task_kind_is_an_error_naming_the_kinds():
     ("exact", {}, "Paris", "Paris", 1.0),                     # no marker: the last line
     ("numeric", {}, "so #### 1,000.0 apples", "1000", 1.0),
     ("numeric", {}, "#### 999", "1000", 0.0),
+    ("numeric", {}, "so \\boxed{1,000} apples for 3 days", "1000", 1.0),   # a boxed answer, written on after
     ("regex", {"pattern": r"answer is (\w+)"}, "the answer is B, no, the answer is C", "C", 1.0),
     ("regex", {"pattern": r"answer is (\w+)"}, "no idea", "C", 0.0),
 ])

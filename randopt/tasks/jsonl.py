@@ -3,8 +3,9 @@
 The match rule (task.jsonl.match):
   exact    the text after the last "####" (to the end of its line; without "####", the last non-empty
            line) equals the answer, whitespace collapsed (case_sensitive decides case);
-  numeric  GSM8K's extraction (randopt/data/gsm8k.py: the first number after the last "####", or the
-           last number) equals the answer's number as exact decimals, so "1,000" matches "1000.0";
+  numeric  GSM8K's extraction (randopt/data/gsm8k.py: the first number after the last "####", else in
+           the last \\boxed{}, else the last number) equals the answer's number as exact decimals, so
+           "1,000" matches "1000.0";
   regex    the pattern's last match in the completion (its group 1 if it has groups) equals the answer
            as under exact.
 """
