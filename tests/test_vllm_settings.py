@@ -71,6 +71,14 @@ def test_a_worker_process_of_its_own_is_asked_for_only_on_one_gpu():
     assert "distributed_executor_backend" not in llm_options("/m", tensor_parallel_size=2, worker_process=True, **common)
 
 
+def test_a_fixed_kv_cache_is_passed_only_when_asked_for():
+    """kv_cache_memory_bytes makes vLLM skip its memory profiling (bench/engines_per_gpu --starts together)."""
+    common = dict(tensor_parallel_size=1, gpu_memory_utilization=0.25, enforce_eager=False, trust_remote_code=False,
+                  max_model_len=2048, batch_size=512)
+    assert "kv_cache_memory_bytes" not in llm_options("/m", **common)
+    assert llm_options("/m", kv_cache_memory_bytes=12.5 * 2**30, **common)["kv_cache_memory_bytes"] == 12.5 * 2**30
+
+
 # --- perturbation.noise reaches every tensor-parallel worker ------------------------------------------
 
 def test_the_engine_hands_its_noise_to_every_workers_setup(tmp_path, monkeypatch):

@@ -27,6 +27,13 @@ and each engine process's own CPU), GPU utilization and memory (NVML).
 bench/vllm/vllm_bench.py's build_random_7b (it answers nonsense, so its answers mostly run to
 --max-tokens); --model-dir takes any local model dir. --fake runs the whole protocol with a
 stand-in engine (sleeps, no GPU) to test the controller on a CPU.
+
+--starts together launches every engine at once instead (one engine count in --ns), each with a fixed KV
+cache (--kv-cache-gib, vLLM's kv_cache_memory_bytes: vLLM then skips the memory profiling that one engine's
+start must not see of another's), and records when each was ready and when all were: whether engines side by
+side can start together rather than in turn (the workflow's start lock). On the real 1.5B's FlashOpt protocol
+on an H100 the three engines' turns put them up at 42, 64 and 96 s, 55 s from the first to the last
+(bench/peers/README.md).
 """
 from __future__ import annotations
 
@@ -114,13 +121,15 @@ def engine_choices(args) -> dict:
     """The engine's options this sweep varies (engine.speculation, engine.draft_tokens, engine.worker_process
     of config/schema.yaml), passed to make_engine only when chosen, so a plain sweep builds the same engine."""
     return ({"speculation": args.speculation, "draft_tokens": args.draft_tokens} if args.speculation != "none" else {}) \
-        | ({"worker_process": True} if args.worker_process else {})
+        | ({"worker_process": True} if args.worker_process else {}) \
+        | ({"kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30)} if args.kv_cache_gib else {})
 
 
 def choice_flags(args) -> list[str]:
     """engine_choices as the worker's command-line flags."""
     return ["--speculation", args.speculation, "--draft-tokens", str(args.draft_tokens)] \
-        + (["--worker-process"] if args.worker_process else [])
+        + (["--worker-process"] if args.worker_process else []) \
+        + (["--kv-cache-gib", str(args.kv_cache_gib)] if args.kv_cache_gib else [])
 
 
 def worker(args) -> None:
@@ -441,8 +450,12 @@ def controller(args) -> int:
                            "window_s": args.window, "ns": ns, "omp_threads_per_engine": args.omp_threads,
                            # options_h200.sh's MPS=1 exports the daemon's pipe folder to every engine it starts
                            "cuda_mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
-                           "starts": "sequential: engine i+1 launched after engine i answered ready (built + one warm-up member)",
-                           "sweep": "incremental: engines 1..N of the largest N, each measured at the counts in ns"},
+                           "starts": "together: every engine launched at once, each with a fixed KV cache"
+                                     if args.starts == "together" else
+                                     "sequential: engine i+1 launched after engine i answered ready (built + one warm-up member)",
+                           "sweep": f"one count: all {ns[0]} engines, started together, measured once"
+                                    if args.starts == "together" else
+                                    "incremental: engines 1..N of the largest N, each measured at the counts in ns"},
               "rounds": [], "starts": [], "failures": []}
 
     def save():
@@ -476,6 +489,8 @@ def controller(args) -> int:
         result["failures"].append({"n": max(ns), "error": f"no memory share left: {util}"})
         save()
         return 1
+    if args.starts == "together":
+        return together(args, result, save, model_dir, util, logdir, gpu, t_all)
     engines: list[Engine] = []
     try:
         last_start = 0.0
@@ -541,6 +556,66 @@ def controller(args) -> int:
     return 0
 
 
+KV_RESERVE_BYTES = 2 << 30   # of an engine's share, besides its weights: activations, CUDA graphs, the allocator
+
+
+def kv_cache_gib(util: float, card: int | None, weight_bytes: int) -> float:
+    """--starts together's fixed KV cache when --kv-cache-gib is not given: an engine's share of the card less
+    its weights and KV_RESERVE_BYTES (the base copy sits outside the share, as util already counts)."""
+    if not card:
+        return 1.0
+    kv = util * card - weight_bytes - KV_RESERVE_BYTES
+    if kv < 1 << 30:
+        raise SystemExit(f"--starts together: an engine's share ({util} of {card / 2**30:.1f} GiB) leaves "
+                         f"{kv / 2**30:.2f} GiB for its KV cache after {weight_bytes / 2**30:.2f} GiB of weights and "
+                         f"a {KV_RESERVE_BYTES / 2**30:.0f} GiB reserve; start fewer engines or give --kv-cache-gib")
+    return round(kv / 2**30, 2)
+
+
+def together(args, result: dict, save, model_dir: Path, util: float, logdir: Path, gpu: Gpu, t_all: float) -> int:
+    """--starts together: every engine launched at the same instant, each with a fixed KV cache; when each was
+    ready, when all were, then one measurement of them all (measure)."""
+    n = result["protocol"]["ns"][0]
+    if args.kv_cache_gib is None:
+        args.kv_cache_gib = kv_cache_gib(util, result["machine"].get("gpu_memory_bytes"), result["weight_bytes"])
+    result["protocol"]["engine_options"] = engine_choices(args)
+    print(f"starting {n} engines together, a {args.kv_cache_gib} GiB KV cache each", flush=True)
+    t0 = time.perf_counter()
+    engines = [Engine(i, args, model_dir, util, logdir) for i in range(1, n + 1)]
+    try:
+        for e in engines:
+            msg = e.read(timeout=max(1.0, args.start_timeout - (time.perf_counter() - t0)))
+            if msg is None or not msg.get("ready"):
+                err = (msg or {}).get("error", f"not ready after {args.start_timeout} s")
+                result["failures"].append({"n": e.index, "error": err, "traceback": (msg or {}).get("traceback"),
+                                           "log_tail": e.log_tail()})
+                print(f"engine {e.index} FAILED to start: {err}", flush=True)
+                save()
+                return 1
+            u, m = gpu.sample()
+            result["starts"].append({"engine": e.index, "start_s": msg["since_exec_s"], "engine_s": msg["engine_s"],
+                                     "warmup_member_s": msg["warmup_s"], "gpu_mem_used_bytes": m,
+                                     "free_gpu_bytes_after": msg.get("free_gpu_bytes_after"),
+                                     "warmup_tokens": msg.get("warmup_tokens"), "setup": msg.get("setup"),
+                                     "scorer": msg.get("scorer")})
+            print(f"engine {e.index} ready {msg['since_exec_s']:.1f} s after its launch (engine "
+                  f"{msg['engine_s']:.1f} s, warm-up member {msg['warmup_s']:.2f} s)", flush=True)
+        result["all_ready_s"] = time.perf_counter() - t0
+        print(f"all {n} engines ready in {result['all_ready_s']:.1f} s", flush=True)
+        save()
+        r = measure(engines, args.window, n, gpu, args.prompts)
+        r["all_ready_s"] = result["all_ready_s"]
+        result["rounds"].append(r)
+        print(f"N={n}: {r['members_per_s']:.3f} members/s, {r['gen_tokens_per_s']:.0f} tok/s, GPU util "
+              f"{r['gpu_util_mean_pct']}%" + (f", errors {r['errors']}" if r["errors"] else ""), flush=True)
+    finally:
+        for e in engines:
+            e.stop()
+    result["elapsed_s"] = time.perf_counter() - t_all
+    save()
+    return 0 if not result["rounds"][-1]["errors"] else 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=["smollm2", "qwen7b"])
@@ -570,6 +645,12 @@ def main() -> int:
     p.add_argument("--draft-tokens", type=int, default=8, help="engine.draft_tokens, with --speculation population")
     p.add_argument("--worker-process", action="store_true",
                    help="engine.worker_process: each engine's vLLM worker in a process of its own")
+    p.add_argument("--starts", choices=["sequential", "together"], default="sequential",
+                   help="sequential: each engine after the one before is ready, measuring each count of --ns on the "
+                        "way; together: all at once (one count in --ns), each with a fixed KV cache")
+    p.add_argument("--kv-cache-gib", type=float, default=None,
+                   help="each engine's KV cache (vLLM's kv_cache_memory_bytes); with --starts together, by default "
+                        "its share less its weights and a 2 GiB reserve")
     p.add_argument("--fake", action="store_true", help="a stand-in engine (no GPU, no vLLM): tests the controller")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
@@ -581,6 +662,8 @@ def main() -> int:
         return 0
     if not args.fake and (args.model is None) == (args.model_dir is None):
         p.error("give one of --model and --model-dir")
+    if args.starts == "together" and len(set(args.ns)) != 1:
+        p.error("--starts together measures one engine count: give --ns one number")
     return controller(args)
 
 

@@ -10,6 +10,10 @@
 #   bash bench/racing/racing_qwen15b_h200.sh racing report   the racing arm (RACE_KNOBS), then the comparison
 #   bash bench/racing/racing_qwen15b_h200.sh batchinv    a member's answers in one call against two, without and with
 #                                                         VLLM_BATCH_INVARIANT (bench/vllm/batch_invariance.py; ~4 min)
+#   bash bench/racing/racing_qwen15b_h200.sh together3   3 engines under MPS started at once, each with a fixed KV cache
+#                                                         (engines_per_gpu.py --starts together; ~2 min)
+# batchinv and together3 need only a prepared model and a frozen train split: RACE_WORKDIR=/tmp/peers/qwen15b runs them on
+# bench/peers' setup instead of the prepare part's (2026-12-06: batchinv on the peers lease's).
 # The arms are bench/racing/racing.py on the committed overlays (config/models/qwen2.5-coder-1.5b.yaml and
 # config/qwen15b_gsm8k.yaml, merged into one file: racing.py takes one): 192 members, 128 real GSM8K train
 # problems, the reasoning prompt at 512 tokens, 3 engines under MPS; the test split cut to 128 problems and the
@@ -83,17 +87,31 @@ callcost() {
     --sigmas 0.001 --seeds 3 --tag qwen15b --out "$OUT" 2>&1 | tail -6
 }
 
-engines20() {  # does a 20-problem call leave more of the GPU idle than a 128-problem one (1.56x at 3 engines)?
-  [ -n "$(model_dir)" ] || { log "run the prepare part first"; return 1; }
-  decode || return 1
+mps_on() {  # a CUDA MPS daemon for the engines side by side, as the workflow's own runs have one
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d || { log "the MPS daemon did not start"; return 1; }
+}
+mps_off() { echo quit | nvidia-cuda-mps-control; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; }
+
+engines20() {  # does a 20-problem call leave more of the GPU idle than a 128-problem one (1.56x at 3 engines)?
+  [ -n "$(model_dir)" ] || { log "run the prepare part first"; return 1; }
+  decode || return 1
+  mps_on || return 1
   timeout "$(left)" python3 bench/engines_per_gpu/engines_per_gpu.py --model-dir "$(model_dir)" --train "$(train)" \
     --ns 1 3 --prompts 20 --prompt-json /tmp/racing-qwen15b-decode.json --max-tokens 512 --window 25 \
     --budget "$(left)" --work /tmp/epg20-work --tag qwen15b_mps20 --out "$OUT" 2>&1 | tail -8
-  echo quit | nvidia-cuda-mps-control
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  mps_off
+}
+
+together3() {  # 3 engines started at once with a fixed KV cache: up sooner than the start lock's turns (42/64/96 s)?
+  [ -n "$(model_dir)" ] || { log "run the prepare part first (or set RACE_WORKDIR to another setup)"; return 1; }
+  decode || return 1
+  mps_on || return 1
+  timeout "$(left)" python3 bench/engines_per_gpu/engines_per_gpu.py --model-dir "$(model_dir)" --train "$(train)" \
+    --ns 3 --starts together --prompts 128 --prompt-json /tmp/racing-qwen15b-decode.json --max-tokens 512 \
+    --window 25 --work /tmp/epg-together-work --tag "qwen15b_${CARD}_mps_together3" --out "$OUT" 2>&1 | tail -8
+  mps_off
 }
 
 batchinv() {  # each mode in its own process: vLLM reads the variable when its engine starts
@@ -107,7 +125,7 @@ batchinv() {  # each mode in its own process: vLLM reads the variable when its e
   done
 }
 
-[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv | together3 ..." >&2; exit 2; }
 overlay || exit 1
 for part in "$@"; do
   case $part in
@@ -116,6 +134,7 @@ for part in "$@"; do
     callcost) callcost ;;
     engines20) engines20 ;;
     batchinv) batchinv ;;
+    together3) together3 ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

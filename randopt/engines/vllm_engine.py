@@ -9,6 +9,11 @@ the base copy (one more copy of this rank's weights) is allocated afterwards, ou
 ``gpu_memory_utilization: auto`` therefore takes  0.90 - weight bytes per GPU / card bytes  (with
 0.90 leaving room for CUDA graphs and the allocator), e.g. Qwen2.5-72B bf16 at TP=8 on 80 GB:
 0.90 - 18.2/80 = 0.67; SmolLM2-135M on an H200: 0.90.
+
+``kv_cache_memory_bytes`` (vLLM's own option) fixes the KV cache instead, and vLLM then skips its memory
+profiling, the one step of a start that must not see another engine start on the same GPU (the start lock,
+randopt/runtime/resident/start_lock.py). Only bench/engines_per_gpu/engines_per_gpu.py --starts together
+passes it, to measure whether engines side by side may start at once; the workflow's engines start in turn.
 """
 from __future__ import annotations
 
@@ -79,7 +84,7 @@ def set_vllm_environment(tensor_parallel_size: int, env=None) -> None:
 
 def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utilization: float, enforce_eager: bool,
                 trust_remote_code: bool, max_model_len: int, batch_size: int, speculation: str = "none",
-                draft_tokens: int = 8, worker_process: bool = False) -> dict:
+                draft_tokens: int = 8, worker_process: bool = False, kv_cache_memory_bytes: int | None = None) -> dict:
     """The arguments of vllm.LLM. Prefix caching is off: the weights change under the same prompts. A shape
     model (randopt/model/shape.py) has no weight files: vLLM's dummy load format makes them (docs/gpu.md)."""
     dummy = {"load_format": "dummy"} if shape.read_marker(model_dir) else {}
@@ -92,6 +97,8 @@ def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utiliza
     # GPUs it is mp already. A worker process of its own overlaps its GPU work with the core's host work.
     if worker_process and tensor_parallel_size == 1:
         options["distributed_executor_backend"] = "mp"
+    if kv_cache_memory_bytes:
+        options["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
     spec = speculative_config(speculation, draft_tokens)
     return options | ({"speculative_config": spec} if spec else {})
 
@@ -113,7 +120,7 @@ class VllmEngine:
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
                  enforce_eager: bool = False, threads: int | None = None, engines_per_gpu: int = 1,
                  noise: str = "rademacher", speculation: str = "none", draft_tokens: int = 8,
-                 worker_process: bool = False):
+                 worker_process: bool = False, kv_cache_memory_bytes: int | None = None):
         check_kind(noise)  # before vLLM starts: an unknown kind fails in seconds, not after the load
         # before vLLM starts: a bad speculation setting, or a vLLM without the custom proposer, fails in seconds
         if speculative_config(speculation, draft_tokens) and (why := unsupported_reason()):
@@ -134,7 +141,7 @@ class VllmEngine:
                                      gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                                      trust_remote_code=trust_remote_code, max_model_len=max_model_len,
                                      batch_size=batch_size, speculation=speculation, draft_tokens=draft_tokens,
-                                     worker_process=worker_process))
+                                     worker_process=worker_process, kv_cache_memory_bytes=kv_cache_memory_bytes))
         self.speculation = speculation
         # Every rank perturbs with the same noise kind (the worker extension builds its Perturber with it).
         self.setup = self.llm.collective_rpc("randopt_setup", args=(self.model_dir, noise))
