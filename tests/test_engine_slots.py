@@ -64,12 +64,14 @@ def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which(
     there takes those gains and that member time; a model or a card without rows of its own takes the H200's,
     and the record names the card the numbers come from. The H100's own 1.5B run (bench/peers/README.md,
     66 members in 9 shards) then estimates 2 and 3 engines within noise of each other, as the H200's did."""
-    from randopt.engines.memory import CARD_BYTES, card_name
+    from randopt.engines.memory import card_name
     from randopt.runtime.engine_slots import MEASURED, ON_OTHER_CARDS, gains, member_seconds
     qwen, h100 = MEASURED[1], ON_OTHER_CARDS[0]
     assert (h100.name, h100.card) == (qwen.name, "h100")
-    assert card_name(CARD_BYTES["h100"]) == "h100" and card_name(CARD_BYTES["h200"]) == "h200"
-    assert card_name(40 * GB) is None and card_name(None) is None   # an A100 40 GB: no name, the H200's rows
+    assert card_name("NVIDIA H100 80GB HBM3") == "h100" and card_name("NVIDIA H200") == "h200"
+    assert card_name("h100") == "h100"   # a cluster's resources.gpu_model
+    # by name, not memory: an A100 80GB holds an H100's bytes and is no H100; no card, no name
+    assert card_name("NVIDIA A100-SXM4-80GB") is None and card_name(None) is None
     assert gains(qwen.weight_bytes, True, "h100") == (h100.gain_mps, f"measured on an H100: {qwen.name}")
     assert gains(qwen.weight_bytes, True, "h200") == gains(qwen.weight_bytes, True, None) == \
         (qwen.gain_mps, f"measured on an H200: {qwen.name}")
@@ -86,9 +88,15 @@ def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which(
                  work=128 * 512, under_mps=True, shard_members=[8, 8, 6] * 3)
     on_h100 = resolve("auto", **peers, card="h100")
     assert "1.55x" in on_h100.why and "measured on an H100" in on_h100.why, on_h100.why
+    assert "1.85 s each, each further" in on_h100.why   # the member time is the same card's: no second source
     assert re.search(r"2: 93 s, 3: 90 s", on_h100.why), on_h100.why
     assert on_h100.engines_per_gpu == 2   # 90 s is within NOISE of 93 s: the fewer engines
     assert "measured on an H200" in resolve("auto", **peers).why
+    # time-sliced, the gains come from the H200's SmolLM2 and 7B shape, the member time from the H100's 1.5B:
+    # the reason names both
+    sliced = resolve("auto", **(peers | {"under_mps": False}), card="h100")
+    assert f"(measured on an H100: {qwen.name})" in sliced.why and "measured on an H200: between" in sliced.why, \
+        sliced.why
 
 
 def test_auto_sizes_a_model_from_the_measured_models_either_side_of_its_weights():

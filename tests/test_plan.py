@@ -44,17 +44,42 @@ def test_the_default_on_a_cpu_host():
                                    "compute_dtype": p.compute_dtype}
 
 
-def test_the_plan_names_the_card_whose_measurements_auto_took():
-    """GPU 0's memory names the card (randopt/engines/memory.py card_name); engine.engines_per_gpu auto takes that
-    card's measurements where there are any, the H200's otherwise, and its reason says which."""
+QWEN15B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
+           "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
+           "max_position_embeddings": 32768, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_the_plan_names_the_card_whose_measurements_auto_took(tmp_path):
+    """GPU 0's name names the card (randopt/engines/memory.py card_name); engine.engines_per_gpu auto, and
+    selection.mode auto's member time, take that card's measurements where there are any (the real 1.5B's on an
+    H100), the H200's otherwise, and the reason says which."""
     auto = VLLM | {"engine": {**VLLM["engine"], "engines_per_gpu": "auto"}}
-    on_h100 = plan(auto, cores=16, gpus=1, card_bytes=81_559 << 20)
+    on_h100 = plan(auto, cores=16, gpus=1, card_bytes=81_559 << 20, card_model="NVIDIA H100 80GB HBM3")
     assert on_h100.engines.card == "h100"
     # SmolLM2 (the default model) has no H100 row: the H200's, named as such
     assert "measured on an H200: SmolLM2-135M-Instruct" in on_h100.engines.layout.why, on_h100.engines.layout.why
-    assert plan(auto, cores=16, gpus=1, card_bytes=H200).engines.card == "h200"
-    assert plan(auto, cores=16, gpus=1, card_bytes=40 * 10**9).engines.card is None   # a card not measured
+    assert plan(auto, cores=16, gpus=1, card_bytes=H200, card_model="NVIDIA H200").engines.card == "h200"
+    # an A100 80GB has an H100's memory and is no H100: not a measured card
+    assert plan(auto, cores=16, gpus=1, card_bytes=81_920 << 20, card_model="NVIDIA A100-SXM4-80GB").engines.card is None
     assert plan(cores=2).engines.card is None   # the CPU
+    # a model of the real 1.5B's size (a shape of its config): the H100's own rows, in the plan's reason
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(QWEN15B))
+    qwen = auto | {"model": {"source": "shape", "config": str(config)}}
+    h100 = plan(qwen, cores=16, gpus=1, card_bytes=81_559 << 20, card_model="NVIDIA H100 80GB HBM3")
+    h200 = plan(qwen, cores=16, gpus=1, card_bytes=H200, card_model="NVIDIA H200")
+    assert "measured on an H100: Qwen2.5-Coder-1.5B-Instruct" in h100.engines.layout.why, h100.engines.layout.why
+    assert "measured on an H200: Qwen2.5-Coder-1.5B-Instruct" in h200.engines.layout.why, h200.engines.layout.why
+    # selection.mode auto's estimate takes the same card's member time and gains: with 3 engines on either card, a
+    # call costs (0.689 / 0.541) x (1.56 / 1.73) as long on the H100 (its one engine slower, its 3 engines' gain larger)
+    from randopt.runtime.engine_slots import MEASURED, ON_OTHER_CARDS
+    race = qwen | {"engine": {**qwen["engine"], "engines_per_gpu": 3}, "selection": {"mode": "auto"},
+                   "gsm8k": {"n_train": 512}, "decode": {"max_tokens": 512}, "population": {"n_seeds": 32}}
+    calls = [plan(race, cores=16, gpus=1, card_bytes=b, card_model=m).selection.estimate["rounds"][0]["call_s"]
+             for b, m in ((81_559 << 20, "NVIDIA H100 80GB HBM3"), (H200, "NVIDIA H200"))]
+    h100_row, h200_row = ON_OTHER_CARDS[0], MEASURED[1]
+    expected = (h100_row.member_s / h200_row.member_s) * (h200_row.gain_mps[3] / h100_row.gain_mps[3])
+    assert calls[0] / calls[1] == pytest.approx(expected, rel=0.02), (calls, expected)
 
 
 def test_engines_side_by_side_on_a_gpu_host_take_engine_slots_under_mps():

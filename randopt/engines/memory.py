@@ -7,6 +7,7 @@ Beside the engines, whose memory it is: the vLLM engine sizes its own gpu_memory
 from __future__ import annotations
 
 import math
+import re
 import struct
 from pathlib import Path
 
@@ -25,11 +26,11 @@ CARD_BYTES = {"h100": 81_559 << 20,      # H100 SXM 80 GB: nvidia-smi's 81,559 M
               "h200": 150_754_820_096}   # H200 141 GB: torch's total_memory on the device (140.4 GiB)
 
 
-def card_name(card_bytes: int | None) -> str | None:
-    """The CARD_BYTES name of a card of this memory (within 2 %), or None for another card or none."""
-    if not card_bytes:
-        return None
-    return next((name for name, known in CARD_BYTES.items() if abs(card_bytes / known - 1) < 0.02), None)
+def card_name(gpu_name: str | None) -> str | None:
+    """The CARD_BYTES name in a GPU's name (torch's "NVIDIA H100 80GB HBM3", or a cluster's resources.gpu_model
+    "h100"), or None for another card or none. By name, not memory: an A100 80GB has an H100's memory."""
+    words = re.findall(r"[a-z0-9]+", (gpu_name or "").lower())
+    return next((name for name in CARD_BYTES if name in words), None)
 
 
 def engine_need_bytes(weight_bytes_per_gpu: float, card_bytes: int) -> float:

@@ -65,6 +65,15 @@ def card_bytes(config: dict, host: Host) -> int | None:
     return host.gpu0_bytes() or known
 
 
+def card_kind(config: dict, host: Host) -> str | None:
+    """The card the engines get, by the names engine_slots' measurements use (memory.card_name): on a cluster
+    resources.gpu_model's, else GPU 0's on this host, else gpu_model's again; None for a card not named there."""
+    given = card_name(config["resources"]["gpu_model"])
+    if host.on_cluster and given:
+        return given
+    return card_name(host.gpu0_name()) or given
+
+
 @dataclass(frozen=True)
 class EnginePlan:
     """The run's engines on its host. groups: the GPU groups of a local run (one without --resources gpu=N,
@@ -76,7 +85,7 @@ class EnginePlan:
     layout: EngineLayout
     mps: cuda_mps.MpsChoice
     shard_members: tuple[int, ...] | None   # the members of each search shard one GPU group answers, in order
-    card: str | None = None                 # the GPU's name (memory.card_name) whose measurements auto took
+    card: str | None = None                 # the card (card_kind) whose measurements auto took, where it has any
 
     @property
     def engines_per_gpu(self) -> int:
@@ -181,6 +190,7 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
     needs_weights = gpus and requested == "auto" or config["engine"]["kind"] == "vllm"
     weights = model_weight_bytes(config, model_dir) if gpus and needs_weights else None
     card = card_bytes(config, host) if gpus else None
+    kind = card_kind(config, host) if gpus else None
     if gpus and not local and not host.on_cluster:
         # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
         if requested not in ("auto", 1):
@@ -190,8 +200,8 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
     else:
         layout = resolve(requested, gpus_per_engine=gpus, on_cluster=host.on_cluster, weight_bytes=weights,
                          members_per_group=-(-population.size // groups), work=work, under_mps=mps.possible,
-                         shard_members=list(shard_members) if shard_members else None, card=card_name(card))
+                         shard_members=list(shard_members) if shard_members else None, card=kind)
     if config["engine"]["kind"] == "vllm" and weights and card:
         check_fit(layout.engines_per_gpu, weights / gpus, card, tp=gpus)
     keep = 0 if host.on_cluster else config["engine"]["keep_loaded_s"]
-    return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members, card_name(card))
+    return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members, kind)

@@ -20,6 +20,7 @@ class Host:
     cores: int | None = 1
     gpus: int | None = None
     card_bytes: int | None = None
+    card_model: str | None = None   # GPU 0's name (torch's get_device_name), None without CUDA; probed as card_bytes
     mps_binary: str | None = None
     mps_modes: tuple[str, ...] | None = None
     env: Mapping[str, str] | None = field(default=None, compare=False)
@@ -44,5 +45,16 @@ class Host:
         try:
             import torch
             return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+        except Exception:  # no usable CUDA on the host that builds the DAG
+            return None
+
+    def gpu0_name(self) -> str | None:
+        """GPU 0's name: the given card_model, or (of_workflow's host) torch's name of this host's GPU 0; None
+        where there is no usable CUDA."""
+        if self.card_model is not None or not self.probe_card:
+            return self.card_model
+        try:
+            import torch
+            return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
         except Exception:  # no usable CUDA on the host that builds the DAG
             return None

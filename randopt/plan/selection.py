@@ -36,6 +36,7 @@ def plan_selection(config: dict, engines: EnginePlan, population: Population, ma
                         # engines side by side on a CPU split its cores: no gain measured there
                         gain=gains(weights, engines.mps_on, engines.card)[0][side_by_side] if side_by_side > 1 and weights
                         else 1.0,
-                        resident=bool(engines.keep_loaded_s), start_s=engine_start_s(kind, engines.mps_on))
+                        resident=bool(engines.keep_loaded_s), start_s=engine_start_s(kind, engines.mps_on),
+                        card=engines.card)
     shards = [last - first + 1 for _ in population.sigmas for first, last in population.shard_ranges()]
     return choose(RacePlan.from_config(racing, parallel=engines.slots), shape, shards)

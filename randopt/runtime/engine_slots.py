@@ -134,6 +134,12 @@ def member_seconds(weight_bytes: float, work: int, card: str | None = None) -> f
     return math.exp(math.log(per_work[0]) + at * (math.log(per_work[1]) - math.log(per_work[0]))) * work
 
 
+def member_source(weight_bytes: float, card: str | None = None) -> str:
+    """Where member_seconds' time comes from (the models either side, on which cards), for a record."""
+    low, high, _ = between(weight_bytes, measured_on(card))
+    return source_of(low, high)
+
+
 def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None,
             members_per_group: int = 0, work: int = MEASURED_WORK, under_mps: bool = False,
             shard_members: list[int] | None = None, card: str | None = None) -> EngineLayout:
@@ -162,6 +168,7 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     gain, source = gains(per_gpu, under_mps, card)
     start_s = START_S_MPS if under_mps else START_S
     member_s = member_seconds(per_gpu, work, card)
+    timed = "" if member_source(per_gpu, card) == source else f" ({member_source(per_gpu, card)})"
     shards = [m * member_s for m in shard_members] if shard_members else None
     seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards) for n in gain}
     # the fewest engines within NOISE of the least time: a difference that small is no measured difference
@@ -169,8 +176,8 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU, {best} engine(s) at "
                               f"{gain[best]:.2f}x one engine's members/s{' under CUDA MPS' if under_mps else ''} "
                               f"({source}); for {members_per_group} members a GPU group, about "
-                              f"{member_s:.2f} s each, each further engine starting ~{start_s:.0f} s after the one "
-                              f"before while those up keep answering (estimates after the first start: "
+                              f"{member_s:.2f} s each{timed}, each further engine starting ~{start_s:.0f} s after "
+                              f"the one before while those up keep answering (estimates after the first start: "
                               f"{', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
                               f"bench/engines_per_gpu/README.md)")
 

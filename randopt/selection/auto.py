@@ -91,7 +91,7 @@ class SearchShape:
     weight bytes a GPU (vLLM; None: unknown at DAG build); decode.max_tokens; engine.batch_size (vLLM's
     max_num_seqs, torch's answer block); the engine slots jobs run in side by side; engines side by side on a
     GPU and their gain over one (engine_slots.gains); whether jobs find a loaded engine (engine.keep_loaded_s
-    on a local run) and, where not, an engine's start."""
+    on a local run) and, where not, an engine's start; the card (randopt/plan/engines.py card_kind)."""
     engine: str
     device: str
     weight_bytes: float | None
@@ -102,6 +102,7 @@ class SearchShape:
     gain: float = 1.0
     resident: bool = True
     start_s: float = engine_slots.START_S
+    card: str | None = None   # the card whose measured member time to take (engine_slots.measured_on)
 
     @property
     def slowdown(self) -> float:
@@ -141,7 +142,7 @@ def call_seconds(shape: SearchShape, m: int) -> float:
     if shape.engine == "torch":
         blocks = math.ceil(m / shape.batch_size)
         return blocks * TORCH_S_PER_PROBLEM_TOKEN[shape.device] * shape.batch_size * shape.max_tokens
-    one = engine_slots.member_seconds(shape.weight_bytes, REFERENCE_PROMPTS * shape.max_tokens)
+    one = engine_slots.member_seconds(shape.weight_bytes, REFERENCE_PROMPTS * shape.max_tokens, shape.card)
     within = min(m, shape.batch_size)      # past max_num_seqs the prompts decode in waves of batch_size
     return one * relative_call(shape.weight_bytes, within)[0] * m / within
 
