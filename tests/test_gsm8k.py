@@ -97,6 +97,13 @@ def test_a_boxed_answer_counts_where_there_is_no_marker():
     assert gsm8k.extract_answer("#### 7, or \\boxed{9}") == "7"
     assert gsm8k.extract_answer("\\boxed{x} so 12 and 13") == "13"
     assert gsm8k.extract_answer("\\boxed{12 and then 4") == "4"
+    # the box's LaTeX: thousands as 2{,}000 or 1\\,000, an escaped dollar after a sign, an equation's result
+    assert gsm8k.extract_answer("\\boxed{2{,}000} in 3 years") == "2000"
+    assert gsm8k.extract_answer("\\boxed{1\\,000} in 3 years") == "1000"
+    assert gsm8k.extract_answer("a loss of \\boxed{-\\$5} over 2 days") == "-5"
+    assert gsm8k.extract_answer("\\boxed{5 + 7 = 12} apples on 3 trees") == "12"
+    # a brace that does not follow \\boxed is not its content
+    assert gsm8k.extract_answer("\\boxed 5, then \\frac{3}{4} of 8") == "8"
 
 
 def test_is_correct():

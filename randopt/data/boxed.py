@@ -5,14 +5,16 @@ from __future__ import annotations
 
 def last_boxed(text: str) -> str | None:
     """The content of the last \\boxed{...} (or \\fbox{...}) in text, braces balanced; None when there
-    is none or it is not closed."""
+    is none, its brace does not follow it (whitespace apart), or it is not closed."""
     if not isinstance(text, str):
         return None
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     if start < 0:
         return None
-    brace = text.find("{", start)
-    if brace < 0:
+    brace = start + len("\\boxed" if text.startswith("\\boxed", start) else "\\fbox")
+    while brace < len(text) and text[brace].isspace():
+        brace += 1
+    if brace >= len(text) or text[brace] != "{":
         return None
     depth = 0
     for i in range(brace, len(text)):

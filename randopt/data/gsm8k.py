@@ -57,6 +57,14 @@ def _normalise(match: re.Match) -> str:
     return format(value.normalize(), "f")
 
 
+def _plain(boxed: str) -> str:
+    """A box's LaTeX as the number rule reads text: thousands written "2{,}000" or "1\\,000" joined, an escaped
+    dollar a dollar, and of an equation ("5 + 7 = 12") the side after its last "="."""
+    for latex, plain in (("{,}", ","), ("\\,", ""), ("\\!", ""), ("\\$", "$")):
+        boxed = boxed.replace(latex, plain)
+    return boxed.rsplit("=", 1)[-1]
+
+
 def extract_answer(text: str) -> str | None:
     """The final numeric answer of ``text`` as a normalised string ("1000", "18", "-3", "1234.5").
 
@@ -72,7 +80,7 @@ def extract_answer(text: str) -> str | None:
         match = _NUMBER_RE.search(text.rsplit("####", 1)[1])
         return _normalise(match) if match else None
     boxed = last_boxed(text)
-    match = _NUMBER_RE.search(boxed) if boxed else None
+    match = _NUMBER_RE.search(_plain(boxed)) if boxed else None
     if match is None:
         for match in _NUMBER_RE.finditer(text):
             pass
