@@ -68,11 +68,12 @@ METADATA = {
     # and batch_invariance.py's (racing_qwen15b_h200.sh batchinv) name no commit of their own
     "peers_h100_qwen15b_cold_auto_arm.json": {"commit": "e13ace8"},
     **{f"vllm_h100_batch_invariance_qwen15b_bi{m}.json": {"commit": "e13ace8", "date": "2026-12-06"} for m in (0, 1)},
-    # bench/real_model/answer_tail.py on the 2-core session host, over the train answers of the peers lease's
-    # randopt arm (its record: 2026-12-06 11:28 UTC, e13ace8, clean); the report names neither machine
+    # bench/real_model/answer_tail.py at ff68597 (its top-k lists are new there) on the 2-core session host, over the
+    # train answers of the peers lease's randopt arm (its record: 2026-12-06 11:28 UTC, e13ace8, clean); the report
+    # names neither machine
     "real_model_qwen15b_h100_answer_tail.json": {
-        "machine": "answers: 1× NVIDIA H100 80GB HBM3, vLLM 0.25.0; analysis: AMD EPYC (Zen 4), 2 cores",
-        "commit": "e13ace8", "date": "2026-12-06"},
+        "machine": "answers: 1× NVIDIA H100 80GB HBM3, vLLM 0.25.0, at e13ace8; analysis: AMD EPYC (Zen 4), 2 cores",
+        "commit": "ff68597", "date": "2026-12-06"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},

@@ -28,6 +28,8 @@ def test_engines_started_together_are_up_in_about_one_start_not_three(tmp_path):
     assert result["protocol"]["starts"].startswith("together")
     assert result["protocol"]["engine_options"] == {"kv_cache_memory_bytes": int(12.5 * 2**30)}
     assert [s["engine"] for s in result["starts"]] == [1, 2, 3]
+    # each engine process was given the fixed KV cache
+    assert all(s["setup"][0]["options"] == {"kv_cache_memory_bytes": int(12.5 * 2**30)} for s in result["starts"])
     # three 1.5 s starts in turn take 4.5 s at least; together, about one
     assert result["all_ready_s"] < 3.5, result["all_ready_s"]
     assert all(s["start_s"] >= 1.5 for s in result["starts"])

@@ -72,7 +72,7 @@ class FakeEngine:
 
     def __init__(self, model_dir, **options):
         time.sleep(float(os.environ.get("FAKE_START_S", "1.0")))
-        self.setup = [{"fake": True}]
+        self.setup = [{"fake": True, "options": options}]   # what a real engine would have been given
 
     def chat_prompt(self, q, system=None, examples=()):
         return f"{system}\n{examples}\n{q}"
@@ -145,7 +145,7 @@ def worker(args) -> None:
         problems = problems[:args.prompts]
         t0 = time.perf_counter()
         if args.fake:
-            engine = FakeEngine(args.model_dir)
+            engine = FakeEngine(args.model_dir, **engine_choices(args))
         else:
             from randopt.engines.factory import make_engine
             engine = make_engine("vllm", args.model_dir, batch_size=args.batch_size, max_context=1024,

