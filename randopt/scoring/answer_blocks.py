@@ -19,7 +19,7 @@ missing problems go to the engine in one call: blocks would cost full evaluation
 costs as long as its longest answer, so two calls of 64 cost ~1.3-1.7x one of 128), and each answer is still the
 member's greedy answer under one composition. A cache that mixes racing's and full evaluation's answers then
 mixes compositions: the two arms' rewards of the same members differed by 1.8 problems of 128 (sd; 39 members in
-both top-48 lists). vLLM's batch-invariant mode removes that and costs 1.76x a call on an H100 (bench/vllm/README.md);
+both top-48 lists). vLLM's batch-invariant mode removes that and costs 1.77x a call on an H100 (bench/vllm/README.md);
 the same call repeated gives the same answers without it, so a run that does not switch modes reproduces exactly.
 """
 from __future__ import annotations
