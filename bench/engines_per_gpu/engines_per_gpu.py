@@ -429,6 +429,17 @@ def measure(engines: list[Engine], window_s: float, round_index: int, gpu: Gpu, 
     }
 
 
+def record_start(result: dict, engine: int, start_s: float, msg: dict, gpu: Gpu) -> int | None:
+    """An engine's start as the result keeps it (its ready message, the GPU memory in use then); that memory."""
+    _, used = gpu.sample()
+    result["starts"].append({"engine": engine, "start_s": start_s, "engine_s": msg["engine_s"],
+                             "warmup_member_s": msg["warmup_s"], "gpu_mem_used_bytes": used,
+                             "free_gpu_bytes_after": msg.get("free_gpu_bytes_after"),
+                             "warmup_tokens": msg.get("warmup_tokens"), "setup": msg.get("setup"),
+                             "scorer": msg.get("scorer")})
+    return used
+
+
 def controller(args) -> int:
     t_all = time.perf_counter()
     lib = library_root()
@@ -516,12 +527,7 @@ def controller(args) -> int:
                 break
             engines.append(e)
             last_start = start_s
-            u, m = gpu.sample()
-            result["starts"].append({"engine": count, "start_s": start_s, "engine_s": msg["engine_s"],
-                                     "warmup_member_s": msg["warmup_s"], "gpu_mem_used_bytes": m,
-                                     "free_gpu_bytes_after": msg.get("free_gpu_bytes_after"),
-                                     "warmup_tokens": msg.get("warmup_tokens"), "setup": msg.get("setup"),
-                                     "scorer": msg.get("scorer")})
+            m = record_start(result, count, start_s, msg, gpu)
             print(f"engine {count} ready in {start_s:.1f} s (engine {msg['engine_s']:.1f} s, warm-up member "
                   f"{msg['warmup_s']:.2f} s); GPU memory used {(m or 0) / 2**30:.1f} GiB", flush=True)
             save()
@@ -592,12 +598,7 @@ def together(args, result: dict, save, model_dir: Path, util: float, logdir: Pat
                 print(f"engine {e.index} FAILED to start: {err}", flush=True)
                 save()
                 return 1
-            u, m = gpu.sample()
-            result["starts"].append({"engine": e.index, "start_s": msg["since_exec_s"], "engine_s": msg["engine_s"],
-                                     "warmup_member_s": msg["warmup_s"], "gpu_mem_used_bytes": m,
-                                     "free_gpu_bytes_after": msg.get("free_gpu_bytes_after"),
-                                     "warmup_tokens": msg.get("warmup_tokens"), "setup": msg.get("setup"),
-                                     "scorer": msg.get("scorer")})
+            record_start(result, e.index, msg["since_exec_s"], msg, gpu)
             print(f"engine {e.index} ready {msg['since_exec_s']:.1f} s after its launch (engine "
                   f"{msg['engine_s']:.1f} s, warm-up member {msg['warmup_s']:.2f} s)", flush=True)
         result["all_ready_s"] = time.perf_counter() - t0
