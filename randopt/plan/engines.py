@@ -189,7 +189,6 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
     shard_members = None if racing else tuple(sizes[::groups])   # the shards dealt round the groups
     needs_weights = gpus and requested == "auto" or config["engine"]["kind"] == "vllm"
     weights = model_weight_bytes(config, model_dir) if gpus and needs_weights else None
-    card = card_bytes(config, host) if gpus else None
     kind = card_kind(config, host) if gpus else None
     if gpus and not local and not host.on_cluster:
         # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
@@ -201,7 +200,7 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
         layout = resolve(requested, gpus_per_engine=gpus, on_cluster=host.on_cluster, weight_bytes=weights,
                          members_per_group=-(-population.size // groups), work=work, under_mps=mps.possible,
                          shard_members=list(shard_members) if shard_members else None, card=kind)
-    if config["engine"]["kind"] == "vllm" and weights and card:
+    if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes(config, host)):
         check_fit(layout.engines_per_gpu, weights / gpus, card, tp=gpus)
     keep = 0 if host.on_cluster else config["engine"]["keep_loaded_s"]
     return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members, kind)

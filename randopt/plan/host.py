@@ -42,19 +42,20 @@ class Host:
         None where there is no usable CUDA (the engine checks when it starts)."""
         if self.card_bytes is not None or not self.probe_card:
             return self.card_bytes
-        try:
-            import torch
-            return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
-        except Exception:  # no usable CUDA on the host that builds the DAG
-            return None
+        return _probe_gpu0(lambda torch: torch.cuda.get_device_properties(0).total_memory)
 
     def gpu0_name(self) -> str | None:
         """GPU 0's name: the given card_model, or (of_workflow's host) torch's name of this host's GPU 0; None
         where there is no usable CUDA."""
         if self.card_model is not None or not self.probe_card:
             return self.card_model
-        try:
-            import torch
-            return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-        except Exception:  # no usable CUDA on the host that builds the DAG
-            return None
+        return _probe_gpu0(lambda torch: torch.cuda.get_device_name(0))
+
+
+def _probe_gpu0(read):
+    """read(torch) on this host's GPU 0, or None where there is no usable CUDA on the host that builds the DAG."""
+    try:
+        import torch
+        return read(torch) if torch.cuda.is_available() else None
+    except Exception:  # no usable CUDA on the host that builds the DAG
+        return None

@@ -168,7 +168,8 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     gain, source = gains(per_gpu, under_mps, card)
     start_s = START_S_MPS if under_mps else START_S
     member_s = member_seconds(per_gpu, work, card)
-    timed = "" if member_source(per_gpu, card) == source else f" ({member_source(per_gpu, card)})"
+    timed = member_source(per_gpu, card)
+    timed = "" if timed == source else f" ({timed})"
     shards = [m * member_s for m in shard_members] if shard_members else None
     seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards) for n in gain}
     # the fewest engines within NOISE of the least time: a difference that small is no measured difference
