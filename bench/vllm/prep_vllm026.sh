@@ -27,6 +27,10 @@ for pin in sorted(new):
     shutil.copy(wheel, work / "vllm026")
     print("vllm026:", wheel.name)
 PY
+# a Python 3.12 that runs: pyenv's python3.12 shim fails unless 3.12 is its selected version, so ask pyenv for it
+PY312=${PYTHON312:-python3.12}
+"$PY312" -V > /dev/null 2>&1 || PY312=$(PYENV_VERSION=$(pyenv versions --bare 2>/dev/null | grep -m1 '^3\.12') \
+  pyenv which python3.12 2>/dev/null) || { echo "no Python 3.12: set PYTHON312" >&2; exit 1; }
 [ -f "$WORK"/arctic/arctic_inference-0.3.0-cp312-cp312-linux_x86_64.whl ] \
-  || bash bench/speculation/build_arctic_wheel.sh "$WORK/arctic" "${PYTHON312:-python3.12}"
+  || bash bench/speculation/build_arctic_wheel.sh "$WORK/arctic" "$PY312"
 bash bench/real_model/prep_host.sh /tmp/real-prep "$WORK/vllm026" "$WORK/arctic"

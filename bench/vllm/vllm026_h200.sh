@@ -9,8 +9,9 @@
 #   bash bench/vllm/vllm026_h200.sh members 025 026    one engine's members/s on the 1.5B, the versions in that order
 #   bash bench/vllm/vllm026_h200.sh members 026 025    (and again the other way round: drift between runs shows)
 # members: bench/engines_per_gpu/engines_per_gpu.py with one engine, 128 frozen GSM8K train problems, the overlay's
-# reasoning prompt at 512 tokens, a 40 s window: engines_per_gpu_qwen15b_vllm<V>_<n>.json in $OUT. Move the pin in
-# envs/requirements-gpu.txt only if 0.26.0 is faster in both orders and its contract passes.
+# reasoning prompt at 512 tokens, a 40 s window: engines_per_gpu_qwen15b_vllm<V>_<n>.json in $OUT, paired seed by seed on
+# the host by bench/vllm/compare_versions.py. Move the pin in envs/requirements-gpu.txt only if 0.26.0 is faster in both
+# orders and its contract passes (2026-12-06, H100: no faster, same answers; bench/vllm/README.md).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 T0=$(date +%s)

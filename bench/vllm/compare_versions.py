@@ -1,0 +1,88 @@
+"""One engine's members under two vLLM versions, compared member by member (issue 48 item 4).
+
+bench/vllm/vllm026_h200.sh members runs bench/engines_per_gpu/engines_per_gpu.py once per version, one engine,
+the same seeds in the same order (101000, 101001, ...) on the same problems and prompt. A window's members/s alone
+mixes the versions with which members fell in the window and with the card's drift between runs; pairing the same
+seed's call under both versions removes the first, and running the versions in both orders shows the second.
+
+    python bench/vllm/compare_versions.py --order A1 B1 --order B2 A2 --out bench/results/X.json
+
+Each --order names two engines_per_gpu JSONs in the order they ran. For each the output has the seconds of the
+later run's calls over the earlier's (the median over the seeds both ran), whether the two versions gave the same
+tokens and correct answers seed by seed, and per version the median ratio of its calls to the other's across the
+orders. The verdict: a version is faster only if its calls are shorter in every order.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from randopt.io import write_json_atomic  # noqa: E402
+
+
+def member_rows(path: Path) -> tuple[str, dict[int, dict]]:
+    """(vLLM version, seed -> that seed's row) of a one-engine engines_per_gpu JSON."""
+    result = json.loads(path.read_text())
+    engines = result["rounds"][0]["per_engine"]
+    if len(engines) != 1:
+        raise SystemExit(f"{path}: {len(engines)} engines; compare one-engine runs (--ns 1)")
+    return result["machine"]["vllm"], {row["seed"]: row for row in engines[0]["rows"]}
+
+
+def call_seconds(row: dict) -> float:
+    """A member's generate call: from its weights switched to its answers back."""
+    return row["end"] - row["switched"]
+
+
+def compare_order(first: Path, second: Path) -> dict:
+    (v1, a), (v2, b) = member_rows(first), member_rows(second)
+    if v1 == v2:
+        raise SystemExit(f"{first} and {second} are both vLLM {v1}")
+    seeds = sorted(a.keys() & b.keys())
+    if not seeds:
+        raise SystemExit(f"{first} and {second} share no seed")
+    ratios = [call_seconds(b[s]) / call_seconds(a[s]) for s in seeds]
+    return {"first": {"vllm": v1, "file": first.name}, "second": {"vllm": v2, "file": second.name},
+            "seeds": len(seeds),
+            "second_over_first_median": statistics.median(ratios),
+            "second_over_first_mean": statistics.fmean(ratios),
+            "same_tokens": sum(a[s]["tokens"] == b[s]["tokens"] for s in seeds),
+            "same_correct": sum(a[s]["correct"] == b[s]["correct"] for s in seeds),
+            "correct": {v1: sum(a[s]["correct"] for s in seeds), v2: sum(b[s]["correct"] for s in seeds)}}
+
+
+def compare(orders: list[tuple[Path, Path]]) -> dict:
+    rows = [compare_order(first, second) for first, second in orders]
+    versions = sorted({r["first"]["vllm"] for r in rows} | {r["second"]["vllm"] for r in rows})
+    if len(versions) != 2:
+        raise SystemExit(f"two vLLM versions expected, found {versions}")
+    # each version's calls over the other's, per order (<1: shorter)
+    own = {v: [r["second_over_first_median"] if r["second"]["vllm"] == v else 1 / r["second_over_first_median"]
+               for r in rows] for v in versions}
+    faster = [v for v in versions if all(x < 1 for x in own[v])]
+    return {"orders": rows,
+            "calls_over_other": {v: {"by_order": own[v], "median": statistics.median(own[v])} for v in versions},
+            "faster_in_every_order": faster[0] if faster else None,
+            "verdict": (f"vLLM {faster[0]} is faster in every order" if faster else
+                        "neither version is faster in every order: no measured difference")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--order", nargs=2, type=Path, action="append", required=True, metavar=("FIRST", "SECOND"))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    result = compare(args.order)
+    write_json_atomic(args.out, result)
+    for r in result["orders"]:
+        print(f"{r['first']['vllm']} then {r['second']['vllm']}: the second's calls {r['second_over_first_median']:.3f}x "
+              f"the first's over {r['seeds']} seeds, same tokens {r['same_tokens']}/{r['seeds']}")
+    print(result["verdict"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""bench/vllm/compare_versions.py: two vLLM versions' one-engine runs paired seed by seed, in both orders; a
+version counts as faster only where its calls are shorter in every order."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+SCRIPT = REPO / "bench" / "vllm" / "compare_versions.py"
+
+
+def run_file(tmp_path, name, vllm, seconds, tokens=100, first_seed=101000):
+    rows = [{"seed": first_seed + i, "switched": 10.0 * i, "end": 10.0 * i + s, "tokens": tokens + i, "correct": 5}
+            for i, s in enumerate(seconds)]
+    path = tmp_path / name
+    path.write_text(json.dumps({"machine": {"vllm": vllm}, "rounds": [{"per_engine": [{"rows": rows}]}]}))
+    return path
+
+
+def compare(tmp_path, *orders):
+    flags = [arg for order in orders for arg in ("--order", *map(str, order))]
+    proc = subprocess.run([sys.executable, str(SCRIPT), *flags, "--out", str(tmp_path / "out.json")],
+                          capture_output=True, text=True, timeout=60)
+    return proc, (json.loads((tmp_path / "out.json").read_text()) if proc.returncode == 0 else None)
+
+
+def test_a_version_shorter_in_both_orders_is_faster(tmp_path):
+    old1 = run_file(tmp_path, "a1.json", "0.25.0", [2.0, 2.0, 2.0])
+    new1 = run_file(tmp_path, "b1.json", "0.26.0", [1.8, 1.8, 1.8, 1.8])   # one seed more: only shared seeds pair
+    new2 = run_file(tmp_path, "b2.json", "0.26.0", [1.9, 1.9])
+    old2 = run_file(tmp_path, "a2.json", "0.25.0", [2.1, 2.1])
+    proc, out = compare(tmp_path, (old1, new1), (new2, old2))
+    assert proc.returncode == 0, proc.stderr
+    assert out["faster_in_every_order"] == "0.26.0"
+    assert [o["seeds"] for o in out["orders"]] == [3, 2]
+    assert out["calls_over_other"]["0.26.0"]["by_order"] == pytest.approx([0.9, 1.9 / 2.1])
+    assert out["orders"][0]["same_tokens"] == 3
+
+
+def test_drift_that_flips_with_the_order_is_no_difference(tmp_path):
+    # the later run is 5 % slower whichever version runs it: the card drifted, the versions did not differ
+    a1 = run_file(tmp_path, "a1.json", "0.25.0", [2.0, 2.0])
+    b1 = run_file(tmp_path, "b1.json", "0.26.0", [2.1, 2.1], tokens=101)
+    b2 = run_file(tmp_path, "b2.json", "0.26.0", [2.0, 2.0])
+    a2 = run_file(tmp_path, "a2.json", "0.25.0", [2.1, 2.1])
+    proc, out = compare(tmp_path, (a1, b1), (b2, a2))
+    assert proc.returncode == 0, proc.stderr
+    assert out["faster_in_every_order"] is None
+    assert "no measured difference" in out["verdict"]
+    assert out["orders"][0]["same_tokens"] == 0
+
+
+def test_two_runs_of_one_version_are_refused(tmp_path):
+    a1 = run_file(tmp_path, "a1.json", "0.25.0", [2.0])
+    a2 = run_file(tmp_path, "a2.json", "0.25.0", [2.0])
+    proc, _ = compare(tmp_path, (a1, a2))
+    assert proc.returncode != 0 and "both vLLM 0.25.0" in proc.stderr
