@@ -14,8 +14,6 @@ the base copy (one more copy of this rank's weights) is allocated afterwards, ou
 profiling, the one step of a start that must not see another engine start on the same GPU (the start lock,
 randopt/runtime/resident/start_lock.py). Only bench/engines_per_gpu/engines_per_gpu.py --starts together
 passes it, to measure whether engines side by side may start at once; the workflow's engines start in turn.
-It is also one of the factors of vLLM 0.25's compile-cache key (gpu_memory_utilization is not), so the first
-start with a given size compiles the graphs anew (bench/engines_per_gpu/README.md).
 """
 from __future__ import annotations
 
@@ -100,6 +98,8 @@ def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utiliza
     if worker_process and tensor_parallel_size == 1:
         options["distributed_executor_backend"] = "mp"
     if kv_cache_memory_bytes:
+        # one of the factors of vLLM 0.25's compile-cache key (gpu_memory_utilization is not): the first start with
+        # a given size compiles the graphs anew (bench/engines_per_gpu/README.md)
         options["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
     spec = speculative_config(speculation, draft_tokens)
     return options | ({"speculative_config": spec} if spec else {})
