@@ -13,17 +13,18 @@ from tests.conftest import REPO
 SCRIPT = REPO / "bench" / "vllm" / "compare_versions.py"
 
 
-def run_file(tmp_path, name, vllm, seconds, tokens=100, first_seed=101000):
-    rows = [{"seed": first_seed + i, "switched": 10.0 * i, "end": 10.0 * i + s, "tokens": tokens + i, "correct": 5}
+def run_file(tmp_path, name, vllm, seconds, tokens=100, first_seed=101000, max_tokens=512, correct=5):
+    rows = [{"seed": first_seed + i, "switched": 10.0 * i, "end": 10.0 * i + s, "tokens": tokens + i, "correct": correct}
             for i, s in enumerate(seconds)]
     path = tmp_path / name
-    path.write_text(json.dumps({"machine": {"vllm": vllm}, "rounds": [{"per_engine": [{"rows": rows}]}]}))
+    path.write_text(json.dumps({"machine": {"vllm": vllm}, "protocol": {"max_tokens": max_tokens},
+                                "rounds": [{"per_engine": [{"rows": rows}]}]}))
     return path
 
 
-def compare(tmp_path, *orders):
+def compare(tmp_path, *orders, by=()):
     flags = [arg for order in orders for arg in ("--order", *map(str, order))]
-    proc = subprocess.run([sys.executable, str(SCRIPT), *flags, "--out", str(tmp_path / "out.json")],
+    proc = subprocess.run([sys.executable, str(SCRIPT), *flags, *by, "--out", str(tmp_path / "out.json")],
                           capture_output=True, text=True, timeout=60)
     return proc, (json.loads((tmp_path / "out.json").read_text()) if proc.returncode == 0 else None)
 
@@ -59,3 +60,24 @@ def test_two_runs_of_one_version_are_refused(tmp_path):
     a2 = run_file(tmp_path, "a2.json", "0.25.0", [2.0])
     proc, _ = compare(tmp_path, (a1, a2))
     assert proc.returncode != 0 and "both vLLM 0.25.0" in proc.stderr
+
+
+def test_caps_compared_with_drift_in_between(tmp_path):
+    # 512, 256, 512 on one vLLM: the 256 run's calls are shorter than both 512 runs' and lose one right answer a member
+    r1 = run_file(tmp_path, "r1.json", "0.25.0", [2.0, 2.0, 2.0], max_tokens=512, correct=100)
+    r2 = run_file(tmp_path, "r2.json", "0.25.0", [1.2, 1.2, 1.2, 1.2, 1.2], max_tokens=256, correct=99, tokens=90)
+    r3 = run_file(tmp_path, "r3.json", "0.25.0", [2.2, 2.2], max_tokens=512, correct=100)
+    proc, out = compare(tmp_path, (r1, r2), (r2, r3), by=("--by", "max_tokens"))
+    assert proc.returncode == 0, proc.stderr
+    assert out["compared_by"] == "max_tokens"
+    assert out["faster_in_every_order"] == "256"
+    assert out["calls_over_other"]["256"]["by_order"] == pytest.approx([0.6, 1.2 / 2.2])
+    assert out["orders"][0]["correct"] == {"512": 300, "256": 297}
+    assert out["orders"][1]["seeds"] == 2
+
+
+def test_runs_at_one_cap_are_refused_by_max_tokens(tmp_path):
+    a1 = run_file(tmp_path, "a1.json", "0.25.0", [2.0])
+    a2 = run_file(tmp_path, "a2.json", "0.26.0", [2.0])
+    proc, _ = compare(tmp_path, (a1, a2), by=("--by", "max_tokens"))
+    assert proc.returncode != 0 and "both max_tokens 512" in proc.stderr

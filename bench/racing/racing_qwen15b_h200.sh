@@ -10,6 +10,9 @@
 #   bash bench/racing/racing_qwen15b_h200.sh racing report   the racing arm (RACE_KNOBS), then the comparison
 #   bash bench/racing/racing_qwen15b_h200.sh batchinv    a member's answers in one call against two, without and with
 #                                                         VLLM_BATCH_INVARIANT (bench/vllm/batch_invariance.py; ~4 min)
+#   bash bench/racing/racing_qwen15b_h200.sh cap         one engine's members at max_tokens 512, 256, then 512 again
+#                                                         (the card's drift), the same seeds in each run, for
+#                                                         bench/vllm/compare_versions.py on the host (~4 min)
 #   bash bench/racing/racing_qwen15b_h200.sh together3   3 engines under MPS started at once with a fixed KV cache, twice
 #                                                         (cold, then warm), then one after another (engines_per_gpu.py
 #                                                         --starts; ~6 min)
@@ -122,6 +125,20 @@ together3() {  # 3 engines started at once with a fixed KV cache: up sooner than
   mps_off
 }
 
+cap() {  # what a lower cap saves a member's call under the reasoning prompt (a lead from two members on the CPU:
+  # 256 halves the decode steps for 2 of 131 right answers); one engine, no MPS, 512 / 256 / 512 so that drift shows
+  [ -n "$(model_dir)" ] || { log "run the prepare part first (or set RACE_WORKDIR to another setup)"; return 1; }
+  decode || return 1
+  local tokens n=0
+  for tokens in 512 256 512; do
+    n=$((n + 1))
+    [ "$(left)" -gt 90 ] || { log "cap: no time left for run $n"; break; }
+    timeout "$(left)" python3 bench/engines_per_gpu/engines_per_gpu.py --model-dir "$(model_dir)" --train "$(train)" \
+      --ns 1 --prompts 128 --prompt-json /tmp/racing-qwen15b-decode.json --max-tokens "$tokens" --window 40 \
+      --budget "$(left)" --work "/tmp/epg-cap$n-work" --tag "qwen15b_${CARD}_cap${tokens}_run$n" --out "$OUT" 2>&1 | tail -6
+  done
+}
+
 batchinv() {  # each mode in its own process: vLLM reads the variable when its engine starts
   [ -n "$(model_dir)" ] || { log "run the prepare part first"; return 1; }
   decode || return 1
@@ -133,7 +150,7 @@ batchinv() {  # each mode in its own process: vLLM reads the variable when its e
   done
 }
 
-[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv | together3 ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv | together3 | cap ..." >&2; exit 2; }
 overlay || exit 1
 for part in "$@"; do
   case $part in
@@ -143,6 +160,7 @@ for part in "$@"; do
     engines20) engines20 ;;
     batchinv) batchinv ;;
     together3) together3 ;;
+    cap) cap ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

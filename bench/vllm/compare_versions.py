@@ -11,6 +11,10 @@ Each --order names two engines_per_gpu JSONs in the order they ran. For each the
 later run's calls over the earlier's (the median over the seeds both ran), whether the two versions gave the same
 tokens and correct answers seed by seed, and per version the median ratio of its calls to the other's across the
 orders. The verdict: a version is faster only if its calls are shorter in every order.
+
+--by max_tokens compares runs that differ in their cap instead (racing_qwen15b_h200.sh cap: 512, 256, then 512
+again, so --order run1 run2 --order run2 run3): the same pairing, and per cap the right answers of the seeds both
+ran, which a lower cap can only lose.
 """
 from __future__ import annotations
 
@@ -24,13 +28,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from randopt.io import write_json_atomic  # noqa: E402
 
 
-def member_rows(path: Path) -> tuple[str, dict[int, dict]]:
-    """(vLLM version, seed -> that seed's row) of a one-engine engines_per_gpu JSON."""
+# what a run's arm is read from: the setting the two arms differ in
+SETTINGS = {"vllm": ("machine", "vllm"), "max_tokens": ("protocol", "max_tokens")}
+
+
+def member_rows(path: Path, by: str = "vllm") -> tuple[str, dict[int, dict]]:
+    """(the run's setting `by`, seed -> that seed's row) of a one-engine engines_per_gpu JSON."""
     result = json.loads(path.read_text())
     engines = result["rounds"][0]["per_engine"]
     if len(engines) != 1:
         raise SystemExit(f"{path}: {len(engines)} engines; compare one-engine runs (--ns 1)")
-    return result["machine"]["vllm"], {row["seed"]: row for row in engines[0]["rows"]}
+    section, key = SETTINGS[by]
+    return str(result[section][key]), {row["seed"]: row for row in engines[0]["rows"]}
 
 
 def call_seconds(row: dict) -> float:
@@ -38,15 +47,15 @@ def call_seconds(row: dict) -> float:
     return row["end"] - row["switched"]
 
 
-def compare_order(first: Path, second: Path) -> dict:
-    (v1, a), (v2, b) = member_rows(first), member_rows(second)
+def compare_order(first: Path, second: Path, by: str = "vllm") -> dict:
+    (v1, a), (v2, b) = member_rows(first, by), member_rows(second, by)
     if v1 == v2:
-        raise SystemExit(f"{first} and {second} are both vLLM {v1}")
+        raise SystemExit(f"{first} and {second} are both {'vLLM' if by == 'vllm' else by} {v1}")
     seeds = sorted(a.keys() & b.keys())
     if not seeds:
         raise SystemExit(f"{first} and {second} share no seed")
     ratios = [call_seconds(b[s]) / call_seconds(a[s]) for s in seeds]
-    return {"first": {"vllm": v1, "file": first.name}, "second": {"vllm": v2, "file": second.name},
+    return {"first": {by: v1, "file": first.name}, "second": {by: v2, "file": second.name},
             "seeds": len(seeds),
             "second_over_first_median": statistics.median(ratios),
             "second_over_first_mean": statistics.fmean(ratios),
@@ -55,32 +64,35 @@ def compare_order(first: Path, second: Path) -> dict:
             "correct": {v1: sum(a[s]["correct"] for s in seeds), v2: sum(b[s]["correct"] for s in seeds)}}
 
 
-def compare(orders: list[tuple[Path, Path]]) -> dict:
-    rows = [compare_order(first, second) for first, second in orders]
-    versions = sorted({r["first"]["vllm"] for r in rows} | {r["second"]["vllm"] for r in rows})
+def compare(orders: list[tuple[Path, Path]], by: str = "vllm") -> dict:
+    rows = [compare_order(first, second, by) for first, second in orders]
+    versions = sorted({r["first"][by] for r in rows} | {r["second"][by] for r in rows})
     if len(versions) != 2:
-        raise SystemExit(f"two vLLM versions expected, found {versions}")
+        raise SystemExit(f"two values of {by} expected, found {versions}")
     # each version's calls over the other's, per order (<1: shorter)
-    own = {v: [r["second_over_first_median"] if r["second"]["vllm"] == v else 1 / r["second_over_first_median"]
+    own = {v: [r["second_over_first_median"] if r["second"][by] == v else 1 / r["second_over_first_median"]
                for r in rows] for v in versions}
     faster = [v for v in versions if all(x < 1 for x in own[v])]
-    return {"orders": rows,
+    label = "vLLM " if by == "vllm" else f"{by} "
+    return {"compared_by": by, "orders": rows,
             "calls_over_other": {v: {"by_order": own[v], "median": statistics.median(own[v])} for v in versions},
             "faster_in_every_order": faster[0] if faster else None,
-            "verdict": (f"vLLM {faster[0]} is faster in every order" if faster else
-                        "neither version is faster in every order: no measured difference")}
+            "verdict": (f"{label}{faster[0]} is faster in every order" if faster else
+                        "neither is faster in every order: no measured difference")}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--order", nargs=2, type=Path, action="append", required=True, metavar=("FIRST", "SECOND"))
+    parser.add_argument("--by", choices=sorted(SETTINGS), default="vllm", help="the setting the runs differ in")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    result = compare(args.order)
+    result = compare(args.order, args.by)
     write_json_atomic(args.out, result)
     for r in result["orders"]:
-        print(f"{r['first']['vllm']} then {r['second']['vllm']}: the second's calls {r['second_over_first_median']:.3f}x "
-              f"the first's over {r['seeds']} seeds, same tokens {r['same_tokens']}/{r['seeds']}")
+        print(f"{args.by} {r['first'][args.by]} then {r['second'][args.by]}: the second's calls "
+              f"{r['second_over_first_median']:.3f}x the first's over {r['seeds']} seeds, same tokens "
+              f"{r['same_tokens']}/{r['seeds']}, right answers {r['correct']}")
     print(result["verdict"])
 
 
