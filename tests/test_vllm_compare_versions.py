@@ -14,8 +14,9 @@ SCRIPT = REPO / "bench" / "vllm" / "compare_versions.py"
 
 
 def run_file(tmp_path, name, vllm, seconds, tokens=100, first_seed=101000, max_tokens=512, correct=5):
-    rows = [{"seed": first_seed + i, "switched": 10.0 * i, "end": 10.0 * i + s, "tokens": tokens + i, "correct": correct}
-            for i, s in enumerate(seconds)]
+    corrects = correct if isinstance(correct, list) else [correct] * len(seconds)
+    rows = [{"seed": first_seed + i, "switched": 10.0 * i, "end": 10.0 * i + s, "tokens": tokens + i, "correct": c}
+            for i, (s, c) in enumerate(zip(seconds, corrects))]
     path = tmp_path / name
     path.write_text(json.dumps({"machine": {"vllm": vllm}, "protocol": {"max_tokens": max_tokens},
                                 "rounds": [{"per_engine": [{"rows": rows}]}]}))
@@ -81,3 +82,19 @@ def test_runs_at_one_cap_are_refused_by_max_tokens(tmp_path):
     a2 = run_file(tmp_path, "a2.json", "0.26.0", [2.0])
     proc, _ = compare(tmp_path, (a1, a2), by=("--by", "max_tokens"))
     assert proc.returncode != 0 and "both max_tokens 512" in proc.stderr
+
+
+def test_the_second_runs_selection_judged_by_the_first_runs_rewards(tmp_path):
+    # ten members; the lower cap costs the two most verbose ones (seeds 2 and 5) most of their right answers
+    at_512 = [60, 58, 70, 50, 52, 66, 40, 45, 66, 30]
+    at_256 = [59, 57, 50, 49, 51, 48, 39, 44, 65, 29]
+    r1 = run_file(tmp_path, "r1.json", "0.25.0", [2.0] * 10, max_tokens=512, correct=at_512)
+    r2 = run_file(tmp_path, "r2.json", "0.25.0", [1.2] * 10, max_tokens=256, correct=at_256)
+    proc, out = compare(tmp_path, (r1, r2), by=("--by", "max_tokens"))
+    assert proc.returncode == 0, proc.stderr
+    selection = out["orders"][0]["selection"]
+    # top 10 % (k=1): 512's best is seed 2 (70); 256's best is seed 8 (65), at 66 below 70: a miss
+    # top 25 % (k=3): 512's third is 66 (seeds 5 and 8 tie): 256's list 8, 0, 1 holds 8 (66, tied at the cut)
+    assert selection["second_top_k_recall_with_ties"] == {"top 0.1 (k=1)": 0.0, "top 0.25 (k=3)": pytest.approx(1 / 3)}
+    assert 0 < selection["spearman"] < 1
+    assert "one order only" in out["verdict"]

@@ -20,12 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from randopt.io import write_json_atomic  # noqa: E402
+from randopt.selection.recall import recall_with_ties  # noqa: E402
+
+# the top-k shares that the selection keeps (config's selection.top_fractions on the overlays)
+TOP_FRACTIONS = (0.1, 0.25)
 
 
 # what a run's arm is read from: the setting the two arms differ in
@@ -47,6 +54,22 @@ def call_seconds(row: dict) -> float:
     return row["end"] - row["switched"]
 
 
+def rank_agreement(first: dict[int, dict], second: dict[int, dict], seeds: list[int]) -> dict:
+    """Would the second run select the members the first run selects? Spearman's rank correlation of the
+    seeds' right answers, and the second run's top-k list judged by the first run's rewards, ties counted
+    (a member tied at the first run's k-th is no miss)."""
+    a = pd.Series({s: float(first[s]["correct"]) for s in seeds})
+    b = pd.Series({s: float(second[s]["correct"]) for s in seeds})
+    recalls = {}
+    for fraction in TOP_FRACTIONS:
+        k = max(1, math.ceil(fraction * len(seeds)))
+        kth = a.sort_values(ascending=False).iloc[k - 1]
+        listed = b.sort_values(ascending=False, kind="stable").index[:k]
+        recalls[f"top {fraction:g} (k={k})"] = recall_with_ties(a[listed].to_numpy(), kth, k)
+    return {"spearman": float(a.corr(b, method="spearman")) if len(seeds) > 2 else None,
+            "second_top_k_recall_with_ties": recalls}
+
+
 def compare_order(first: Path, second: Path, by: str = "vllm") -> dict:
     (v1, a), (v2, b) = member_rows(first, by), member_rows(second, by)
     if v1 == v2:
@@ -61,7 +84,8 @@ def compare_order(first: Path, second: Path, by: str = "vllm") -> dict:
             "second_over_first_mean": statistics.fmean(ratios),
             "same_tokens": sum(a[s]["tokens"] == b[s]["tokens"] for s in seeds),
             "same_correct": sum(a[s]["correct"] == b[s]["correct"] for s in seeds),
-            "correct": {v1: sum(a[s]["correct"] for s in seeds), v2: sum(b[s]["correct"] for s in seeds)}}
+            "correct": {v1: sum(a[s]["correct"] for s in seeds), v2: sum(b[s]["correct"] for s in seeds)},
+            "selection": rank_agreement(a, b, seeds)}
 
 
 def compare(orders: list[tuple[Path, Path]], by: str = "vllm") -> dict:
@@ -78,7 +102,9 @@ def compare(orders: list[tuple[Path, Path]], by: str = "vllm") -> dict:
             "calls_over_other": {v: {"by_order": own[v], "median": statistics.median(own[v])} for v in versions},
             "faster_in_every_order": faster[0] if faster else None,
             "verdict": (f"{label}{faster[0]} is faster in every order" if faster else
-                        "neither is faster in every order: no measured difference")}
+                        "neither is faster in every order: no measured difference")
+                       + (" (one order only: the card's drift between two runs is not told apart)"
+                          if len(rows) == 1 else "")}
 
 
 def main() -> None:
