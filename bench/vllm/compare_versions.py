@@ -14,13 +14,12 @@ orders. The verdict: a version is faster only if its calls are shorter in every 
 
 --by max_tokens compares runs that differ in their cap instead (racing_qwen15b_h200.sh cap: 512, 256, then 512
 again, so --order run1 run2 --order run2 run3): the same pairing, and per cap the right answers of the seeds both
-ran, which a lower cap can only lose.
+ran (a lower cap loses right answers, and a cut answer's last number is now and then the reference).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -29,10 +28,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from randopt.io import write_json_atomic  # noqa: E402
+from randopt.population import topk_size  # noqa: E402
 from randopt.selection.recall import recall_with_ties  # noqa: E402
 
-# the top-k shares that the selection keeps (config's selection.top_fractions on the overlays)
-TOP_FRACTIONS = (0.1, 0.25)
+# the top-k shares the real-model overlays vote with (config/qwen15b_gsm8k.yaml topk.fractions)
+TOP_FRACTIONS = (0.04, 0.1, 0.25)
 
 
 # what a run's arm is read from: the setting the two arms differ in
@@ -62,7 +62,7 @@ def rank_agreement(first: dict[int, dict], second: dict[int, dict], seeds: list[
     b = pd.Series({s: float(second[s]["correct"]) for s in seeds})
     recalls = {}
     for fraction in TOP_FRACTIONS:
-        k = max(1, math.ceil(fraction * len(seeds)))
+        k = max(1, topk_size(fraction, len(seeds)))   # the rank stage's k, here of the seeds both runs answered
         kth = a.sort_values(ascending=False).iloc[k - 1]
         listed = b.sort_values(ascending=False, kind="stable").index[:k]
         recalls[f"top {fraction:g} (k={k})"] = recall_with_ties(a[listed].to_numpy(), kth, k)
