@@ -319,7 +319,7 @@ FIGURES = [
         f"a member {d['search']['member_s']:.2f} s ({d['search']['gen_tokens_per_s'] / 1000:.1f}k tok/s)",
         f"engine start {d['engine_start_s']:.0f} s", f"switch {d['search']['switch_ms_per_seed']:.1f} ms"]),
     (("orders", "calls_over_other", "verdict"), lambda d: [   # bench/vllm/compare_versions.py
-        *(f"{o['second'][d.get('compared_by', 'vllm')]} after {o['first'][d.get('compared_by', 'vllm')]}: calls "
+        *(f"{o['second'][d['compared_by']]} after {o['first'][d['compared_by']]}: calls "
           f"{o['second_over_first_median']:.3f}× over {o['seeds']} seeds, right answers "
           + " / ".join(f"{k}: {v}" for k, v in o["correct"].items()) for o in d["orders"]),
         d["verdict"]]),

@@ -35,8 +35,8 @@ from randopt.selection.recall import recall_with_ties  # noqa: E402
 TOP_FRACTIONS = (0.04, 0.1, 0.25)
 
 
-# what a run's arm is read from: the setting the two arms differ in
-SETTINGS = {"vllm": ("machine", "vllm"), "max_tokens": ("protocol", "max_tokens")}
+# the setting the two arms differ in: where a run's JSON holds it, and its name in messages
+SETTINGS = {"vllm": ("machine", "vllm", "vLLM"), "max_tokens": ("protocol", "max_tokens", "max_tokens")}
 
 
 def member_rows(path: Path, by: str = "vllm") -> tuple[str, dict[int, dict]]:
@@ -45,7 +45,7 @@ def member_rows(path: Path, by: str = "vllm") -> tuple[str, dict[int, dict]]:
     engines = result["rounds"][0]["per_engine"]
     if len(engines) != 1:
         raise SystemExit(f"{path}: {len(engines)} engines; compare one-engine runs (--ns 1)")
-    section, key = SETTINGS[by]
+    section, key, _ = SETTINGS[by]
     return str(result[section][key]), {row["seed"]: row for row in engines[0]["rows"]}
 
 
@@ -73,7 +73,7 @@ def rank_agreement(first: dict[int, dict], second: dict[int, dict], seeds: list[
 def compare_order(first: Path, second: Path, by: str = "vllm") -> dict:
     (v1, a), (v2, b) = member_rows(first, by), member_rows(second, by)
     if v1 == v2:
-        raise SystemExit(f"{first} and {second} are both {'vLLM' if by == 'vllm' else by} {v1}")
+        raise SystemExit(f"{first} and {second} are both {SETTINGS[by][2]} {v1}")
     seeds = sorted(a.keys() & b.keys())
     if not seeds:
         raise SystemExit(f"{first} and {second} share no seed")
@@ -97,11 +97,10 @@ def compare(orders: list[tuple[Path, Path]], by: str = "vllm") -> dict:
     own = {v: [r["second_over_first_median"] if r["second"][by] == v else 1 / r["second_over_first_median"]
                for r in rows] for v in versions}
     faster = [v for v in versions if all(x < 1 for x in own[v])]
-    label = "vLLM " if by == "vllm" else f"{by} "
     return {"compared_by": by, "orders": rows,
             "calls_over_other": {v: {"by_order": own[v], "median": statistics.median(own[v])} for v in versions},
             "faster_in_every_order": faster[0] if faster else None,
-            "verdict": (f"{label}{faster[0]} is faster in every order" if faster else
+            "verdict": (f"{SETTINGS[by][2]} {faster[0]} is faster in every order" if faster else
                         "neither is faster in every order: no measured difference")
                        + (" (one order only: the card's drift between two runs is not told apart)"
                           if len(rows) == 1 else "")}
