@@ -275,6 +275,11 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(racing_bench_started):
     assert step("racing_other_protocol") == 2
     assert not done["racing_results_after_refusal"]
     assert step("racing") == 0
+    # a call cut off after the arm's search (the device's per-call limit) leaves its search timed: the next
+    # call of that arm runs the rest only, past the killed Snakemake's lock
+    assert step("racing_resumed") == 0
+    assert done["resumed"] == {"search_kept": True, "rest_resumed": True, "record_back": True,
+                               "rank_untouched": True, "order": ["racing"]}
     # (an arm run again starts from a clean directory: test_an_arm_starts_its_search_in_a_clean_directory)
     assert step("report_before_full") == 2 and not done["report_after_refusal"]
     assert step("full_and_report") == 0

@@ -18,7 +18,9 @@ first one's answers. What the arms share is only what does not depend on the sel
   3. arms    in --order (default full first), each as two Snakemake calls: `--until rank` (the
              search: every evaluate_shard or racing round, then rank; timed by wall clock), then the
              rest (test answers of the top-k, vote, bpb, record; timed, not compared). An arm's
-             directory is wiped before its search, so an arm run again searches from scratch.
+             directory is wiped before its search, so an arm run again searches from scratch, except
+             an arm whose last call was cut off after its search: the next call of that arm runs
+             only the rest (a device's per-call limit falls between the two).
 
 With --phases (prepare: setup and warm-up; full; racing; report) the run spans several calls of one
 --workdir, e.g. on a GPU machine lent 10 minutes a call; WORKDIR/bench_state.json keeps the calls.
@@ -477,17 +479,30 @@ def bench(args) -> dict | None:
         link_inputs(warmup, setup)   # the arms get theirs when their phase starts (reset_arm)
         calls["warmup"] = flow.run(warmup, files["warmup"], "warmup", "--until", "rank")
         write_json_atomic(state_file, state)
+    searched = state.setdefault("searched", {})
     for arm in [a for a in order if a in phases]:
         if "warmup" not in calls:
             raise InputError("the prepare phase has not finished in this --workdir: run --phases prepare first")
-        # Forget an earlier run of this arm before touching its directory: if this call is cut off, the
-        # report must refuse (the arm has not run) rather than read a half-wiped one.
-        calls.pop(arm, None)
-        state["order"] = [a for a in state["order"] if a != arm]
-        write_json_atomic(state_file, state)
-        reset_arm(dirs[arm], workdir / "setup")
-        calls[arm] = {"search": flow.run(dirs[arm], files[arm], "search", "--until", "rank"),
-                      "rest": flow.run(dirs[arm], files[arm], "rest")}
+        if arm in searched and arm not in calls:
+            # The last call of this arm was cut off after its search, in the test answers: its timed search
+            # stands, and only the rest runs, from the search's outputs. Snakemake was killed with the call,
+            # so its lock is released and the job it left half done is run again.
+            print(f"[racing bench] {arm}: its search finished in an earlier call; going on with the rest", flush=True)
+            flow.run(dirs[arm], files[arm], "unlock", "--unlock")
+            calls[arm] = {"search": searched[arm],
+                          "rest": {**flow.run(dirs[arm], files[arm], "rest", "--rerun-incomplete"), "resumed": True}}
+        else:
+            # Forget an earlier run of this arm before touching its directory: if this call is cut off, the
+            # report must refuse (the arm has not run) rather than read a half-wiped one.
+            calls.pop(arm, None)
+            searched.pop(arm, None)
+            state["order"] = [a for a in state["order"] if a != arm]
+            write_json_atomic(state_file, state)
+            reset_arm(dirs[arm], workdir / "setup")
+            # kept at once: an arm whose search fits a call but not its test answers goes on in the next call
+            searched[arm] = flow.run(dirs[arm], files[arm], "search", "--until", "rank")
+            write_json_atomic(state_file, state)
+            calls[arm] = {"search": searched[arm], "rest": flow.run(dirs[arm], files[arm], "rest")}
         state["order"].append(arm)
         write_json_atomic(state_file, state)
     if "report" not in phases:

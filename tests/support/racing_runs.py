@@ -90,16 +90,50 @@ def bench_in_phases(root: Path, model_dir: Path) -> dict:
              "racing": [*common, "--phases", "racing"],
              "report_before_full": [*common, "--phases", "report"],
              "full_and_report": [*common, "--phases", "full", "report"]}
+    steps = {**dict(list(steps.items())[:4]), "racing_resumed": [*common, "--phases", "racing"],
+             **dict(list(steps.items())[4:])}
     result: dict = {"rc": {}, "error": None, "error_step": None, "report": None}
     for name, argv in steps.items():
+        if name == "racing_resumed":
+            result["cut"] = cut_after_search(work, "racing")
         try:
             result["rc"][name] = racing_bench.main(argv)
         except Exception as err:  # the test raises it at this step
             result["error"], result["error_step"] = err, name
             return result
+        if name == "racing_resumed":
+            result["resumed"] = after_resume(work, "racing", result["cut"])
         if name == "racing_other_protocol":
             result["racing_results_after_refusal"] = (work / "racing" / "results").exists()
         if name == "report_before_full":
             result["report_after_refusal"] = out.exists()
     result["report"] = json.loads(out.read_text()) if out.exists() else None
     return result
+
+
+def cut_after_search(work: Path, arm: str) -> dict:
+    """The arm's directory and state as a call cut off by the device's limit after the arm's search leaves
+    them: the state without the arm's calls, the rest's record gone, and Snakemake's lock on it (the
+    killed Snakemake never released it). What the search left, to check that the next call keeps it."""
+    state_file = work / "bench_state.json"
+    state = json.loads(state_file.read_text())
+    state["calls"].pop(arm)
+    state["order"].remove(arm)
+    state_file.write_text(json.dumps(state))
+    record = work / arm / "results" / "record.json"
+    record.unlink()
+    locks = work / arm / ".snakemake" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / "0.output.lock").write_text(f"{record.resolve()}\n")
+    rank = sorted((work / arm / "results").glob("**/ranking.parquet"))
+    return {"search": state["searched"][arm], "rank_mtimes": {str(p): p.stat().st_mtime_ns for p in rank}}
+
+
+def after_resume(work: Path, arm: str, cut: dict) -> dict:
+    state = json.loads((work / "bench_state.json").read_text())
+    return {"search_kept": state["calls"][arm]["search"] == cut["search"],
+            "rest_resumed": state["calls"][arm]["rest"].get("resumed", False),
+            "record_back": (work / arm / "results" / "record.json").is_file(),
+            "rank_untouched": bool(cut["rank_mtimes"]) and all(
+                Path(p).stat().st_mtime_ns == m for p, m in cut["rank_mtimes"].items()),
+            "order": state["order"]}
