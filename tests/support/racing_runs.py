@@ -124,7 +124,7 @@ def cut_after_search(work: Path, arm: str) -> dict:
     record.unlink()
     locks = work / arm / ".snakemake" / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    (locks / "0.output.lock").write_text(f"{record.resolve()}\n")
+    (locks / "0.output.lock").write_text("results/record.json\n")   # as Snakemake keys it: relative to its directory
     rank = sorted((work / arm / "results").glob("**/ranking.parquet"))
     return {"search": state["searched"][arm], "rank_mtimes": {str(p): p.stat().st_mtime_ns for p in rank}}
 
