@@ -71,13 +71,16 @@ workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then
   [ -f results/record.json ] && cp results/record.json "$OUT/record_$1.json" 2>/dev/null && mkdir -p /tmp/real-keep && cp results/record.json "/tmp/real-keep/record_$1.json"
   tar czf "$OUT/logs_$1.tgz" logs results/benchmarks "$OUT/snakemake_$1.log" 2>/dev/null
   # the search's train answers with their lengths, for bench/real_model/answer_tail.py on the host (what a lower
-  # max_tokens would save and cost), with the frozen split they were scored on: this run's shards only (randopt's own
-  # layout of its keys), since the runs of one lease share results/ and another cap's shards sit beside them
-  local shards
-  shards=$(python3 -c "import sys; from randopt.config import effective_config; from randopt.keys import run_keys; \
-from randopt.paths import layout; print(layout(run_keys(effective_config(sys.argv[1:])))['shards'])" "$MODEL_CFG" $cfg) \
-    || { log "this run's shard folder not found: answers_$1.tgz holds every run's"; shards="results/shards/*"; }
-  tar czf "$OUT/answers_$1.tgz" $(ls $shards/sigma=*/seeds_*.parquet data/problems/*/train.jsonl 2>/dev/null) 2>/dev/null
+  # max_tokens would save and cost), the members' test answers (the vote's, problem by problem), and the frozen splits
+  # they were scored on: this run's folders only (randopt's own layout of its keys), since the runs of one lease share
+  # results/ and another cap's sit beside them
+  local shards members
+  read -r shards members < <(python3 -c "import sys; from randopt.config import effective_config; \
+from randopt.keys import run_keys; from randopt.paths import layout; \
+paths = layout(run_keys(effective_config(sys.argv[1:]))); print(paths['shards'], paths['members'])" "$MODEL_CFG" $cfg) \
+    || { log "this run's folders not found: answers_$1.tgz holds every run's"; shards="results/shards/*"; members="results/members/*"; }
+  tar czf "$OUT/answers_$1.tgz" $(ls $shards/sigma=*/seeds_*.parquet $members/*/answers.parquet \
+    data/problems/*/train.jsonl data/problems/*/test.jsonl 2>/dev/null) 2>/dev/null
   [ -f "$OUT/record_$1.json" ] && python3 - "$OUT/record_$1.json" <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))
