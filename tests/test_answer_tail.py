@@ -52,10 +52,12 @@ def test_a_cap_cuts_long_answers_and_rescores_them(tokenizer):
     # the selection: as run seed 0 (2 of 2) tops seed 1 (1 of 2); the cap swaps them, so top-1 keeps no one
     assert [[m["seed"] for m in t["members"]] for t in report["topk"]] == [[0], [0, 1]]
     assert capped["topk"] == [{"fraction": 0.5, "k": 1, "kept": 0}, {"fraction": 1.0, "k": 2, "kept": 2}]
-    assert report["caps"]["10000"] | {"rank_correlation": None} == {
+    # the lists the capped rewards cut, whole (the test vote reads them): the cap put seed 1 first
+    assert [[m["seed"] for m in t["members"]] for t in capped["topk_lists"]] == [[1], [1, 0]]
+    assert report["caps"]["10000"] | {"rank_correlation": None, "topk_lists": None} == {
         "cut": 0.0, "accuracy": 0.75, "correct_lost": 0, "wrong_gained": 0, "member_reward_moved_mean": 0.0,
         "member_reward_moved_max": 0.0, "rank_correlation": None, "decode_steps_ratio": 1.0,
-        "topk": [{"fraction": 0.5, "k": 1, "kept": 1}, {"fraction": 1.0, "k": 2, "kept": 2}]}
+        "topk": [{"fraction": 0.5, "k": 1, "kept": 1}, {"fraction": 1.0, "k": 2, "kept": 2}], "topk_lists": None}
     assert report["caps"]["10000"]["rank_correlation"] == pytest.approx(1.0)   # nothing cut: the same ranking
     json.dumps(report, allow_nan=False)
 
@@ -105,3 +107,94 @@ def test_the_command_reads_a_runs_files_and_writes_its_report(tmp_path, tokenize
         train.write_text(json.dumps(PROBLEMS[0]) + "\n")
         answer_tail.main(["--answers", str(tmp_path / "seeds_*.parquet"), "--train", str(train), "--tokenizer",
                           str(tiny_model_dir)])
+
+
+TEST = [{"id": f"test-{i}", "question": "q", "answer": "so #### 7"} for i in range(3)]
+
+
+def member_answers(tokenizer, rows) -> pd.DataFrame:
+    """evaluate_members' table: rows (seed, sigma, problem index, text); answer and correct as GSM8K reads the text."""
+    task = GSM8K({})
+    frame = pd.DataFrame(rows, columns=["seed", "sigma", "problem", "completion"])
+    frame["problem_id"] = [TEST[p]["id"] for p in frame.pop("problem")]
+    frame["answer"] = [task.extract(t) for t in frame["completion"]]
+    frame["correct"] = [r.value >= 1.0 for r in task.score_all(list(frame["completion"]),
+                                                                [TEST[int(p[5:])] for p in frame["problem_id"]])]
+    frame["n_tokens"] = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in frame["completion"]]
+    return frame
+
+
+def listing(fraction, members) -> dict:
+    return {"fraction": fraction, "k": len(members), "members": [{"seed": s, "sigma": 0.001} for s in members]}
+
+
+def test_the_votes_on_test_read_every_answer_cut_at_the_cap(tokenizer):
+    """Three members and the base on three test problems. Member 1 is right on problems 1 and 2 only at the end of a
+    long answer, so the cap takes both; the base is right early in a long answer, which the cut keeps. The top-1
+    vote (member 0) keeps its answers; the top-3 vote loses problem 1, where member 1's and member 2's right answers
+    were two votes of three and the cut leaves a tie that the best-ranked member's wrong answer wins, and keeps
+    problem 2, where members 0 and 2 still agree."""
+    ramble = " and then we think about it again" * 12
+    rows = [(-1, 0.0, p, "It is #### 7." + ramble) for p in range(3)]                      # base: right, cut keeps it
+    rows += [(0, 0.001, 0, "#### 7"), (0, 0.001, 1, "#### 8"), (0, 0.001, 2, "#### 7")]
+    rows += [(1, 0.001, 0, "#### 7"), (1, 0.001, 1, "Count:" + ramble + " #### 7"),
+             (1, 0.001, 2, "Count:" + ramble + " #### 7")]
+    rows += [(2, 0.001, 0, "#### 5"), (2, 0.001, 1, "#### 7"), (2, 0.001, 2, "#### 7")]
+    table = member_answers(tokenizer, rows)
+    cap = int(table["n_tokens"].min()) + 8
+    lists = [listing(0.34, [0]), listing(1.0, [0, 1, 2])]
+    report = answer_tail.test_vote(table, TEST, lists, tokenizer, [cap, 10_000], GSM8K({}))
+    assert (report["members_answered"], report["n_test"], report["test_answers"]) == (3, 3, 12)
+    capped = report["caps"][str(cap)]
+    assert capped["cut"] == 5 / 12                                                    # the base's three, member 1's two
+    assert capped["base"] | {"difference_ci95": None, "p_value": None} == {
+        "as_run": 1.0, "capped": 1.0, "difference": 0.0, "difference_ci95": None, "p_value": None,
+        "problems_disagreeing": 0}
+    top1, top3 = capped["run_lists"]["0.34"], capped["run_lists"]["1.0"]
+    assert (top1["as_run"], top1["capped"], top1["problems_disagreeing"]) == (2 / 3, 2 / 3, 0)
+    assert (top3["as_run"], top3["capped"], top3["problems_disagreeing"]) == (1.0, 2 / 3, 1)
+    assert top3["difference"] == pytest.approx(-1 / 3) and top3["difference_ci95"][0] < 0
+    assert all(c["difference"] == 0.0 for c in report["caps"]["10000"]["run_lists"].values())
+    json.dumps(report, allow_nan=False)
+
+
+def test_the_capped_selection_votes_where_the_run_answered_its_members(tokenizer):
+    rows = [(-1, 0.0, p, "#### 7") for p in range(3)] + [(0, 0.001, p, "#### 7") for p in range(3)]
+    rows += [(1, 0.001, p, "#### 8") for p in range(3)]
+    table = member_answers(tokenizer, rows)
+    lists = [listing(0.5, [1])]
+    report = answer_tail.test_vote(table, TEST, lists, tokenizer, [4, 5], GSM8K({}),
+                                   {4: [listing(0.5, [0])], 5: [listing(0.5, [3])]})
+    # the cap would select member 0, which the run answered: its vote against the run's (member 1)
+    assert report["caps"]["4"]["capped_lists"]["0.5"] | {"difference_ci95": None, "p_value": None} == {
+        "as_run": 0.0, "capped": 1.0, "difference": 1.0, "difference_ci95": None, "p_value": None,
+        "problems_disagreeing": 3}
+    # member 3 never answered the test split: no vote, and the report says why
+    assert report["caps"]["5"]["capped_lists"] == {"members_without_test_answers": 1}
+    with pytest.raises(InputError, match="not the run's"):
+        answer_tail.test_vote(table, TEST, lists, tokenizer, [4], GSM8K({}), {4: [listing(0.25, [0])]})
+    with pytest.raises(InputError, match="test split lacks"):
+        answer_tail.test_vote(table, TEST[:2], lists, tokenizer, [4], GSM8K({}))
+
+
+def test_the_command_votes_on_test_from_a_runs_files(tmp_path, tokenizer, tiny_model_dir):
+    frame = answers(tokenizer, [(0, "a", 0, "#### 7"), (0, "a", 1, "#### 7")])
+    frame.to_parquet(tmp_path / "seeds_0000-0000.parquet")
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    test = tmp_path / "test.jsonl"
+    test.write_text("".join(json.dumps(p) + "\n" for p in TEST))
+    member_answers(tokenizer, [(-1, 0.0, p, "#### 7") for p in range(3)] + [(0, 0.001, p, "#### 7") for p in range(3)]
+                 ).to_parquet(tmp_path / "answers.parquet")
+    (tmp_path / "topk.json").write_text(json.dumps({"topk": [listing(1.0, [0])]}))
+    common = ["--answers", str(tmp_path / "seeds_*.parquet"), "--train", str(train), "--tokenizer", str(tiny_model_dir),
+              "--caps", "6", "--test-answers", str(tmp_path / "answers.parquet")]
+    with pytest.raises(SystemExit):     # the test answers without the split or the lists they were voted in
+        answer_tail.main(common)
+    out = tmp_path / "tail.json"
+    assert answer_tail.main([*common, "--test", str(test), "--topk", str(tmp_path / "topk.json"), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    # the run's fractions from its topk.json; the capped selection (member 0 again) votes as the run did
+    assert report["caps"]["6"]["topk"] == [{"fraction": 1.0, "k": 1, "kept": 1}]
+    assert report["vote"]["caps"]["6"]["run_lists"]["1.0"]["as_run"] == 1.0
+    assert report["vote"]["caps"]["6"]["capped_lists"]["1.0"]["difference"] == 0.0

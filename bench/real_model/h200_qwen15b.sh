@@ -70,17 +70,18 @@ workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then
   local rc=$?; log "workflow $1: exit $rc (124: cut by the timeout; the next call resumes it)"
   [ -f results/record.json ] && cp results/record.json "$OUT/record_$1.json" 2>/dev/null && mkdir -p /tmp/real-keep && cp results/record.json "/tmp/real-keep/record_$1.json"
   tar czf "$OUT/logs_$1.tgz" logs results/benchmarks "$OUT/snakemake_$1.log" 2>/dev/null
-  # the search's train answers with their lengths, for bench/real_model/answer_tail.py on the host (what a lower
-  # max_tokens would save and cost), the members' test answers (the vote's, problem by problem), and the frozen splits
-  # they were scored on: this run's folders only (randopt's own layout of its keys), since the runs of one lease share
-  # results/ and another cap's sit beside them
-  local shards members
-  read -r shards members < <(python3 -c "import sys; from randopt.config import effective_config; \
+  # for bench/real_model/answer_tail.py on the host (what a lower max_tokens would save and cost, on train and in the
+  # vote on test): the search's train answers with their lengths, the ranking and its top-k lists, the members' test
+  # answers, and the frozen splits they were scored on; this run's folders only (randopt's own layout of its keys),
+  # since the runs of one lease share results/ and another cap's sit beside them
+  local shards rank members
+  read -r shards rank members < <(python3 -c "import sys; from randopt.config import effective_config; \
 from randopt.keys import run_keys; from randopt.paths import layout; \
-paths = layout(run_keys(effective_config(sys.argv[1:]))); print(paths['shards'], paths['members'])" "$MODEL_CFG" $cfg) \
-    || { log "this run's folders not found: answers_$1.tgz holds every run's"; shards="results/shards/*"; members="results/members/*"; }
-  tar czf "$OUT/answers_$1.tgz" $(ls $shards/sigma=*/seeds_*.parquet $members/*/answers.parquet \
-    data/problems/*/train.jsonl data/problems/*/test.jsonl 2>/dev/null) 2>/dev/null
+paths = layout(run_keys(effective_config(sys.argv[1:]))); print(paths['shards'], paths['rank'], paths['members'])" \
+    "$MODEL_CFG" $cfg) || { log "this run's folders not found: answers_$1.tgz holds every run's"
+      shards="results/shards/*"; rank="results/rank/*/*"; members="results/members/*"; }
+  tar czf "$OUT/answers_$1.tgz" $(ls $shards/sigma=*/seeds_*.parquet $rank/topk.json $rank/ranking.parquet \
+    $members/*/answers.parquet data/problems/*/train.jsonl data/problems/*/test.jsonl 2>/dev/null) 2>/dev/null
   [ -f "$OUT/record_$1.json" ] && python3 - "$OUT/record_$1.json" <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))
