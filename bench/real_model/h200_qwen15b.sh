@@ -80,8 +80,10 @@ from randopt.keys import run_keys; from randopt.paths import layout; \
 paths = layout(run_keys(effective_config(sys.argv[1:]))); print(paths['shards'], paths['rank'], paths['members'])" \
     "$MODEL_CFG" $cfg) || { log "this run's folders not found: answers_$1.tgz holds every run's"
       shards="results/shards/*"; rank="results/rank/*/*"; members="results/members/*"; }
-  tar czf "$OUT/answers_$1.tgz" $(ls $shards/sigma=*/seeds_*.parquet $rank/topk.json $rank/ranking.parquet \
-    $members/*/answers.parquet data/problems/*/train.jsonl data/problems/*/test.jsonl 2>/dev/null) 2>/dev/null
+  # in 15 MiB pieces (a returned file may have 16): 192 members' train answers and ~100 members' test answers come
+  # to ~25 MiB; on the host, cat answers_<run>.tgz.* | tar xzf -
+  tar czf - $(ls $shards/sigma=*/seeds_*.parquet $rank/topk.json $rank/ranking.parquet $members/*/answers.parquet \
+    data/problems/*/train.jsonl data/problems/*/test.jsonl 2>/dev/null) 2>/dev/null | split -b 15M - "$OUT/answers_$1.tgz."
   [ -f "$OUT/record_$1.json" ] && python3 - "$OUT/record_$1.json" <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))
