@@ -143,7 +143,7 @@ def test_the_votes_on_test_read_every_answer_cut_at_the_cap(tokenizer):
     table = member_answers(tokenizer, rows)
     cap = int(table["n_tokens"].min()) + 8
     lists = [listing(0.34, [0]), listing(1.0, [0, 1, 2])]
-    report = answer_tail.test_vote(table, TEST, lists, tokenizer, [cap, 10_000], GSM8K({}))
+    report = answer_tail.vote_with_caps(table, TEST, lists, tokenizer, [cap, 10_000], GSM8K({}))
     assert (report["members_answered"], report["n_test"], report["test_answers"]) == (3, 3, 12)
     capped = report["caps"][str(cap)]
     assert capped["cut"] == 5 / 12                                                    # the base's three, member 1's two
@@ -163,7 +163,7 @@ def test_the_capped_selection_votes_where_the_run_answered_its_members(tokenizer
     rows += [(1, 0.001, p, "#### 8") for p in range(3)]
     table = member_answers(tokenizer, rows)
     lists = [listing(0.5, [1])]
-    report = answer_tail.test_vote(table, TEST, lists, tokenizer, [4, 5], GSM8K({}),
+    report = answer_tail.vote_with_caps(table, TEST, lists, tokenizer, [4, 5], GSM8K({}),
                                    {4: [listing(0.5, [0])], 5: [listing(0.5, [3])]})
     # the cap would select member 0, which the run answered: its vote against the run's (member 1)
     assert report["caps"]["4"]["capped_lists"]["0.5"] | {"difference_ci95": None, "p_value": None} == {
@@ -172,9 +172,9 @@ def test_the_capped_selection_votes_where_the_run_answered_its_members(tokenizer
     # member 3 never answered the test split: no vote, and the report says why
     assert report["caps"]["5"]["capped_lists"] == {"members_without_test_answers": 1}
     with pytest.raises(InputError, match="not the run's"):
-        answer_tail.test_vote(table, TEST, lists, tokenizer, [4], GSM8K({}), {4: [listing(0.25, [0])]})
+        answer_tail.vote_with_caps(table, TEST, lists, tokenizer, [4], GSM8K({}), {4: [listing(0.25, [0])]})
     with pytest.raises(InputError, match="test split lacks"):
-        answer_tail.test_vote(table, TEST[:2], lists, tokenizer, [4], GSM8K({}))
+        answer_tail.vote_with_caps(table, TEST[:2], lists, tokenizer, [4], GSM8K({}))
 
 
 def test_the_command_votes_on_test_from_a_runs_files(tmp_path, tokenizer, tiny_model_dir):

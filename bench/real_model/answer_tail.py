@@ -165,7 +165,7 @@ def compared(as_run: list[bool], capped: list[bool]) -> dict:
             "problems_disagreeing": int(np.sum(np.asarray(as_run) != np.asarray(capped)))}
 
 
-def test_vote(table: pd.DataFrame, problems: list[dict], lists: list[dict], tokenizer, caps: list[int], task,
+def vote_with_caps(table: pd.DataFrame, problems: list[dict], lists: list[dict], tokenizer, caps: list[int], task,
               capped_lists: dict[int, list[dict]] | None = None) -> dict:
     """The votes on test as run and with each cap (the module's docstring: vote). table: evaluate_members' answers
     (the base's rows at seed BASE); lists: the run's top-k lists; capped_lists: per cap, the lists its train
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     report |= {"what": "bench/real_model/answer_tail.py: what a lower max_tokens saves and costs",
                "answer_files": args.answers, "train": args.train}
     if args.test_answers:
-        report["vote"] = test_vote(pd.read_parquet(args.test_answers), read_jsonl(args.test), lists, tokenizer,
+        report["vote"] = vote_with_caps(pd.read_parquet(args.test_answers), read_jsonl(args.test), lists, tokenizer,
                                    sorted(args.caps), GSM8K({}),
                                    {int(c): e["topk_lists"] for c, e in report["caps"].items()})
         report |= {"test_answers": args.test_answers, "test": args.test, "topk_file": args.topk}
