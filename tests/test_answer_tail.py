@@ -198,3 +198,48 @@ def test_the_command_votes_on_test_from_a_runs_files(tmp_path, tokenizer, tiny_m
     assert report["caps"]["6"]["topk"] == [{"fraction": 1.0, "k": 1, "kept": 1}]
     assert report["vote"]["caps"]["6"]["run_lists"]["1.0"]["as_run"] == 1.0
     assert report["vote"]["caps"]["6"]["capped_lists"]["1.0"]["difference"] == 0.0
+
+
+def test_the_estimate_is_checked_against_a_run_made_at_the_cap(tmp_path, tokenizer, tiny_model_dir):
+    """The run at the cap wrote the cut answers but one, which its batch moved (another, wrong answer): the check
+    counts that one on train, the test answers agree, and the estimated votes and lists are the run's."""
+    ramble = " and then we think about it again" * 12
+    train_rows = [(0, "a", 0, "#### 7"), (0, "a", 1, "It is #### 7." + ramble), (1, "b", 0, "#### 8"),
+                  (1, "b", 1, "Count:" + ramble + " #### 7")]
+    frame = answers(tokenizer, train_rows)
+    cap = int(frame["n_tokens"].min()) + 8
+    frame.to_parquet(tmp_path / "seeds_0000-0001.parquet")
+    cut = answer_tail.cut_answers(frame, "problem", lambda p: PROBLEMS[int(p)], tokenizer, cap, GSM8K({}))
+    moved = cut.copy()
+    moved.loc[0, ["completion", "correct"]] = ["#### 9", False]        # the batch moved one answer of member 0
+    (tmp_path / "at_cap").mkdir()
+    moved.to_parquet(tmp_path / "at_cap" / "seeds_0000-0001.parquet")
+    test_rows = [(-1, 0.0, p, "It is #### 7." + ramble) for p in range(3)] + [(0, 0.001, p, "#### 7") for p in range(3)]
+    table = member_answers(tokenizer, test_rows)
+    table.to_parquet(tmp_path / "answers.parquet")
+    answer_tail.cut_answers(table, "problem_id", {t["id"]: t for t in TEST}.__getitem__, tokenizer, cap, GSM8K({})
+                            ).to_parquet(tmp_path / "at_cap" / "answers.parquet")
+    (tmp_path / "topk.json").write_text(json.dumps({"topk": [listing(0.5, [0])]}))
+    (tmp_path / "at_cap" / "topk.json").write_text(json.dumps({"topk": [listing(0.5, [0])]}))
+    for name, rows in (("train.jsonl", PROBLEMS), ("test.jsonl", TEST)):
+        (tmp_path / name).write_text("".join(json.dumps(p) + "\n" for p in rows))
+    out = tmp_path / "tail.json"
+    argv = ["--answers", str(tmp_path / "seeds_*.parquet"), "--train", str(tmp_path / "train.jsonl"),
+            "--tokenizer", str(tiny_model_dir), "--caps", "10000", "--test-answers", str(tmp_path / "answers.parquet"),
+            "--test", str(tmp_path / "test.jsonl"), "--topk", str(tmp_path / "topk.json"), "--out", str(out)]
+    with pytest.raises(SystemExit):     # a run to check against, without the cap it ran at
+        answer_tail.main([*argv, "--check-run", str(tmp_path / "at_cap" / "seeds_*.parquet"),
+                          str(tmp_path / "at_cap" / "answers.parquet"), str(tmp_path / "at_cap" / "topk.json")])
+    assert answer_tail.main([*argv, "--check-cap", str(cap), "--check-run", str(tmp_path / "at_cap" / "seeds_*.parquet"),
+                             str(tmp_path / "at_cap" / "answers.parquet"), str(tmp_path / "at_cap" / "topk.json")]) == 0
+    report = json.loads(out.read_text())
+    assert str(cap) in report["caps"]                                   # the checked cap is estimated too
+    train = report["check"]["train"]
+    assert (train["pairs_compared"], train["completions_differing"], train["correct_differing"]) == (4, 1, 1)
+    assert (train["accuracy_cut"], train["accuracy_run"]) == (0.5, 0.25)     # the ramble to "#### 7" is cut
+    assert report["check"]["lists_kept"] == {"0.5": 1}
+    checked = report["vote"]["caps"][str(cap)]["check"]
+    assert checked["answers"]["completions_differing"] == 0 and checked["answers"]["pairs_compared"] == 6
+    assert checked["base"] == {"estimated": 1.0, "run": 1.0}
+    assert checked["lists_kept"] == {"0.5": 1}
+    assert checked["votes"] == {"0.5": {"estimated": 1.0, "run": 1.0, "problems_disagreeing": 0}}

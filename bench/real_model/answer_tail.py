@@ -36,6 +36,13 @@ the same way (greedy decoding: a capped run writes the first L tokens of the unc
     python bench/real_model/answer_tail.py ... --test-answers DIR/results/members/<key>/<pop>/answers.parquet \
         --test DIR/data/problems/<key>/test.jsonl --topk DIR/results/rank/<key>/<pop>/topk.json
 
+With --check-run (a run made at the cap --check-cap: its train answers' glob, its test answers and its topk.json) it
+checks the estimate at that cap against the run, since the premise holds only up to the engine's batch noise:
+
+  check        the train answers answer by answer (the same text, the same reward), the accuracy estimated and run,
+               and how many of each of the run's top-k lists the estimated lists hold; under vote, the test answers
+               the same way, the base's accuracy and each vote's, estimated and run
+
 A member-call is one (seed, sigma, part): the answers one generate call returned. GSM8K's reward only; the
 re-encoding of an answer's text can differ from the generated ids by a token at the cut.
 """
@@ -79,14 +86,27 @@ def cut_text(tokenizer, text: str, cap: int) -> str:
     return text if len(ids) <= cap else tokenizer.decode(ids[:cap], skip_special_tokens=True)
 
 
+def cut_answers(table: pd.DataFrame, key: str, problem_of, tokenizer, cap: int, task) -> pd.DataFrame:
+    """The answers as a run capped at `cap` tokens would hold them (greedy decoding writes the uncapped answer's
+    first tokens): each longer one cut at its cap-th token, its answer extracted again where the table has that
+    column (evaluate_members'), its reward scored again. problem_of: the problem of a value of column `key`."""
+    out = table.copy()
+    long = out.index[out["n_tokens"] > cap]
+    texts = [cut_text(tokenizer, out.at[i, "completion"], cap) for i in long]
+    out.loc[long, "completion"] = pd.Series(texts, index=long, dtype=object)
+    if "answer" in out:
+        out["answer"] = out["answer"].astype(object).where(out["answer"].notna(), None)
+        out.loc[long, "answer"] = pd.Series([task.extract(t) for t in texts], index=long, dtype=object)
+    scored = task.score_all(texts, [problem_of(out.at[i, key]) for i in long])
+    out.loc[long, "correct"] = pd.Series([r.value >= 1.0 for r in scored], index=long, dtype=bool)
+    out.loc[long, "n_tokens"] = cap
+    return out
+
+
 def capped(frame: pd.DataFrame, problems: list[dict], tokenizer, cap: int, task) -> pd.Series:
     """Each answer's reward with the cap: the run's where the answer fits, else its cut text's."""
-    rewards = frame["correct"].astype(float).copy()
-    long = frame.index[frame["n_tokens"] > cap]
-    texts = [cut_text(tokenizer, frame.at[i, "completion"], cap) for i in long]
-    scored = task.score_all(texts, [problems[int(frame.at[i, "problem"])] for i in long])
-    rewards.loc[long] = [float(r.value >= 1.0) for r in scored]
-    return rewards
+    cut = cut_answers(frame, "problem", lambda p: problems[int(p)], tokenizer, cap, task)
+    return cut["correct"].astype(float)
 
 
 def rank_correlation(a: pd.Series, b: pd.Series) -> float | None:
@@ -145,17 +165,15 @@ def tail(frame: pd.DataFrame, problems: list[dict], tokenizer, caps: list[int], 
     return out
 
 
-def capped_test(table: pd.DataFrame, problems: dict[str, dict], tokenizer, cap: int, task) -> pd.DataFrame:
-    """evaluate_members' table with every answer longer than the cap cut there, its answer extracted and scored
-    again, as the vote stage would read a capped run's."""
-    out = table.copy()
-    long = out.index[out["n_tokens"] > cap]
-    texts = [cut_text(tokenizer, out.at[i, "completion"], cap) for i in long]
-    out.loc[long, "answer"] = pd.Series([task.extract(t) for t in texts], index=long, dtype=object)
-    scored = task.score_all(texts, [problems[out.at[i, "problem_id"]] for i in long])
-    out.loc[long, "correct"] = [r.value >= 1.0 for r in scored]
-    out.loc[long, "n_tokens"] = cap
-    return out
+def against_run(cut: pd.DataFrame, run: pd.DataFrame, key: list[str]) -> dict:
+    """Answers cut at a cap against a run made at that cap, answer by answer, over the members both answered: the
+    premise's check (the capped run's answers are the cut ones, but for the engine's batch noise)."""
+    from bench.racing.racing import answer_agreement
+    members = ["seed", "sigma"]
+    run = run.merge(cut[members].drop_duplicates(), on=members)
+    agreement = answer_agreement(cut, run, tuple(key))
+    return agreement | {"accuracy_cut": float(cut.merge(run[key], on=key)["correct"].mean()),
+                        "accuracy_run": float(run["correct"].mean())}
 
 
 def compared(as_run: list[bool], capped: list[bool]) -> dict:
@@ -166,10 +184,10 @@ def compared(as_run: list[bool], capped: list[bool]) -> dict:
 
 
 def vote_with_caps(table: pd.DataFrame, problems: list[dict], lists: list[dict], tokenizer, caps: list[int], task,
-              capped_lists: dict[int, list[dict]] | None = None) -> dict:
+                   capped_lists: dict[int, list[dict]] | None = None, check: dict | None = None) -> dict:
     """The votes on test as run and with each cap (the module's docstring: vote). table: evaluate_members' answers
     (the base's rows at seed BASE); lists: the run's top-k lists; capped_lists: per cap, the lists its train
-    rewards would cut."""
+    rewards would cut; check: {"cap", "table", "lists"} of a run made at that cap, to compare the estimate with."""
     table = table.assign(answer=table["answer"].astype(object).where(table["answer"].notna(), None))
     by_id = {p["id"]: p for p in problems}
     references = {p["id"]: extract_answer(p["answer"]) for p in problems}
@@ -181,7 +199,7 @@ def vote_with_caps(table: pd.DataFrame, problems: list[dict], lists: list[dict],
     run = per_problem_results(table, lists, references, BASE)
     out = {"test_answers": len(table), "members_answered": len(answered) - 1, "n_test": len(references), "caps": {}}
     for cap in caps:
-        cut = capped_test(table, by_id, tokenizer, cap, task)
+        cut = cut_answers(table, "problem_id", by_id.__getitem__, tokenizer, cap, task)
         now = per_problem_results(cut, lists, references, BASE)
         entry = {"cut": float((table["n_tokens"] > cap).mean()),
                  "base": compared(run["base_correct"], now["base_correct"]),
@@ -191,13 +209,38 @@ def vote_with_caps(table: pd.DataFrame, problems: list[dict], lists: list[dict],
         if chosen and {repr(float(t["fraction"])) for t in chosen} != set(run["ensemble_correct"]):
             raise InputError(f"the capped selection's fractions {[t['fraction'] for t in chosen]} are not the run's "
                              f"{[t['fraction'] for t in lists]}: leave --fractions out (the run's topk.json gives them)")
+        predicted = None
         if chosen:
             absent = {(m["seed"], m["sigma"]) for lst in chosen for m in lst["members"]} - answered
+            predicted = None if absent else per_problem_results(cut, chosen, references, BASE)
             entry["capped_lists"] = (
                 {"members_without_test_answers": len(absent)} if absent else
                 {key: compared(run["ensemble_correct"][key], value)
-                 for key, value in per_problem_results(cut, chosen, references, BASE)["ensemble_correct"].items()})
+                 for key, value in predicted["ensemble_correct"].items()})
+        if check and check["cap"] == cap:
+            entry["check"] = checked_vote(cut, now["base_correct"], predicted, chosen, check, references)
         out["caps"][str(cap)] = entry
+    return out
+
+
+def checked_vote(cut: pd.DataFrame, base_correct: list[bool], predicted: dict | None, chosen: list[dict] | None,
+                 check: dict, references: dict) -> dict:
+    """The estimate at a cap against a run made at it: the test answers answer by answer, the base's accuracy,
+    the lists (how many of each capped run's list the estimate selected) and each vote's accuracy."""
+    actual_table = check["table"].assign(
+        answer=check["table"]["answer"].astype(object).where(check["table"]["answer"].notna(), None))
+    actual = per_problem_results(actual_table, check["lists"], references, BASE)
+    out = {"answers": against_run(cut, actual_table, ["seed", "sigma", "problem_id"]),
+           "base": {"estimated": float(np.mean(base_correct)), "run": float(np.mean(actual["base_correct"]))}}
+    if chosen:
+        out["lists_kept"] = {repr(float(a["fraction"])): len(members_of(a) & members_of(b))
+                             for a, b in zip(check["lists"], chosen)}
+    if predicted:
+        out["votes"] = {key: {"estimated": float(np.mean(predicted["ensemble_correct"][key])),
+                              "run": float(np.mean(value)),
+                              "problems_disagreeing": int(np.sum(np.asarray(predicted["ensemble_correct"][key])
+                                                                 != np.asarray(value)))}
+                        for key, value in actual["ensemble_correct"].items()}
     return out
 
 
@@ -213,8 +256,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluate_members' answers.parquet: the votes on test with the caps (needs --test, --topk)")
     parser.add_argument("--test", default=None, help="the frozen test split the test answers were scored on")
     parser.add_argument("--topk", default=None, help="the rank stage's topk.json: the lists the run voted")
+    parser.add_argument("--check-run", nargs=3, metavar=("ANSWERS", "TEST_ANSWERS", "TOPK"), default=None,
+                        help="a run made at --check-cap: its train answers (glob), test answers and topk.json, to "
+                             "compare the estimate at that cap with")
+    parser.add_argument("--check-cap", type=int, default=None, help="the max_tokens the --check-run ran at")
     parser.add_argument("--out", default=None, help="the report as JSON")
     args = parser.parse_args(argv)
+    if (args.check_run is None) != (args.check_cap is None):
+        parser.error("--check-run and --check-cap go together")
+    if args.check_run and not args.test_answers:
+        parser.error("--check-run needs --test-answers, --test and --topk (this run's, the estimate's inputs)")
+    if args.check_cap is not None and args.check_cap not in args.caps:
+        args.caps.append(args.check_cap)
     if any(c < 1 for c in args.caps):
         parser.error("--caps are token counts, at least 1")
     if args.test_answers and not (args.test and args.topk):
@@ -234,10 +287,20 @@ def main(argv: list[str] | None = None) -> int:
     report = tail(frame, problems, tokenizer, sorted(args.caps), GSM8K({}), fractions)
     report |= {"what": "bench/real_model/answer_tail.py: what a lower max_tokens saves and costs",
                "answer_files": args.answers, "train": args.train}
+    check = None
+    if args.check_run:
+        shards, test_answers, topk = args.check_run
+        check = {"cap": args.check_cap, "table": pd.read_parquet(test_answers), "lists": read_json(topk)["topk"]}
+        cut = cut_answers(frame, "problem", lambda i: problems[int(i)], tokenizer, args.check_cap, GSM8K({}))
+        estimated = report["caps"][str(args.check_cap)]["topk_lists"]
+        report["check"] = {"cap": args.check_cap, "files": args.check_run,
+                           "train": against_run(cut, read_answers([shards]), ["seed", "sigma", "problem"]),
+                           "lists_kept": {repr(float(a["fraction"])): len(members_of(a) & members_of(b))
+                                          for a, b in zip(check["lists"], estimated)}}
     if args.test_answers:
         report["vote"] = vote_with_caps(pd.read_parquet(args.test_answers), read_jsonl(args.test), lists, tokenizer,
-                                   sorted(args.caps), GSM8K({}),
-                                   {int(c): e["topk_lists"] for c, e in report["caps"].items()})
+                                        sorted(args.caps), GSM8K({}),
+                                        {int(c): e["topk_lists"] for c, e in report["caps"].items()}, check)
         report |= {"test_answers": args.test_answers, "test": args.test, "topk_file": args.topk}
     print(f"{report['answers']} answers, {report['member_calls']} member-calls, accuracy {report['accuracy']:.3f}; "
           f"answer tokens median {report['n_tokens']['median']:.0f}, 99 % {report['n_tokens']['p99']:.0f}, max "
@@ -252,6 +315,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{v['base']['capped']:.3f}" + "".join(
                   f"; vote {key} {c['as_run']:.3f} -> {c['capped']:.3f} ({c['difference']:+.3f}, 95 % "
                   f"[{c['difference_ci95'][0]:+.3f}, {c['difference_ci95'][1]:+.3f}])" for key, c in v["run_lists"].items()))
+    if report.get("check"):
+        c, v = report["check"], report["vote"]["caps"][str(args.check_cap)]["check"]
+        print(f"against the run at {c['cap']}: train answers {1 - c['train']['share_completions_differing']:.1%} the same "
+              f"({c['train']['share_correct_differing']:.1%} scored otherwise), accuracy {c['train']['accuracy_cut']:.3f} "
+              f"estimated, {c['train']['accuracy_run']:.3f} run; test answers "
+              f"{1 - v['answers']['share_completions_differing']:.1%} the same" + "".join(
+                  f"; vote {key} {x['estimated']:.3f} estimated, {x['run']:.3f} run" for key, x in v.get("votes", {}).items()))
     if args.out:
         write_json_atomic(Path(args.out), report)
     return 0
