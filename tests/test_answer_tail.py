@@ -243,3 +243,9 @@ def test_the_estimate_is_checked_against_a_run_made_at_the_cap(tmp_path, tokeniz
     assert checked["base"] == {"estimated": 1.0, "run": 1.0}
     assert checked["lists_kept"] == {"0.5": 1}
     assert checked["votes"] == {"0.5": {"estimated": 1.0, "run": 1.0, "problems_disagreeing": 0}}
+    # estimated lists holding a member this run never answered the test split for: the run's vote, no estimate
+    report = answer_tail.vote_with_caps(table, TEST, [listing(0.5, [0])], tokenizer, [cap], GSM8K({}),
+                                        {cap: [listing(0.5, [3])]},
+                                        {"cap": cap, "table": table, "lists": [listing(0.5, [0])]})
+    assert report["caps"][str(cap)]["check"]["votes"] == {"0.5": {"estimated": None, "run": 1.0,
+                                                                  "problems_disagreeing": None}}

@@ -235,12 +235,13 @@ def checked_vote(cut: pd.DataFrame, base_correct: list[bool], predicted: dict | 
     if chosen:
         out["lists_kept"] = {repr(float(a["fraction"])): len(members_of(a) & members_of(b))
                              for a, b in zip(check["lists"], chosen)}
-    if predicted:
-        out["votes"] = {key: {"estimated": float(np.mean(predicted["ensemble_correct"][key])),
-                              "run": float(np.mean(value)),
-                              "problems_disagreeing": int(np.sum(np.asarray(predicted["ensemble_correct"][key])
-                                                                 != np.asarray(value)))}
-                        for key, value in actual["ensemble_correct"].items()}
+    # the run's votes whatever the estimate could do: none where the estimated lists hold members this run never
+    # answered the test split for (capped_lists says how many)
+    out["votes"] = {key: {"estimated": float(np.mean(predicted["ensemble_correct"][key])) if predicted else None,
+                          "run": float(np.mean(value)),
+                          "problems_disagreeing": int(np.sum(np.asarray(predicted["ensemble_correct"][key])
+                                                             != np.asarray(value))) if predicted else None}
+                    for key, value in actual["ensemble_correct"].items()}
     return out
 
 
@@ -321,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({c['train']['share_correct_differing']:.1%} scored otherwise), accuracy {c['train']['accuracy_cut']:.3f} "
               f"estimated, {c['train']['accuracy_run']:.3f} run; test answers "
               f"{1 - v['answers']['share_completions_differing']:.1%} the same" + "".join(
-                  f"; vote {key} {x['estimated']:.3f} estimated, {x['run']:.3f} run" for key, x in v.get("votes", {}).items()))
+                  f"; vote {key} " + ("not estimated" if x["estimated"] is None else f"{x['estimated']:.3f} estimated")
+                  + f", {x['run']:.3f} run" for key, x in v["votes"].items()))
     if args.out:
         write_json_atomic(Path(args.out), report)
     return 0
