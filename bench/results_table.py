@@ -87,6 +87,11 @@ METADATA = {
     "real_model_qwen15b_h100_cap256_vs_512.json": {"machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 "
                                                            "(host: 16-core Xeon)", "commit": "c54f398",
                                                 "date": "2026-12-06"},
+    # the embedded default (`make record`, max_tokens 32) and the same run at max_tokens 24, both at cd4498f on the
+    # 2-core session host (torch engine, bf16); answer_tail.py --check-run at 4f39f36: the cap's estimate against the run
+    "real_model_smollm2_cpu_epyc_zen4_answer_tail_cap24_check.json": {
+        "machine": "AMD EPYC (Zen 4), 2 cores, avx512_bf16 (torch engine, bf16)", "commit": "4f39f36",
+        "date": "2026-12-06"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
@@ -350,7 +355,13 @@ FIGURES = [
           f"**{c['decode_steps_ratio']:.2f}×**, Spearman "
           + ("none" if c["rank_correlation"] is None else f"{c['rank_correlation']:.2f}")
           + (", top-k kept " + ", ".join(f"{t['kept']}/{t['k']}" for t in c["topk"]) if c.get("topk") else "")
-          for cap, c in d["caps"].items())]),
+          for cap, c in d["caps"].items()),
+        *([f"against a run at {d['check']['cap']}: train answers "
+           f"**{1 - d['check']['train']['share_completions_differing']:.1%} the same**, "
+           f"{d['check']['train']['share_correct_differing']:.1%} scored otherwise, lists kept "
+           + ", ".join(f"{n}/{t['k']}" for n, t in zip(d["check"]["lists_kept"].values(),
+                                                        d["caps"][str(d["check"]["cap"])]["topk"]))]
+          if d.get("check") else [])]),
     (("engine_in_process", "engine_core_process", "import_s"), lambda d: [
         f"engine start {d['engine_in_process']['total_s']:.1f} s in-process, "
         f"{d['engine_core_process']['total_s']:.1f} s with a separate core",
