@@ -162,17 +162,19 @@ def test_the_capped_selection_votes_where_the_run_answered_its_members(tokenizer
     rows = [(-1, 0.0, p, "#### 7") for p in range(3)] + [(0, 0.001, p, "#### 7") for p in range(3)]
     rows += [(1, 0.001, p, "#### 8") for p in range(3)]
     table = member_answers(tokenizer, rows)
-    lists = [listing(0.5, [1])]
+    lists = [listing(0.5, [1]), listing(1.0, [1, 0])]
     report = answer_tail.vote_with_caps(table, TEST, lists, tokenizer, [4, 5], GSM8K({}),
-                                   {4: [listing(0.5, [0])], 5: [listing(0.5, [3])]})
-    # the cap would select member 0, which the run answered: its vote against the run's (member 1)
+                                        {4: [listing(0.5, [0]), listing(1.0, [0, 1])],
+                                         5: [listing(0.5, [0]), listing(1.0, [0, 3])]})
+    # the cap would select member 0 first, which the run answered: its vote against the run's (member 1)
     assert report["caps"]["4"]["capped_lists"]["0.5"] | {"difference_ci95": None, "p_value": None} == {
         "as_run": 0.0, "capped": 1.0, "difference": 1.0, "difference_ci95": None, "p_value": None,
         "problems_disagreeing": 3}
-    # member 3 never answered the test split: no vote, and the report says why
-    assert report["caps"]["5"]["capped_lists"] == {"members_without_test_answers": 1}
+    # member 3 never answered the test split: that list has no vote, and the report says why; the short list has
+    assert report["caps"]["5"]["capped_lists"]["1.0"] == {"members_without_test_answers": 1}
+    assert report["caps"]["5"]["capped_lists"]["0.5"]["capped"] == 1.0
     with pytest.raises(InputError, match="not the run's"):
-        answer_tail.vote_with_caps(table, TEST, lists, tokenizer, [4], GSM8K({}), {4: [listing(0.25, [0])]})
+        answer_tail.vote_with_caps(table, TEST, lists, tokenizer, [4], GSM8K({}), {4: [listing(0.25, [0])] * 2})
     with pytest.raises(InputError, match="test split lacks"):
         answer_tail.vote_with_caps(table, TEST[:2], lists, tokenizer, [4], GSM8K({}))
 
@@ -249,3 +251,4 @@ def test_the_estimate_is_checked_against_a_run_made_at_the_cap(tmp_path, tokeniz
                                         {"cap": cap, "table": table, "lists": [listing(0.5, [0])]})
     assert report["caps"][str(cap)]["check"]["votes"] == {"0.5": {"estimated": None, "run": 1.0,
                                                                   "problems_disagreeing": None}}
+    assert report["caps"][str(cap)]["capped_lists"] == {"0.5": {"members_without_test_answers": 1}}

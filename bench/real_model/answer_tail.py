@@ -211,12 +211,12 @@ def vote_with_caps(table: pd.DataFrame, problems: list[dict], lists: list[dict],
                              f"{[t['fraction'] for t in lists]}: leave --fractions out (the run's topk.json gives them)")
         predicted = None
         if chosen:
-            absent = {(m["seed"], m["sigma"]) for lst in chosen for m in lst["members"]} - answered
-            predicted = None if absent else per_problem_results(cut, chosen, references, BASE)
-            entry["capped_lists"] = (
-                {"members_without_test_answers": len(absent)} if absent else
-                {key: compared(run["ensemble_correct"][key], value)
-                 for key, value in predicted["ensemble_correct"].items()})
+            # each list on its own: a short list may lie inside the members the run answered where a long one does not
+            absent = {repr(float(t["fraction"])): len(members_of(t) - answered) for t in chosen}
+            voted = [t for t in chosen if not absent[repr(float(t["fraction"]))]]
+            predicted = per_problem_results(cut, voted, references, BASE)["ensemble_correct"] if voted else {}
+            entry["capped_lists"] = {key: compared(run["ensemble_correct"][key], predicted[key]) if key in predicted
+                                     else {"members_without_test_answers": n} for key, n in absent.items()}
         if check and check["cap"] == cap:
             entry["check"] = checked_vote(cut, now["base_correct"], predicted, chosen, check, references)
         out["caps"][str(cap)] = entry
@@ -226,7 +226,8 @@ def vote_with_caps(table: pd.DataFrame, problems: list[dict], lists: list[dict],
 def checked_vote(cut: pd.DataFrame, base_correct: list[bool], predicted: dict | None, chosen: list[dict] | None,
                  check: dict, references: dict) -> dict:
     """The estimate at a cap against a run made at it: the test answers answer by answer, the base's accuracy,
-    the lists (how many of each capped run's list the estimate selected) and each vote's accuracy."""
+    the lists (how many of each capped run's list the estimate selected) and each vote's accuracy. predicted: the
+    estimated lists' per-problem votes by fraction key, for the lists it could vote."""
     actual_table = check["table"].assign(
         answer=check["table"]["answer"].astype(object).where(check["table"]["answer"].notna(), None))
     actual = per_problem_results(actual_table, check["lists"], references, BASE)
@@ -235,12 +236,13 @@ def checked_vote(cut: pd.DataFrame, base_correct: list[bool], predicted: dict | 
     if chosen:
         out["lists_kept"] = {repr(float(a["fraction"])): len(members_of(a) & members_of(b))
                              for a, b in zip(check["lists"], chosen)}
-    # the run's votes whatever the estimate could do: none where the estimated lists hold members this run never
+    # the run's votes whatever the estimate could do: none where an estimated list holds members this run never
     # answered the test split for (capped_lists says how many)
-    out["votes"] = {key: {"estimated": float(np.mean(predicted["ensemble_correct"][key])) if predicted else None,
+    predicted = predicted or {}
+    out["votes"] = {key: {"estimated": float(np.mean(predicted[key])) if key in predicted else None,
                           "run": float(np.mean(value)),
-                          "problems_disagreeing": int(np.sum(np.asarray(predicted["ensemble_correct"][key])
-                                                             != np.asarray(value))) if predicted else None}
+                          "problems_disagreeing": int(np.sum(np.asarray(predicted[key]) != np.asarray(value)))
+                          if key in predicted else None}
                     for key, value in actual["ensemble_correct"].items()}
     return out
 
