@@ -88,9 +88,9 @@ METADATA = {
                                                            "(host: 16-core Xeon)", "commit": "c54f398",
                                                 "date": "2026-12-06"},
     # the embedded default (`make record`, max_tokens 32) and the same run at max_tokens 24, both at cd4498f on the
-    # 2-core session host (torch engine, bf16); answer_tail.py --check-run at 4f39f36: the cap's estimate against the run
+    # 2-core session host (torch engine, bf16); answer_tail.py --check-run at 7861a4a: the cap's estimate against the run
     "real_model_smollm2_cpu_epyc_zen4_answer_tail_cap24_check.json": {
-        "machine": "AMD EPYC (Zen 4), 2 cores, avx512_bf16 (torch engine, bf16)", "commit": "4f39f36",
+        "machine": "AMD EPYC (Zen 4), 2 cores, avx512_bf16 (torch engine, bf16)", "commit": "7861a4a",
         "date": "2026-12-06"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
@@ -360,7 +360,10 @@ FIGURES = [
            f"**{1 - d['check']['train']['share_completions_differing']:.1%} the same**, "
            f"{d['check']['train']['share_correct_differing']:.1%} scored otherwise, lists kept "
            + ", ".join(f"{n}/{t['k']}" for n, t in zip(d["check"]["lists_kept"].values(),
-                                                        d["caps"][str(d["check"]["cap"])]["topk"]))]
+                                                        d["caps"][str(d["check"]["cap"])]["topk"]))
+           + "".join(f"; vote {key}: {v['estimated']:.3f} estimated, {v['run']:.3f} run"
+                     for key, v in d["vote"]["caps"][str(d["check"]["cap"])]["check"]["votes"].items()
+                     if v["estimated"] is not None)]
           if d.get("check") else [])]),
     (("engine_in_process", "engine_core_process", "import_s"), lambda d: [
         f"engine start {d['engine_in_process']['total_s']:.1f} s in-process, "
