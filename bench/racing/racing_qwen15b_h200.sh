@@ -10,13 +10,15 @@
 #   bash bench/racing/racing_qwen15b_h200.sh racing report   the racing arm (RACE_KNOBS), then the comparison
 #   bash bench/racing/racing_qwen15b_h200.sh batchinv    a member's answers in one call against two, without and with
 #                                                         VLLM_BATCH_INVARIANT (bench/vllm/batch_invariance.py; ~4 min)
+#   bash bench/racing/racing_qwen15b_h200.sh capcheck    4 members' answers at 256 against their 512 answers cut there
+#                                                         (answer_tail.py's premise on vLLM; CAP_CHECK; ~80 s)
 #   bash bench/racing/racing_qwen15b_h200.sh cap         one engine's members at max_tokens 512, 256, then 512 again
 #                                                         (the card's drift), the same seeds in each run, for
 #                                                         bench/vllm/compare_versions.py on the host (~4 min)
 #   bash bench/racing/racing_qwen15b_h200.sh together3   3 engines under MPS started at once with a fixed KV cache, twice
 #                                                         (cold, then warm), then one after another (engines_per_gpu.py
 #                                                         --starts; ~6 min)
-# batchinv and together3 need only a prepared model and a frozen train split: RACE_WORKDIR=/tmp/peers/qwen15b runs them on
+# batchinv, capcheck and together3 need only a prepared model and a frozen train split: RACE_WORKDIR=/tmp/peers/qwen15b runs them on
 # bench/peers' setup instead of the prepare part's (2026-12-06: batchinv on the peers lease's).
 # The arms are bench/racing/racing.py on the committed overlays (config/models/qwen2.5-coder-1.5b.yaml and
 # config/qwen15b_gsm8k.yaml, merged into one file: racing.py takes one): 192 members, 128 real GSM8K train
@@ -139,6 +141,16 @@ cap() {  # what a lower cap saves a member's call under the reasoning prompt (a 
   done
 }
 
+capcheck() {  # whether vLLM's answers at a lower cap are the uncapped answers cut there (bench/real_model/answer_tail.py's
+  # premise, exact on the CPU's torch engine): one engine, 4 members, the whole call at the decode block's 512 and at
+  # CAP_CHECK (256), batch_invariance.py --cap (~80 s after the model is prepared)
+  [ -n "$(model_dir)" ] || { log "run the prepare part first (or set RACE_WORKDIR to another setup)"; return 1; }
+  decode || return 1
+  timeout "$(left)" python3 bench/vllm/batch_invariance.py --model-dir "$(model_dir)" --train "$(train)" \
+    --decode-json /tmp/racing-qwen15b-decode.json --batch-invariant 0 --members 4 --cap "${CAP_CHECK:-256}" \
+    --tag "qwen15b_${CARD}_cap${CAP_CHECK:-256}" --out "$OUT" 2>&1 | grep -v "^INFO\|^WARNING\|^(EngineCore" | tail -8
+}
+
 batchinv() {  # each mode in its own process: vLLM reads the variable when its engine starts
   [ -n "$(model_dir)" ] || { log "run the prepare part first"; return 1; }
   decode || return 1
@@ -150,7 +162,7 @@ batchinv() {  # each mode in its own process: vLLM reads the variable when its e
   done
 }
 
-[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv | together3 | cap ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv | capcheck | together3 | cap ..." >&2; exit 2; }
 overlay || exit 1
 for part in "$@"; do
   case $part in
@@ -159,6 +171,7 @@ for part in "$@"; do
     callcost) callcost ;;
     engines20) engines20 ;;
     batchinv) batchinv ;;
+    capcheck) capcheck ;;
     together3) together3 ;;
     cap) cap ;;
     *) echo "unknown part $part" >&2; exit 2 ;;

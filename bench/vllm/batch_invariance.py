@@ -12,7 +12,13 @@ compositions. This measures, on one engine, per member (seeds 0..members-1 at --
           slices cut a member's problems);
   again   the whole call once more: what one composition gives twice (the floor of any disagreement).
 
-and compares them problem by problem (completions, correctness), with each call's seconds. Run it once per mode,
+and compares them problem by problem (completions, correctness), with each call's seconds. With --cap L also
+
+  capped  the whole call at max_tokens L, against the whole call's answers cut at their L-th token
+          (bench/real_model/answer_tail.py cut_answers): whether a capped run writes the uncapped answers'
+          first tokens on this engine, the premise of answer_tail's estimate of a lower cap's vote.
+
+Run it once per mode,
 each in its own process (vLLM reads the variable when its engine starts):
 
     python bench/vllm/batch_invariance.py --model-dir D --train T --decode-json J --batch-invariant 0 --out $OUT
@@ -28,6 +34,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -47,16 +54,27 @@ def agreement(a: pd.DataFrame, b: pd.DataFrame) -> dict:
 
 
 def summarize(members: list[dict]) -> dict:
-    """Over the members: the share of answers that moved between the compositions, and each one's seconds."""
+    """Over the members: the share of answers that moved between the compositions (and against the cap, where
+    measured), and each one's seconds."""
     out = {}
-    for pair in ("whole_vs_split", "whole_vs_again"):
+    pairs = ("whole_vs_split", "whole_vs_again") + (("whole_cut_vs_capped",) if "whole_cut_vs_capped" in members[0] else ())
+    for pair in pairs:
         problems = sum(m[pair]["pairs_compared"] for m in members)
         out[pair] = {"share_completions_differing": sum(m[pair]["completions_differing"] for m in members) / problems,
                      "share_correct_differing": sum(m[pair]["correct_differing"] for m in members) / problems,
                      "reward_changes": [m[pair]["accuracy_b"] - m[pair]["accuracy_a"] for m in members]}
-    for mode in ("whole", "split", "again"):
+    for mode in members[0]["seconds"]:
         out[f"{mode}_generate_s_median"] = statistics.median(m["seconds"][mode] for m in members)
     return out
+
+
+def capped_agreement(whole: pd.DataFrame, capped: pd.DataFrame, problems: list[dict], tokenizer, cap: int) -> dict:
+    """The whole call's answers cut at the cap against a call made at it, problem by problem (GSM8K's reward)."""
+    from bench.real_model.answer_tail import cut_answers
+    from randopt.tasks.gsm8k import GSM8K
+
+    by_id = {p["id"]: p for p in problems}
+    return agreement(cut_answers(whole, "problem_id", by_id.__getitem__, tokenizer, cap, GSM8K({})), capped)
 
 
 def bench(argv: list[str] | None = None) -> None:
@@ -72,6 +90,8 @@ def bench(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=2, help="split: the calls the problems are cut into")
     parser.add_argument("--members", type=int, default=4)
     parser.add_argument("--sigma", type=float, default=1e-3)
+    parser.add_argument("--cap", type=int, default=None,
+                        help="also a whole call at max_tokens CAP, against the whole call's answers cut there")
     parser.add_argument("--tag", default="qwen15b")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args(argv)
@@ -92,6 +112,8 @@ def bench(argv: list[str] | None = None) -> None:
     if len(problems) < args.problems:
         parser.error(f"--train {args.train} has {len(problems)} problems, fewer than --problems {args.problems}")
     spec = DecodeSpec.from_config(json.loads(Path(args.decode_json).read_text()))
+    if args.cap is not None and not 1 <= args.cap < spec.max_tokens:
+        parser.error(f"--cap {args.cap}: a cap below the decode block's max_tokens ({spec.max_tokens}) and at least 1")
     t0 = time.perf_counter()
     engine = make_engine(args.engine, args.model_dir, batch_size=args.problems, max_context=2048)
     start_s = time.perf_counter() - t0
@@ -106,9 +128,15 @@ def bench(argv: list[str] | None = None) -> None:
         members.append({"seed": seed, "sigma": args.sigma, "seconds": seconds,
                         "whole_vs_split": agreement(answers["whole"], answers["split"]),
                         "whole_vs_again": agreement(answers["whole"], answers["again"])})
+        if args.cap is not None:
+            rows = evaluate_weights(engine, prompts, problems, replace(spec, max_tokens=args.cap), seed, args.sigma)
+            seconds["capped"] = float(rows["generate_s"].iloc[0])
+            members[-1]["whole_cut_vs_capped"] = capped_agreement(answers["whole"], rows, problems, engine.tokenizer,
+                                                                  args.cap)
         print(f"member {seed}: split moved {members[-1]['whole_vs_split']['completions_differing']} of "
-              f"{len(problems)} answers, again {members[-1]['whole_vs_again']['completions_differing']}; "
-              f"seconds {seconds}", flush=True)
+              f"{len(problems)} answers, again {members[-1]['whole_vs_again']['completions_differing']}"
+              + (f", the cap {members[-1]['whole_cut_vs_capped']['completions_differing']}" if args.cap else "")
+              + f"; seconds {seconds}", flush=True)
     import torch
     from randopt.records import assemble
 
@@ -118,7 +146,7 @@ def bench(argv: list[str] | None = None) -> None:
               "hardware": assemble.hardware(),
               "versions": assemble.package_versions(), "engine_start_s": start_s,
               "protocol": {"problems": args.problems, "calls": args.calls, "members": args.members,
-                           "sigma": args.sigma, "max_tokens": spec.max_tokens, "train": args.train},
+                           "sigma": args.sigma, "max_tokens": spec.max_tokens, "cap": args.cap, "train": args.train},
               "summary": summarize(members), "members": members}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
