@@ -68,6 +68,9 @@ METADATA = {
     # and batch_invariance.py's (racing_qwen15b_h200.sh batchinv) name no commit of their own
     "peers_h100_qwen15b_cold_auto_arm.json": {"commit": "e13ace8"},
     **{f"vllm_h100_batch_invariance_qwen15b_bi{m}.json": {"commit": "e13ace8", "date": "2026-12-06"} for m in (0, 1)},
+    # the lease of 2026-12-06 19:58-20:04 UTC on an H100 at 7f4bf4a (clean): racing_qwen15b_h200.sh capcheck
+    # (batch_invariance.py --cap 256; the script names it batch_invariance_qwen15b_h100_cap256_bi0.json)
+    "vllm_h100_batch_invariance_qwen15b_cap256.json": {"commit": "7f4bf4a", "date": "2026-12-06"},
     # bench/real_model/answer_tail.py at ff68597 (its top-k lists are new there) on the 2-core session host, over the
     # train answers of the peers lease's randopt arm (its record: 2026-12-06 11:28 UTC, e13ace8, clean); the report
     # names neither machine
@@ -299,7 +302,10 @@ FIGURES = [
         f"{d['summary']['whole_vs_split']['share_completions_differing']:.1%} of answers differ "
         f"({d['summary']['whole_vs_split']['share_correct_differing']:.1%} in correctness); the same call twice: "
         f"{d['summary']['whole_vs_again']['share_completions_differing']:.1%}",
-        f"a whole call {d['summary']['whole_generate_s_median']:.2f} s (median)"]),
+        f"a whole call {d['summary']['whole_generate_s_median']:.2f} s (median)",
+        *([f"at max_tokens {d['protocol']['cap']} against the {d['protocol']['max_tokens']}-token answers cut there: "
+           f"**{d['summary']['whole_cut_vs_capped']['share_completions_differing']:.1%} differ**, a call "
+           f"{d['summary']['capped_generate_s_median']:.2f} s"] if d["protocol"].get("cap") else [])]),
     (("rounds", "starts", "memory_plan", "protocol"), _engines),
     (("ratios_racing_over_full", "arms", "recall"), _racing),
     (("ratios_racing_over_full", "arms", "cut"), lambda d: [   # a racing bench cut before its report
