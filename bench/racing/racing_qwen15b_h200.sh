@@ -11,7 +11,7 @@
 #   bash bench/racing/racing_qwen15b_h200.sh batchinv    a member's answers in one call against two, without and with
 #                                                         VLLM_BATCH_INVARIANT (bench/vllm/batch_invariance.py; ~4 min)
 #   bash bench/racing/racing_qwen15b_h200.sh capcheck    4 members' answers at 256 against their 512 answers cut there
-#                                                         (answer_tail.py's premise on vLLM; CAP_CHECK; ~80 s)
+#                                                         (answer_tail.py's premise on vLLM; CAP_CHECK; ~100 s)
 #   bash bench/racing/racing_qwen15b_h200.sh cap         one engine's members at max_tokens 512, 256, then 512 again
 #                                                         (the card's drift), the same seeds in each run, for
 #                                                         bench/vllm/compare_versions.py on the host (~4 min)
@@ -143,7 +143,7 @@ cap() {  # what a lower cap saves a member's call under the reasoning prompt (a 
 
 capcheck() {  # whether vLLM's answers at a lower cap are the uncapped answers cut there (bench/real_model/answer_tail.py's
   # premise, exact on the CPU's torch engine): one engine, 4 members, the whole call at the decode block's 512 and at
-  # CAP_CHECK (256), batch_invariance.py --cap (~80 s after the model is prepared)
+  # CAP_CHECK (256), batch_invariance.py --cap (100 s after the model was prepared; 2026-12-06: 0 of 512 answers otherwise)
   [ -n "$(model_dir)" ] || { log "run the prepare part first (or set RACE_WORKDIR to another setup)"; return 1; }
   decode || return 1
   timeout "$(left)" python3 bench/vllm/batch_invariance.py --model-dir "$(model_dir)" --train "$(train)" \
