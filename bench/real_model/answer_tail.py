@@ -95,7 +95,6 @@ def cut_answers(table: pd.DataFrame, key: str, problem_of, tokenizer, cap: int, 
     texts = [cut_text(tokenizer, out.at[i, "completion"], cap) for i in long]
     out.loc[long, "completion"] = pd.Series(texts, index=long, dtype=object)
     if "answer" in out:
-        out["answer"] = out["answer"].astype(object).where(out["answer"].notna(), None)
         out.loc[long, "answer"] = pd.Series([task.extract(t) for t in texts], index=long, dtype=object)
     scored = task.score_all(texts, [problem_of(out.at[i, key]) for i in long])
     out.loc[long, "correct"] = pd.Series([r.value >= 1.0 for r in scored], index=long, dtype=bool)
@@ -188,7 +187,6 @@ def vote_with_caps(table: pd.DataFrame, problems: list[dict], lists: list[dict],
     """The votes on test as run and with each cap (the module's docstring: vote). table: evaluate_members' answers
     (the base's rows at seed BASE); lists: the run's top-k lists; capped_lists: per cap, the lists its train
     rewards would cut; check: {"cap", "table", "lists"} of a run made at that cap, to compare the estimate with."""
-    table = table.assign(answer=table["answer"].astype(object).where(table["answer"].notna(), None))
     by_id = {p["id"]: p for p in problems}
     references = {p["id"]: extract_answer(p["answer"]) for p in problems}
     missing = set(table["problem_id"]) - set(by_id)
@@ -228,10 +226,9 @@ def checked_vote(cut: pd.DataFrame, base_correct: list[bool], predicted: dict | 
     """The estimate at a cap against a run made at it: the test answers answer by answer, the base's accuracy,
     the lists (how many of each capped run's list the estimate selected) and each vote's accuracy. predicted: the
     estimated lists' per-problem votes by fraction key, for the lists it could vote."""
-    actual_table = check["table"].assign(
-        answer=check["table"]["answer"].astype(object).where(check["table"]["answer"].notna(), None))
-    actual = per_problem_results(actual_table, check["lists"], references, BASE)
-    out = {"answers": against_run(cut, actual_table, ["seed", "sigma", "problem_id"]),
+    # per_problem_results reads a missing answer (NaN in the parquet) as None itself
+    actual = per_problem_results(check["table"], check["lists"], references, BASE)
+    out = {"answers": against_run(cut, check["table"], ["seed", "sigma", "problem_id"]),
            "base": {"estimated": float(np.mean(base_correct)), "run": float(np.mean(actual["base_correct"]))}}
     if chosen:
         out["lists_kept"] = {repr(float(a["fraction"])): len(members_of(a) & members_of(b))
