@@ -68,9 +68,13 @@ bench() {  # racing.py phases in $WORK (racing.py keeps its state between calls 
   log "racing.py --phases $*: exit $status (124: cut by the call's budget)"
   tar -czf "$OUT/racing_qwen15b-logs-$1.tgz" -C "$WORK" $(cd "$WORK" 2>/dev/null && ls -d */logs */bench_*.log \
     */results/record.json bench_state.json 2>/dev/null) 2>/dev/null
-  # the full arm's train answers with their lengths and the split, for bench/real_model/answer_tail.py on the host
-  [ "$1" = full ] && tar -czf "$OUT/answers_full.tgz" -C "$WORK" $(cd "$WORK" 2>/dev/null && \
-    ls full/results/shards/*/sigma=*/seeds_*.parquet setup/data/problems/*/train.jsonl 2>/dev/null) 2>/dev/null
+  # the full arm's train answers with their lengths, its ranking and top-k lists, the members' and the base's test
+  # answers and both splits: bench/real_model/answer_tail.py --test-answers prices a lower cap's vote from them on the
+  # host (the arm is the workflow's full search; in 15 MiB pieces, as h200_qwen15b.sh returns its own)
+  [ "$1" = full ] && (cd "$WORK" 2>/dev/null && tar -czf - $(ls full/results/shards/*/sigma=*/seeds_*.parquet \
+    full/results/rank/*/*/topk.json full/results/rank/*/*/ranking.parquet full/results/members/*/*/answers.parquet \
+    setup/data/problems/*/train.jsonl setup/data/problems/*/test.jsonl 2>/dev/null) 2>/dev/null) \
+    | split -b 15M - "$OUT/answers_full.tgz."
   for arm in full racing; do
     [ -f "$WORK/$arm/results/record.json" ] && cp "$WORK/$arm/results/record.json" "$OUT/racing_qwen15b_${CARD}_${arm}_record.json"
   done
