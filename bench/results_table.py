@@ -404,6 +404,13 @@ FIGURES = [
                               f"chosen answer equal {t['chosen_answer_equal']}/{t['docs']}, max |Δ loglik| "
                               f"{t['max_abs_diff']:.3f}")
         for name, m in d["models"].items() for task, t in m["tasks"].items()]),
+    (("search", "test_accuracy_so_far", "prepare_model_s"), lambda d: [   # a lease cut inside evaluate_members
+        f"prepare_model {d['prepare_model_s']:.0f} s",
+        f"search of {d['search']['members']} members x {d['search']['train_problems']} problems "
+        f"**{d['search']['wall_s_first_job_start_to_last_shard_end']:.0f} s**",
+        f"base test {d['test_accuracy_so_far']['base']:.3f}, {d['test_accuracy_so_far']['members_evaluated']} "
+        f"members {d['test_accuracy_so_far']['members_min']:.3f}–{d['test_accuracy_so_far']['members_max']:.3f} "
+        "before the cut"]),
     (("result",), lambda d: [
         f"{way}: {r['ms_per_token']:.2f} ms a generated token" for way, r in d["result"].items()]),
 ]

@@ -26,7 +26,8 @@
 #   then at sigma 5e-4 for seeds 0..3 on the same resident engine; their
 #   answers come back as $OUT/basecheck_*.parquet; bench/real_model/basecheck_compare.py compares them with the
 #   run's caches (restore them first, or unpack the state.tgz that save returned).
-# Every part runs under a timeout from what is left of BUDGET seconds (570) of its call.
+# Every part runs under a timeout from what is left of BUDGET seconds (570) of its call; keep BUDGET 30 s or more
+# under the call's limit (600), or a part cut by its timeout has no time left to pack what it made.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 T0=$(date +%s)
@@ -52,7 +53,7 @@ install() {
 }
 
 workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then its distillation)
-  local cfg=config/qwen15b_$1.yaml t; t=$(left)
+  local cfg=config/qwen15b_$1.yaml t
   [ -f "$cfg" ] || { log "$cfg is missing"; return 1; }
   [ "$1" = distill ] && cfg="config/qwen15b_gsm8k.yaml $cfg"
   # EXTRA_CONFIG: one more overlay after the committed ones (bench/real_model/cap256.yaml: the same run at 256 tokens);
@@ -63,9 +64,20 @@ workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then
     cfg="$cfg $EXTRA_CONFIG"; name="$1_$(basename "$EXTRA_CONFIG" .yaml)"
   fi
   set -- "$name"
+  # this run's folders (randopt's own layout of its keys), before the run: what a cut call has left goes to packing
+  local shards rank members
+  read -r shards rank members < <(python3 -c "import sys; from randopt.config import effective_config; \
+from randopt.keys import run_keys; from randopt.paths import layout; \
+paths = layout(run_keys(effective_config(sys.argv[1:]))); print(paths['shards'], paths['rank'], paths['members'])" \
+    "$MODEL_CFG" $cfg) || { log "this run's folders not found: answers_$1.tgz holds every run's"
+      shards="results/shards/*"; rank="results/rank/*/*"; members="results/members/*"; }
+  # 45 s of the call kept for after a cut: Snakemake's own stop (on error it takes the resident engines and the MPS
+  # daemon down) and the packing below. 2026-12-06 22:25, BUDGET 590: a run cut with only 20 s kept came back empty
+  t=$(( $(left) - 45 ))
+  [ "$t" -gt 30 ] || { log "workflow $1: no time left in this call ($t s); run it in the next"; return 1; }
   log "workflow $1 ($t s at most)"
   rm -f results/record.json   # another task's record must never pass for this one's
-  timeout "$t" python3 -m snakemake --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" $cfg --scheduler greedy \
+  timeout -k 15 "$t" python3 -m snakemake --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" $cfg --scheduler greedy \
     > "$OUT/snakemake_$1.log" 2>&1
   local rc=$?; log "workflow $1: exit $rc (124: cut by the timeout; the next call resumes it)"
   [ -f results/record.json ] && cp results/record.json "$OUT/record_$1.json" 2>/dev/null && mkdir -p /tmp/real-keep && cp results/record.json "/tmp/real-keep/record_$1.json"
@@ -73,13 +85,7 @@ workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then
   # for bench/real_model/answer_tail.py on the host (what a lower max_tokens would save and cost, on train and in the
   # vote on test): the search's train answers with their lengths, the ranking and its top-k lists, the members' test
   # answers, and the frozen splits they were scored on; this run's folders only (randopt's own layout of its keys),
-  # since the runs of one lease share results/ and another cap's sit beside them
-  local shards rank members
-  read -r shards rank members < <(python3 -c "import sys; from randopt.config import effective_config; \
-from randopt.keys import run_keys; from randopt.paths import layout; \
-paths = layout(run_keys(effective_config(sys.argv[1:]))); print(paths['shards'], paths['rank'], paths['members'])" \
-    "$MODEL_CFG" $cfg) || { log "this run's folders not found: answers_$1.tgz holds every run's"
-      shards="results/shards/*"; rank="results/rank/*/*"; members="results/members/*"; }
+  # since the runs of one lease share results/ and another cap's sit beside them (the folders found above)
   # in 15 MiB pieces (a returned file may have 16): 192 members' train answers and ~100 members' test answers come
   # to ~25 MiB; on the host, cat answers_<run>.tgz.* | tar xzf -
   tar czf - $(ls $shards/sigma=*/seeds_*.parquet $rank/topk.json $rank/ranking.parquet $members/*/answers.parquet \
