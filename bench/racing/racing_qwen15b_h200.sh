@@ -35,7 +35,7 @@ T0=$(date +%s)
 OUT=${OUT:-/tmp/racing-qwen15b-out}; mkdir -p "$OUT"
 SITE=${SITE:-/tmp/site}
 export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
-BUDGET=${BUDGET:-570}
+BUDGET=${BUDGET:-570}   # of the call's 600 s: keep 30 s or more below it, for what follows a part cut by its timeout
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o 'H[0-9]\+' | tr H h)
 CARD=${CARD:-gpu}
 WORK=${RACE_WORKDIR:-/tmp/racing-qwen15b}
@@ -61,7 +61,11 @@ PY
 }
 
 bench() {  # racing.py phases in $WORK (racing.py keeps its state between calls in $WORK/bench_state.json)
-  timeout "$(left)" python3 bench/racing/racing.py --configfile "$OVERLAY" --workdir "$WORK" \
+  # 25 s of the call kept beyond left()'s 20 for after a cut: Snakemake's stop (the resident engines and the MPS
+  # daemon go down) and the packing below (2026-12-06: a workflow cut with 10 s to spare came back empty)
+  local t=$(( $(left) - 25 ))
+  [ "$t" -gt 30 ] || { log "racing.py --phases $*: no time left in this call ($t s); run it in the next"; return 1; }
+  timeout -k 15 "$t" python3 bench/racing/racing.py --configfile "$OVERLAY" --workdir "$WORK" \
     --out "$OUT/racing_qwen15b_$CARD.json" --cores 16 --resources gpu=1 --set "$SET" --racing "$KNOBS" \
     --phases "$@" 2>&1 | tee -a "$OUT/racing_qwen15b.log"
   local status=${PIPESTATUS[0]}
