@@ -165,6 +165,65 @@ def test_a_killed_runs_daemon_waits_for_its_resident_engines_then_quits(standin)
         server.kill()
 
 
+_ASK_AT = """
+import sys, time
+from randopt.runtime import mps_daemon
+time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
+mps_daemon.client_env(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_engine_jobs_that_ask_the_daemon_at_once_are_all_answered(standin, monkeypatch):
+    """A racing round's engine jobs start together and each asks the daemon whether it is up. The daemon
+    serves one control connection at a time and closes one that comes meanwhile unanswered: on the H100,
+    one of three jobs failed so (2026-12-07). The stand-in serves each for 0.3 s here, so that all four meet."""
+    binary, d, resident = standin
+    monkeypatch.setenv("MPS_STANDIN_SERVE_SECONDS", "0.3")
+    run = _sleeper()
+    try:
+        mps_daemon.start(d, run_pid=run.pid, resident_dir=resident, binary=str(binary))
+        at = time.time() + 2.0   # after the four interpreters are up
+        jobs = [subprocess.Popen([sys.executable, "-c", _ASK_AT, str(d), str(binary), str(at)], cwd=REPO,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        failed = [err for job in jobs if (err := job.communicate(timeout=60)[1]) and job.returncode]
+        assert not failed, failed[0]
+        log = (d / "log" / "control.log").read_text()
+        assert log.count("command get_server_list") == 5 and "dropped" not in log, log   # start's, then the four
+    finally:
+        mps_daemon.stop(d)
+        run.kill()
+
+
+def test_a_question_closed_unanswered_is_asked_again(standin, monkeypatch):
+    """Randopt's own questions wait their turn; one from outside it (a person's nvidia-cuda-mps-control) can
+    still meet one of ours, which then asks again after 0.5 and 1 s."""
+    import socket
+    import threading
+    binary, d, resident = standin
+    run = _sleeper()
+    try:
+        mps_daemon.start(d, run_pid=run.pid, resident_dir=resident, binary=str(binary))
+        outsider = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        outsider.connect(str(mps_daemon.pipe_dir(d) / "control"))   # served, and holding the daemon
+        answered = []
+        asker = threading.Thread(target=lambda: answered.append(mps_daemon.answers(d, str(binary))))
+        asker.start()
+        time.sleep(0.8)
+        outsider.sendall(b"get_server_list\n")
+        assert outsider.makefile().read() == "\n"
+        outsider.close()
+        asker.join(30)
+        assert answered == [True]
+        assert "dropped a connection" in (d / "log" / "control.log").read_text()   # its first question met the outsider
+        outsider = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        outsider.connect(str(mps_daemon.pipe_dir(d) / "control"))   # held through every retry: not up
+        assert not mps_daemon.answers(d, str(binary), retries=(0.2, 0.2))
+        outsider.close()
+    finally:
+        mps_daemon.stop(d)
+        run.kill()
+
+
 def test_a_daemon_that_does_not_come_up_is_an_error_with_its_log(tmp_path):
     broken = tmp_path / "nvidia-cuda-mps-control"
     broken.write_text("#!/bin/sh\necho 'mps: cannot open the GPU' >&2\nexit 1\n")

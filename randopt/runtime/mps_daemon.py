@@ -66,17 +66,31 @@ def daemon_env(directory: str | Path) -> dict:
     return {PIPE_ENV: str(pipe_dir(directory)), LOG_ENV: str(Path(directory).resolve() / "log")}
 
 
-def _control(binary: str, command: str, env: dict, timeout: float = 30.0) -> subprocess.CompletedProcess:
-    """One command to the daemon through the control program (`echo CMD | nvidia-cuda-mps-control`)."""
-    return subprocess.run([binary], input=command + "\n", env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def answers(directory: str | Path, binary: str = CONTROL) -> bool:
-    """Whether this folder's daemon answers a control command (get_server_list)."""
+def _control(directory: str | Path, binary: str, command: str, env: dict,
+             timeout: float = 30.0) -> subprocess.CompletedProcess:
+    """One command to the folder's daemon through the control program (`echo CMD | nvidia-cuda-mps-control`),
+    one at a time: the daemon serves one control connection at a time and closes, unanswered, one that comes
+    while it serves another. On the H100 (2026-12-07) two of a racing round's three engine jobs asked in the
+    same millisecond; one got no answer and the run failed, twice in two tries."""
+    fd = os.open(Path(directory) / "control.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        return _control(binary, "get_server_list", os.environ | daemon_env(directory), 15.0).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return subprocess.run([binary], input=command + "\n", env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    finally:
+        os.close(fd)
+
+
+def answers(directory: str | Path, binary: str = CONTROL, retries: tuple[float, ...] = (0.5, 1.0)) -> bool:
+    """Whether this folder's daemon answers a control command (get_server_list). An unanswered command is
+    asked again after each of `retries` seconds: the lock keeps randopt's own commands apart, not those
+    of a person or another tool talking to the same daemon."""
+    for wait in (0.0, *retries):
+        time.sleep(wait)
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            if _control(directory, binary, "get_server_list", os.environ | daemon_env(directory), 15.0).returncode == 0:
+                return True
+    return False
 
 
 def watcher_pid(directory: str | Path) -> int | None:
@@ -139,7 +153,7 @@ def start(directory: str | Path = DEFAULT_DIR, *, run_pid: int, resident_dir: st
                 env=os.environ | {"PYTHONPATH": python_path(os.environ)})
         write_text_atomic(d / "watch.pid", str(proc.pid))
         deadline = time.monotonic() + timeout
-        while not answers(d, binary):
+        while not answers(d, binary, retries=()):   # this loop asks again itself, every 0.2 s
             if proc.poll() is not None or time.monotonic() > deadline:
                 if group_alive(proc.pid):
                     terminate(proc.pid, "its MPS daemon did not come up")
@@ -212,7 +226,7 @@ def watch(directory: str | Path, resident_dir: str | Path, binary: str, poll: fl
         time.sleep(poll)
     log.info("stopping: %s", why[0])
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        _control(binary, "quit", env)
+        _control(d, binary, "quit", env)
     try:
         daemon.wait(60.0)
     except subprocess.TimeoutExpired:
