@@ -95,6 +95,19 @@ METADATA = {
     "real_model_smollm2_cpu_epyc_zen4_answer_tail_cap24_check.json": {
         "machine": "AMD EPYC (Zen 4), 2 cores, avx512_bf16 (torch engine, bf16)", "commit": "7861a4a",
         "date": "2026-12-06"},
+    # the lease of 2026-12-07 00:12-00:31 UTC on an H100 at 1b26620 (clean): racing_qwen15b_h200.sh at 512 train
+    # problems and 16 seeds (the full arm's record names its commit; its racing arm failed twice at round 2, where
+    # two engine jobs asked the MPS daemon at once: fixed in ad40193), then together3 as RACE_STARTS="together
+    # together"; answer_tail.py (unchanged since 1b26620) on the full arm's answers on the 2-core session host
+    "racing_qwen15b_512_h100_racing_search_log.txt": {
+        "machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 (host: 16-core Xeon)",
+        "note": "the racing arm's Snakemake log: rounds at 128/256/512 problems, failed in round 2 (MPS control collision)",
+        "commit": "1b26620", "date": "2026-12-07"},
+    **{f"engines_per_gpu_h100_qwen15b_mps_together3_{start}.json": {"commit": "1b26620", "date": "2026-12-07"}
+       for start in ("cold", "warm")},
+    "racing_qwen15b_512_h100_answer_tail.json": {
+        "machine": "answers: 1× NVIDIA H100 80GB HBM3, vLLM 0.25.0, at 1b26620; analysis: AMD EPYC (Zen 3), 2 cores, avx2",
+        "commit": "1b26620", "date": "2026-12-07"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
