@@ -253,7 +253,7 @@ def test_jobs_claim_distinct_cpu_slots_and_a_third_waits(tmp_path):
 
 START = ("import sys, time; from pathlib import Path; from randopt.runtime.resident.start_lock import start_lock; "
          "t0 = time.time()\n"
-         "with start_lock(Path(sys.argv[1]), sys.argv[2]):\n"
+         "with start_lock(Path(sys.argv[1]), sys.argv[2], take=sys.argv[3:] != ['alongside']):\n"
          "    t1 = time.time(); time.sleep(0.6)\n"
          "print(t0, t1, time.time(), flush=True)")
 
@@ -265,6 +265,14 @@ def test_engine_starts_on_one_device_take_turns_and_other_devices_do_not_wait(tm
     first, second = sorted([(a0, a1), (b0, b1)])
     assert second[0] >= first[1] - 0.01          # GPU 0's two starts did not overlap
     assert c0 < max(a1, b1)                       # GPU 1's start did not wait for GPU 0's
+
+
+def test_engines_that_start_alongside_do_not_wait_for_each_other(tmp_path):
+    """A vLLM engine with a fixed KV cache builds beside the others on its GPU (VllmEngine.start_alongside)."""
+    procs = [subprocess.Popen([sys.executable, "-c", START, str(tmp_path), device, "alongside"], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE) for device in ("gpu0.e0of2", "gpu0.e1of2")]
+    (_, a0, a1), (_, b0, b1) = [map(float, p.communicate(timeout=30)[0].split()) for p in procs]
+    assert max(a0, b0) < min(a1, b1) + 0.6 and abs(a0 - b0) < 0.5   # both held it at once
 
 
 def test_an_impossible_engine_count_fails_at_dag_build(tmp_path, tiny_model_dir):

@@ -79,6 +79,23 @@ def test_a_fixed_kv_cache_is_passed_only_when_asked_for():
     assert llm_options("/m", kv_cache_memory_bytes=12.5 * 2**30, **common)["kv_cache_memory_bytes"] == 12.5 * 2**30
 
 
+def test_engines_side_by_side_start_together_with_their_share_as_a_fixed_kv_cache(tmp_path):
+    """VllmEngine.start_alongside: engines sharing one GPU build at once, each with a fixed KV cache of its share
+    (the resident server then takes no start lock). The real 1.5B's weight bytes on the H100 (its total memory)
+    give the 15.24 GiB KV cache the 2026-12-07 run started three engines with (its bench rounds to 0.01 GiB:
+    bench/results/engines_per_gpu_h100_qwen15b_mps_together3_warm.json, all up in 34.4 s)."""
+    from randopt.engines.vllm_engine import VllmEngine
+    model, h100 = weights(tmp_path, 3_554_214_752), 85_520_809_984
+    options, why = VllmEngine.start_alongside(model, {"engines_per_gpu": 3, "gpu_memory_utilization": "auto"},
+                                              card_bytes=h100)
+    assert options == {"engines_per_gpu": 3, "gpu_memory_utilization": 0.258, "kv_cache_memory_bytes": 16_362_670_575}
+    assert "3 engines share the GPU, each with a fixed 15.24 GiB KV cache" in why and "start lock" in why
+    # one engine a GPU, an engine over several GPUs, a share too small for a fixed cache: in turn, as before
+    for given in ({"engines_per_gpu": 1}, {"engines_per_gpu": 3, "tensor_parallel_size": 2},
+                  {"engines_per_gpu": 3, "gpu_memory_utilization": 0.05}):
+        assert VllmEngine.start_alongside(model, given, card_bytes=h100) == (given, None)
+
+
 # --- perturbation.noise reaches every tensor-parallel worker ------------------------------------------
 
 def test_the_engine_hands_its_noise_to_every_workers_setup(tmp_path, monkeypatch):

@@ -562,19 +562,18 @@ def controller(args) -> int:
     return 0
 
 
-KV_RESERVE_BYTES = 2 << 30   # of an engine's share, besides its weights: activations, CUDA graphs, the allocator
-
-
 def kv_cache_gib(util: float, card: int | None, weight_bytes: int) -> float:
-    """--starts together's fixed KV cache when --kv-cache-gib is not given: an engine's share of the card less
-    its weights and KV_RESERVE_BYTES (the base copy sits outside the share, as util already counts)."""
+    """--starts together's fixed KV cache when --kv-cache-gib is not given: the workflow's own
+    (randopt.engines.memory.fixed_kv_cache_bytes), in GiB."""
+    from randopt.engines import memory
     if not card:
         return 1.0
-    kv = util * card - weight_bytes - KV_RESERVE_BYTES
-    if kv < 1 << 30:
-        raise SystemExit(f"--starts together: an engine's share ({util} of {card / 2**30:.1f} GiB) leaves "
-                         f"{kv / 2**30:.2f} GiB for its KV cache after {weight_bytes / 2**30:.2f} GiB of weights and "
-                         f"a {KV_RESERVE_BYTES / 2**30:.0f} GiB reserve; start fewer engines or give --kv-cache-gib")
+    kv = memory.fixed_kv_cache_bytes(util, weight_bytes, card)
+    if kv is None:
+        raise SystemExit(f"--starts together: an engine's share ({util} of {card / 2**30:.1f} GiB) leaves under "
+                         f"{memory.MIN_FIXED_KV_BYTES / 2**30:.0f} GiB for its KV cache after "
+                         f"{weight_bytes / 2**30:.2f} GiB of weights and a {memory.KV_RESERVE_BYTES / 2**30:.0f} GiB "
+                         f"reserve; start fewer engines or give --kv-cache-gib")
     return round(kv / 2**30, 2)
 
 

@@ -39,13 +39,18 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
         preload(**options)
     import_s = time.perf_counter() - start
     log.info("imported the %s engine's libraries in %.1f s", kind, import_s)
-    with start_lock(directory, device):
+    alongside = getattr(cls, "start_alongside", None)
+    options, why = alongside(model_dir, options) if alongside else (options, None)
+    if why:
+        log.info("no start lock: %s", why)
+    with start_lock(directory, device, take=why is None):
         locked = time.perf_counter()
-        log.info("start lock taken after %.1f s of waiting", locked - start - import_s)
+        if why is None:
+            log.info("start lock taken after %.1f s of waiting", locked - start - import_s)
         engine = track(cls(model_dir, **options))
         build_s = time.perf_counter() - locked
         # said before the lock is let go, so that no other engine's "taken" can come first in the logs
-        log.info("built in %.1f s; start lock let go", build_s)
+        log.info("built in %.1f s%s", build_s, "; start lock let go" if why is None else "")
     dtype = getattr(engine, "compute_dtype", None)
     info = {"pid": os.getpid(), "key": key, "load_s": import_s + build_s, "import_s": import_s, "build_s": build_s,
             "start_wait_s": locked - start - import_s,

@@ -43,12 +43,14 @@ def clear_phase(directory: Path, device: str) -> None:
 
 
 @contextlib.contextmanager
-def start_lock(directory: Path, device: str):
+def start_lock(directory: Path, device: str, take: bool = True):
     """Held while this process builds an engine on `device`'s physical devices (all of them, taken in
-    sorted order, so two starts never wait on each other); writes the phase file as it goes."""
+    sorted order, so two starts never wait on each other); writes the phase file as it goes. take=False:
+    an engine that may build beside others (a vLLM engine with a fixed KV cache, VllmEngine.start_alongside)
+    only writes its phase."""
     directory, fds = Path(directory), []
     try:
-        for physical in physical_devices(device):
+        for physical in physical_devices(device) if take else []:
             fd = os.open(directory / f"start-{physical}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             fds.append(fd)
             try:
