@@ -15,7 +15,8 @@ of ours (`python -m randopt.runtime.mps_daemon watch`, its own session), which o
   engines that are its clients) rather than start a second daemon under them.
 
 An engine job (--cuda-mps-dir) checks that the daemon answers and puts the two folders into its
-environment before CUDA starts, so its engine (and a resident server it starts) is an MPS client. A
+environment before CUDA starts, so its engine (and a resident server it starts) is an MPS client. The
+daemon serves one control connection at a time, so randopt's control commands take turns (control.lock). A
 daemon that is not up is an error that says why and what to do: CUDA itself would silently run the
 engine without MPS. Which engines share the GPU never changes an answer (identical answers measured:
 bench/engines_per_gpu/README.md), so none of this is in a key.
