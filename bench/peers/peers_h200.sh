@@ -63,7 +63,6 @@ mkdir -p "$OUT" "$W"
 N=${PEERS_N:-3}
 [ $# -gt 0 ] || { echo "usage: peers_h200.sh PART... (stash build7b smollm2 smollm2-engines smollm2-worker smollm2-nomps qwen7b-flashopt qwen7b-randopt qwen15b-randopt qwen15b-flashopt qwen15b-engines executor-modes)" >&2; exit 2; }
 log() { echo "[peers $(( $(date +%s) - T0 )) s] $*"; }
-left() { echo $(( BUDGET - RESERVE - ($(date +%s) - T0) )); }
 
 install() {
   [ -d .peers/wheels/p2 ] && bash bench/peers/install_wheels.sh stash .peers/wheels/p2 > /dev/null

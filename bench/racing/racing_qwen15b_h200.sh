@@ -45,7 +45,6 @@ GSM8K=$(cd ../shared/data/gsm8k 2>/dev/null && pwd)
 SET=${RACE_SET:-"{\"gsm8k\": {\"jsonl\": {\"path\": \"$GSM8K\"}, \"n_test\": 128, \"test_sha256\": null}}"}
 KNOBS=${RACE_KNOBS:-'{"first_slice": 64}'}
 log() { echo "[racing-qwen15b $(( $(date +%s) - T0 )) s] $*"; }
-left() { echo $(( BUDGET - 20 - ($(date +%s) - T0) )); }
 [ -f "$SITE/.real-model-installed" ] || { log "run bench/real_model/h200_qwen15b.sh install first"; exit 1; }
 
 overlay() {  # the two committed files as one overlay (Snakemake's deep merge, as --configfile A B does)
@@ -61,10 +60,9 @@ PY
 }
 
 bench() {  # racing.py phases in $WORK (racing.py keeps its state between calls in $WORK/bench_state.json)
-  # 25 s of the call kept beyond left()'s 20 for after a cut: Snakemake's stop (the resident engines and the MPS
+  # 25 s of the call kept beyond left()'s for after a cut: Snakemake's stop (the resident engines and the MPS
   # daemon go down) and the packing below (2026-12-06: a workflow cut with 10 s to spare came back empty)
-  local t=$(( $(left) - 25 ))
-  [ "$t" -gt 30 ] || { log "racing.py --phases $*: no time left in this call ($t s); run it in the next"; return 1; }
+  local t; t=$(part_seconds 25) || { log "racing.py --phases $*: no time left in this call ($t s); run it in the next"; return 1; }
   timeout -k 15 "$t" python3 bench/racing/racing.py --configfile "$OVERLAY" --workdir "$WORK" \
     --out "$OUT/racing_qwen15b_$CARD.json" --cores 16 --resources gpu=1 --set "$SET" --racing "$KNOBS" \
     --phases "$@" 2>&1 | tee -a "$OUT/racing_qwen15b.log"

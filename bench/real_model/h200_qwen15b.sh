@@ -37,7 +37,6 @@ export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
 BUDGET=${BUDGET:-570}
 MODEL_CFG=config/models/qwen2.5-coder-1.5b.yaml
 log() { echo "[real $(( $(date +%s) - T0 )) s] $*"; }
-left() { echo $(( BUDGET - 20 - ($(date +%s) - T0) )); }
 
 install() {
   [ -f "$SITE/.real-model-installed" ] && { log "already installed"; return; }
@@ -73,8 +72,7 @@ paths = layout(run_keys(effective_config(sys.argv[1:]))); print(paths['shards'],
       shards="results/shards/*"; rank="results/rank/*/*"; members="results/members/*"; }
   # 45 s of the call kept for after a cut: Snakemake's own stop (on error it takes the resident engines and the MPS
   # daemon down) and the packing below. 2026-12-06 22:25, BUDGET 590: a run cut with only 20 s kept came back empty
-  t=$(( $(left) - 45 ))
-  [ "$t" -gt 30 ] || { log "workflow $1: no time left in this call ($t s); run it in the next"; return 1; }
+  t=$(part_seconds 45) || { log "workflow $1: no time left in this call ($t s); run it in the next"; return 1; }
   log "workflow $1 ($t s at most)"
   rm -f results/record.json   # another task's record must never pass for this one's
   timeout -k 15 "$t" python3 -m snakemake --cores 16 --resources gpu=1 --configfile "$MODEL_CFG" $cfg --scheduler greedy \

@@ -21,7 +21,6 @@ SITE26=/tmp/site26
 PREP=${PREP:-/tmp/q15b-prep}
 BUDGET=${BUDGET:-570}
 log() { echo "[vllm026 $(( $(date +%s) - T0 )) s] $*"; }
-left() { echo $(( BUDGET - 20 - ($(date +%s) - T0) )); }
 path_of() {  # the PYTHONPATH of a version: 026 puts its two wheels before the 0.25.0 set
   case $1 in
     025) echo "$SITE:$PWD" ;;
