@@ -193,3 +193,23 @@ def test_the_record_sums_every_benchmark_the_run_writes_and_no_other():
     assert names.count("vote") == 2 and names.count("round_base") == 1 and names.count("distill_train") == 4
     second_eval = two.rounds.keys[1]["eval"]
     assert any(pair.startswith("vote=") and second_eval in pair for pair in pairs)
+
+
+def test_a_host_without_the_cuda_driver_probes_no_card_and_never_imports_torch():
+    """A DAG build on a host without CUDA (a laptop, a login node, CI) asks GPU 0's name and memory of a
+    vLLM run; without the driver's library the answer is None, and torch (~2 s to import on a small CPU, at
+    every such DAG build) stays out of the process. On a host with the driver, torch reads the card."""
+    import ctypes
+    import subprocess
+    import sys
+    probe = ("import sys; from randopt.plan.host import Host; h = Host(probe_card=True); "
+             "print(h.gpu0_bytes(), h.gpu0_name(), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        assert out.stdout.split() == ["None", "None", "False"], out.stdout
+    else:
+        import torch
+        if torch.cuda.is_available():
+            assert out.stdout.split()[0] == str(torch.cuda.get_device_properties(0).total_memory), out.stdout
