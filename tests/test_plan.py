@@ -197,18 +197,20 @@ def test_the_record_sums_every_benchmark_the_run_writes_and_no_other():
 
 def test_a_host_without_the_cuda_driver_probes_no_card_and_never_imports_torch():
     """A DAG build on a host without CUDA (a laptop, a login node, CI) asks GPU 0's name and memory of a
-    vLLM run; without the driver's library the answer is None, and torch (~2 s to import on a small CPU, at
-    every such DAG build) stays out of the process. On a host with the driver, torch reads the card."""
+    vLLM run, and the record names the GPUs; without the driver's library the answers are None and [], and
+    torch (~2 s to import on a small CPU, at every such DAG build and record) stays out of the process. On a
+    host with the driver, torch reads the card."""
     import ctypes
     import subprocess
     import sys
-    probe = ("import sys; from randopt.plan.host import Host; h = Host(probe_card=True); "
-             "print(h.gpu0_bytes(), h.gpu0_name(), 'torch' in sys.modules)")
+    probe = ("import sys; from randopt.plan.host import Host; from randopt.records.assemble import hardware; "
+             "h = Host(probe_card=True); print(h.gpu0_bytes(), h.gpu0_name(), len(hardware()['gpus']), "
+             "'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:
-        assert out.stdout.split() == ["None", "None", "False"], out.stdout
+        assert out.stdout.split() == ["None", "None", "0", "False"], out.stdout
     else:
         import torch
         if torch.cuda.is_available():

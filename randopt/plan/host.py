@@ -54,9 +54,9 @@ class Host:
 
 def _probe_gpu0(read):
     """read(torch) on this host's GPU 0, or None where there is no usable CUDA on the host that builds the DAG.
-    Without the CUDA driver's library no CUDA is usable, so torch (~2 s to import on a small CPU, at every DAG
-    build of a vLLM run) is imported only where the driver is."""
-    if not _cuda_driver_present():
+    torch is imported only where the CUDA driver is (randopt/runtime/cuda_driver.py says why)."""
+    from randopt.runtime import cuda_driver
+    if not cuda_driver.present():
         return None
     try:
         import torch
@@ -64,12 +64,3 @@ def _probe_gpu0(read):
     except Exception:  # no usable CUDA on the host that builds the DAG
         return None
 
-
-def _cuda_driver_present() -> bool:
-    """Whether this host has the CUDA driver's library (libcuda.so.1, which torch.cuda loads too)."""
-    import ctypes
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True

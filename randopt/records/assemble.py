@@ -91,15 +91,11 @@ def package_versions() -> dict:
 def hardware() -> dict:
     # platform.processor() is empty on Linux: the model name (and bf16-relevant flags) from /proc/cpuinfo
     from randopt.engines.compute_dtype import read_cpu
+    from randopt.runtime import cuda_driver
     cpu = read_cpu()
     info = {"machine": platform.machine(), "system": platform.system(), "cpu_count": os.cpu_count(),
-            "cpu": cpu.model if cpu.model != "unknown" else None, "cpu_flags": cpu.as_dict()["flags"], "gpus": []}
-    try:
-        import torch
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        pass
+            "cpu": cpu.model if cpu.model != "unknown" else None, "cpu_flags": cpu.as_dict()["flags"],
+            "gpus": cuda_driver.gpu_names()}
     return info
 
 
