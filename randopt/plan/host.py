@@ -63,4 +63,3 @@ def _probe_gpu0(read):
         return read(torch) if torch.cuda.is_available() else None
     except Exception:  # no usable CUDA on the host that builds the DAG
         return None
-
