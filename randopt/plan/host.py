@@ -55,11 +55,9 @@ class Host:
 def _probe_gpu0(read):
     """read(torch) on this host's GPU 0, or None where there is no usable CUDA on the host that builds the DAG.
     torch is imported only where the CUDA driver is (randopt/runtime/cuda_driver.py says why)."""
-    from randopt.runtime import cuda_driver
-    if not cuda_driver.present():
-        return None
+    from randopt.runtime.cuda_driver import cuda_torch
+    torch = cuda_torch()
     try:
-        import torch
-        return read(torch) if torch.cuda.is_available() else None
+        return read(torch) if torch is not None else None
     except Exception:  # no usable CUDA on the host that builds the DAG
         return None

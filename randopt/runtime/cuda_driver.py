@@ -18,14 +18,18 @@ def present() -> bool:
     return True
 
 
-def gpu_names() -> list[str]:
-    """The names torch gives this host's CUDA devices, in order; [] without a usable CUDA."""
+def cuda_torch():
+    """torch where CUDA is usable on this host, else None; torch is imported only where the driver is."""
     if not present():
-        return []
+        return None
     try:
         import torch
-        if torch.cuda.is_available():
-            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        return torch if torch.cuda.is_available() else None
     except Exception:  # a broken driver or a CPU-only torch: no usable CUDA, as torch itself would say
-        pass
-    return []
+        return None
+
+
+def gpu_names() -> list[str]:
+    """The names torch gives this host's CUDA devices, in order; [] without a usable CUDA."""
+    torch = cuda_torch()
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch else []
