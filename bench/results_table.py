@@ -108,6 +108,12 @@ METADATA = {
     "racing_qwen15b_512_h100_answer_tail.json": {
         "machine": "answers: 1× NVIDIA H100 80GB HBM3, vLLM 0.25.0, at 1b26620; analysis: AMD EPYC (Zen 3), 2 cores, avx2",
         "commit": "1b26620", "date": "2026-12-07"},
+    # the lease of 2026-12-07 06:32-06:47 UTC on an H100 at 52509e1 (clean): racing_qwen15b_h200.sh at 512 train
+    # problems and 16 seeds again, the workflow's engines starting together (the report and records name their
+    # commit); bench/racing/job_times.py on the two arms' logs on the 2-core session host
+    "racing_qwen15b_512_h100_together_jobs.json": {
+        "machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
+        "commit": "52509e1", "date": "2026-12-07"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
@@ -367,6 +373,11 @@ FIGURES = [
         _shares({m: c["call_s_median"] for m, c in curve.items()}, f"{name}: seconds a call at m problems")
         for name, curve in d["curves"].items()]),
     (("smollm2_135m", "tiny_qwen2_untied"), _verify),
+    (("groups", "jobs"), lambda d: [   # bench/racing/job_times.py
+        f"{g['run']}{'' if g['round'] is None else ' round ' + str(g['round'])}: {g['members']} members x "
+        f"{'/'.join(map(str, g['problems']))} problems in {g['jobs']} jobs, {g['first_start_to_last_end_s']:.0f} s "
+        f"(engines up at {'/'.join(f'{s:.0f}' for s in g['engines_ready_s'])} s); a member's call **{g['call_s']:.2f} s**"
+        for g in d["groups"]]),
     (("caps", "member_calls", "n_tokens"), lambda d: [   # bench/real_model/answer_tail.py
         f"{d['answers']} answers, accuracy {d['accuracy']:.3f}, tokens median {d['n_tokens']['median']:.0f}, "
         f"max {d['n_tokens']['max']}",

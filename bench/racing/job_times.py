@@ -1,0 +1,101 @@
+"""When each engine job of a run started, had its engine, and ended, and what a member's call cost in it: read
+from the jobs' own logs (logs/evaluate_shard/**.log, logs/race_slice/**.log) of one or more run directories.
+
+    python bench/racing/job_times.py DIR[=NAME] ... [--problems N] [-o out.json]
+
+A search's seconds after its engines are up are its members' calls, so a job's seconds from its engine's
+readiness (or its start, where it reused a loaded engine) to its end, over its members, is the member call
+that selection.mode auto's call-cost curve models (randopt/selection/auto.py): here measured with the jobs
+side by side as the run placed them. --problems gives a full evaluation shard's problems (its log does not name
+them); a race_slice log names its own. The racing bench's logs tarballs (bench/racing/racing_qwen15b_h200.sh)
+hold these directories.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from datetime import datetime
+from pathlib import Path
+
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+SLICE = re.compile(r"round (\d+) chunk (\d+): (\d+) of \d+ racing members on (\d+) problems")
+READY = re.compile(r"resident engine: ready in ([\d.]+) s")
+REUSED = "resident engine: reusing"
+DONE = re.compile(r"INFO done in ([\d.]+) s")
+
+
+def _time(line: str) -> float | None:
+    match = STAMP.match(line)
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if match else None
+
+
+def job_of(log: Path, problems: int | None) -> dict:
+    """One engine job's times (seconds since the epoch), members and problems, from its log."""
+    start = ready = end = None
+    job = {"members": 0, "problems": problems}
+    for line in log.read_text(errors="replace").splitlines():
+        at = _time(line)
+        if at is not None and start is None:
+            start = at
+        if (m := SLICE.search(line)):
+            job.update(round=int(m.group(1)), chunk=int(m.group(2)), members=int(m.group(3)),
+                       problems=int(m.group(4)))
+        elif (m := READY.search(line)):
+            ready, job["engine_start_s"] = at, float(m.group(1))
+        elif REUSED in line:
+            ready, job["engine_start_s"] = at, 0.0
+        elif "seed-done" in line:
+            job["members"] += 1
+        elif (m := DONE.search(line)):
+            end = at
+    if None in (start, ready, end) or not job["members"] or not job["problems"]:
+        raise SystemExit(f"{log}: not a finished engine job's log (start, engine, end, members and problems are "
+                         "needed; a full evaluation shard needs --problems)")
+    job.update(start=start, ready=ready, end=end, call_s=(end - ready) / job["members"])
+    return job
+
+
+def groups(jobs: list[dict]) -> list[dict]:
+    """The jobs side by side: a full evaluation's shards, or one racing round's slices. A group's member call is
+    its jobs' seconds after their engines over their members."""
+    keyed: dict = {}
+    for job in jobs:
+        keyed.setdefault((job["run"], job.get("round")), []).append(job)
+    out = []
+    for (run, round_), members in sorted(keyed.items(), key=lambda kv: min(j["start"] for j in kv[1])):
+        t0 = min(j["start"] for j in members)
+        out.append({"run": run, "round": round_, "problems": sorted({j["problems"] for j in members}),
+                    "jobs": len(members), "members": sum(j["members"] for j in members),
+                    "first_start_to_last_end_s": round(max(j["end"] for j in members) - t0, 2),
+                    "engines_ready_s": [round(j["ready"] - j["start"], 2) for j in members],
+                    "call_s": round(sum(j["end"] - j["ready"] for j in members) / sum(j["members"] for j in members), 3),
+                    "call_s_median_job": round(statistics.median(j["call_s"] for j in members), 3)})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="a run directory holding logs/ (DIR or DIR=NAME)")
+    parser.add_argument("--problems", type=int, help="a full evaluation shard's problems a member")
+    parser.add_argument("-o", "--out", type=Path)
+    args = parser.parse_args()
+    jobs = []
+    for spec in args.runs:
+        path, _, name = spec.partition("=")
+        logs = sorted((Path(path) / "logs").glob("evaluate_shard/**/*.log")) + sorted(
+            (Path(path) / "logs").glob("race_slice/**/*.log"))
+        jobs += [{"run": name or path, **job_of(log, args.problems), "log": log.relative_to(path).as_posix()}
+                 for log in logs]
+    report = {"what": "bench/racing/job_times.py: each engine job's start, engine and end, and a member's call "
+                      "after its engine, from the jobs' logs", "groups": groups(jobs),
+              "jobs": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in j.items()} for j in jobs]}
+    text = json.dumps(report, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(json.dumps(report["groups"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
