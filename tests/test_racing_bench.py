@@ -311,6 +311,25 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(racing_bench_started):
     assert report["machine"]["cpu"]["model"] and report["versions"]["snakemake"]
 
 
+def test_job_times_reads_each_engine_job_of_both_arms_from_their_logs(racing_bench_started):
+    """bench/racing/job_times.py on the tiny bench's two arms: every engine job, from its own log, with its members
+    and problems, its engine's readiness (started or reused) between its start and end, and the groups of jobs
+    side by side in the order they ran (the bench ran racing first here): racing's two rounds of 2 new problems
+    each, then full's two shards on all 4."""
+    from bench.racing.job_times import read
+    done = racing_bench_started.result()
+    assert done["rc"].get("full_and_report") == 0, done["error"]
+    report = read({arm: done["work"] / arm for arm in ("full", "racing")}, problems=4)
+    jobs = report["jobs"]
+    assert sorted(j["run"] for j in jobs) == ["full"] * 2 + ["racing"] * 2
+    assert all(j["start"] <= j["ready"] <= j["end"] and j["call_s"] > 0 for j in jobs)
+    assert sum(j["members"] for j in jobs if j["run"] == "full") == 8
+    assert [j["engine_start_s"] > 0 for j in jobs if j["run"] == "racing"] == [True, False]   # one resident engine
+    rounds = [(g["run"], g["round"], g["problems"], g["members"]) for g in report["groups"]]
+    racing = done["report"]["arms"]["racing"]["selection"]["rounds"]
+    assert rounds == [("racing", 0, [2], 8), ("racing", 1, [2], racing[1]["members"]), ("full", None, [4], 8)], rounds
+
+
 def test_recall_of_stops_is_what_the_stops_leave_of_the_members_at_or_above_the_kth():
     """The recall that racing's decisions alone leave, apart from how racing ranked what it completed: a top-2
     over 4 members at or above the k-th loses nothing to 2 stops, half to 3, all to 4."""

@@ -16,8 +16,13 @@ import argparse
 import json
 import re
 import statistics
+import sys
 from datetime import datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from randopt.io import write_json_atomic  # noqa: E402
+from randopt.runtime.seed_progress import MARKER  # noqa: E402
 
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 SLICE = re.compile(r"round (\d+) chunk (\d+): (\d+) of \d+ racing members on (\d+) problems")
@@ -46,7 +51,7 @@ def job_of(log: Path, problems: int | None) -> dict:
             ready, job["engine_start_s"] = at, float(m.group(1))
         elif REUSED in line:
             ready, job["engine_start_s"] = at, 0.0
-        elif "seed-done" in line:
+        elif MARKER in line:
             job["members"] += 1
         elif (m := DONE.search(line)):
             end = at
@@ -75,25 +80,27 @@ def groups(jobs: list[dict]) -> list[dict]:
     return out
 
 
+def read(runs: dict[str, Path], problems: int | None = None) -> dict:
+    """The report for these run directories (name: directory holding logs/)."""
+    jobs = []
+    for name, path in runs.items():
+        logs = sorted((path / "logs").glob("evaluate_shard/**/*.log")) + sorted((path / "logs").glob("race_slice/**/*.log"))
+        jobs += [{"run": name, **job_of(log, problems), "log": log.relative_to(path).as_posix()} for log in logs]
+    return {"what": "bench/racing/job_times.py: each engine job's start, engine and end, and a member's call after "
+                    "its engine, from the jobs' logs", "groups": groups(jobs),
+            "jobs": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in j.items()} for j in jobs]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="a run directory holding logs/ (DIR or DIR=NAME)")
     parser.add_argument("--problems", type=int, help="a full evaluation shard's problems a member")
     parser.add_argument("-o", "--out", type=Path)
     args = parser.parse_args()
-    jobs = []
-    for spec in args.runs:
-        path, _, name = spec.partition("=")
-        logs = sorted((Path(path) / "logs").glob("evaluate_shard/**/*.log")) + sorted(
-            (Path(path) / "logs").glob("race_slice/**/*.log"))
-        jobs += [{"run": name or path, **job_of(log, args.problems), "log": log.relative_to(path).as_posix()}
-                 for log in logs]
-    report = {"what": "bench/racing/job_times.py: each engine job's start, engine and end, and a member's call "
-                      "after its engine, from the jobs' logs", "groups": groups(jobs),
-              "jobs": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in j.items()} for j in jobs]}
-    text = json.dumps(report, indent=1)
+    runs = {(name or path): Path(path) for path, _, name in (spec.partition("=") for spec in args.runs)}
+    report = read(runs, args.problems)
     if args.out:
-        args.out.write_text(text + "\n")
+        write_json_atomic(args.out, report)
     print(json.dumps(report["groups"], indent=1))
 
 

@@ -92,7 +92,7 @@ def bench_in_phases(root: Path, model_dir: Path) -> dict:
              "full_and_report": [*common, "--phases", "full", "report"]}
     steps = {**dict(list(steps.items())[:4]), "racing_resumed": [*common, "--phases", "racing"],
              **dict(list(steps.items())[4:])}
-    result: dict = {"rc": {}, "error": None, "error_step": None, "report": None}
+    result: dict = {"rc": {}, "error": None, "error_step": None, "report": None, "work": work}
     for name, argv in steps.items():
         if name == "racing_resumed":
             result["cut"] = cut_after_search(work, "racing")
