@@ -5,13 +5,15 @@ follow its problems (the torch engine answers fixed blocks of engine.batch_size,
 racing made 1.5-2.2x (docs/racing.md). On a GPU a vLLM call decodes its prompts together and lasts as long as
 its longest answer: a call on 20-64 problems costs 0.5-0.8 of one on 128 (bench/vllm/README.md), every
 member racing pays one call a round, and each round waits for its slowest job. Racing made 0.50-0.68x full
-with four rounds there, 0.55x on the real 1.5B, and 1.58x at 512 problems (bench/racing/README.md).
+with four rounds there, 0.55x on the real 1.5B, and 1.58x at 512 problems on SmolLM2 but 1.02x on the real 1.5B,
+whose real answers make a long call cheap (bench/racing/README.md).
 
 So auto estimates both searches' seconds at DAG build and takes racing only where its estimate is below
 full's by more than MARGIN:
 
-- a member's call on m problems, c(m): vLLM: the measured call-cost curve (CALL_COSTS: one engine alone on
-  an H200, every answer to max_tokens, relative to 128 problems; interpolated on log weight bytes between
+- a member's call on m problems, c(m): vLLM: the measured call-cost curve (CALL_COSTS: relative to 128
+  problems; one engine alone with every answer to max_tokens, and the real 1.5B's real answers past 128
+  problems, where fixed lengths overprice a call; interpolated on log weight bytes between
   the measured models, as engines per GPU are) times one member's seconds on 128 problems at the run's
   max_tokens (randopt/runtime/engine_slots.py member_seconds); past engine.batch_size prompts (vLLM's
   max_num_seqs) the call runs in waves. torch: whole answer blocks, each TORCH_S_PER_PROBLEM_TOKEN x
@@ -42,8 +44,9 @@ from randopt.selection.plan import RacePlan
 
 @dataclass(frozen=True)
 class CallCost:
-    """One model's vLLM call-cost curve on one H200 engine alone: a member's seconds on m prompts, every
-    answer to max_tokens, over its seconds on 128 prompts (bench/vllm/vllm_call_cost.py, mode fixed)."""
+    """One model's vLLM call-cost curve: a member's seconds on m prompts over its seconds on 128 prompts
+    (bench/vllm/vllm_call_cost.py, mode fixed: one engine alone, every answer to max_tokens; where CALL_COSTS
+    says so, a run's own calls past 128, bench/racing/job_times.py)."""
     name: str
     weight_bytes: float
     relative: dict[int, float]
@@ -54,15 +57,19 @@ CALL_COSTS = (
     # joined at 256 (its 384 and 512 relative to its own 256, times this curve's)
     CallCost("SmolLM2-135M-Instruct", 0.27e9, {8: 0.4782, 16: 0.5205, 32: 0.6046, 64: 0.7492, 128: 1.0, 256: 1.6047,
                                               384: 2.7010, 512: 3.2490}),
+    # The real Qwen2.5-Coder-1.5B, the one real model measured: to 128 prompts bench/results/
+    # vllm_h100_call_cost_qwen15b.json (one engine alone on an H100, every answer to 512 tokens); past 128 its
+    # real answers in the workflow, three engines under MPS on an H100 (racing_qwen15b_512_h100_together_jobs.json:
+    # a member's call on 256 and 512 problems over one on 128, the jobs side by side). Past 128 a fixed-length
+    # curve prices every extra prompt at max_tokens: this model's answers average ~120 of 512 tokens, so 512
+    # problems cost 1.97x of 128, not the ~3.2x of the curves either side, and the interpolation between them
+    # made racing at 512 problems look 1.22x faster where it measured 1.02x (docs/racing.md).
+    CallCost("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, {8: 0.4917, 16: 0.4849, 20: 0.5114, 32: 0.5868, 40: 0.6277,
+                                                    48: 0.6626, 64: 0.6726, 96: 0.8549, 128: 1.0, 256: 1.2387,
+                                                    512: 1.9663}),
     # bench/results/vllm_h200_call_cost_qwen7b.json: the random Qwen2.5-7B shape, 256 tokens
     CallCost("Qwen2.5-7B shape", 15.2e9, {8: 0.6799, 16: 0.6935, 32: 0.7332, 64: 0.8083, 128: 1.0, 256: 1.5855}),
 )
-# Not here: the real Qwen2.5-Coder-1.5B's own curve (bench/results/vllm_h100_call_cost_qwen15b.json, one engine
-# alone on an H100: c(64) 0.67 of c(128) fixed, 0.72 with its real answers). In its runs, three engines under MPS,
-# a member on 64 problems took 0.85 of one on 128 (2.45 s against 2.87 s, racing_qwen15b_h100.json), and the
-# curve would put both measured races further off (0.66x for the one measured at 0.55x, 0.99x for 0.90x) than
-# the interpolation between the two curves above does (0.56x, 0.86x): a short call shares the GPU worse than
-# the 128-problem gains (engine_slots) say. docs/racing.md.
 REFERENCE_PROMPTS = 128   # the curves' 1.0, and engine_slots' member seconds are quoted on 128 problems
 # torch: seconds of one problem x max_tokens in an answer block, SmolLM2 in bf16: the 2-core Zen 4 CPU's full arm
 # (bench/results/racing_cpu_epyc_zen4_wide128.json: 1,368 s for 64 members x 128 problems, blocks of 16, 32 tokens)
@@ -206,7 +213,7 @@ def choose(plan: RacePlan, shape: SearchShape, shard_members: list[int]) -> Sele
     full_s, racing_s = guess["full_s"], guess["racing_s"]
     mode = "racing" if racing_s < full_s * (1 - MARGIN) else "full"
     source = ("the torch engine answer blocks" if shape.engine == "torch" else
-              f"vLLM call costs measured on an H200 ({relative_call(shape.weight_bytes, 8)[1]})")
+              f"vLLM call costs measured ({relative_call(shape.weight_bytes, 8)[1]})")
     rounds = ", ".join(f"{r['members']} x {r['problems']}" for r in guess["rounds"])
     return SelectionChoice(mode, (
         f"auto: {mode}; estimated search {racing_s:.0f} s racing against {full_s:.0f} s full evaluation "
