@@ -82,6 +82,16 @@ def fixed_kv_cache_bytes(util: float, weight_bytes_per_gpu: float, card_bytes: i
     return kv if kv >= MIN_FIXED_KV_BYTES else None
 
 
+def alongside_kv_cache(util: float | str, engines: int, weight_bytes_per_gpu: float,
+                       card_bytes: int) -> tuple[float, int | None]:
+    """Each of `engines` vLLM engines starting together on one card: its share (engine.gpu_memory_utilization;
+    auto: memory_utilization's) and its fixed KV cache (fixed_kv_cache_bytes; None: it takes its turn under the
+    start lock instead). The one rule the engine's start (VllmEngine.start_alongside) and the plan's estimate of
+    the starts (engines_per_gpu auto) share."""
+    share = memory_utilization(engines, weight_bytes_per_gpu, card_bytes) if util == "auto" else float(util)
+    return share, fixed_kv_cache_bytes(share, weight_bytes_per_gpu, card_bytes)
+
+
 def weight_bytes(model_dir: str | Path) -> int | None:
     """The bytes of a model dir's safetensors weights (a shape model's: from its config and dtype), or
     None when it holds none (yet)."""

@@ -131,11 +131,8 @@ class VllmEngine:
         if card_bytes is None:
             import torch
             card_bytes = torch.cuda.get_device_properties(0).total_memory
-        util = options.get("gpu_memory_utilization", "auto")
-        if util == "auto":
-            util = auto_memory_utilization(model_dir, 1, card_bytes=card_bytes, engines=n)
         weights = memory.weight_bytes(model_dir) or 0
-        kv = memory.fixed_kv_cache_bytes(float(util), weights, card_bytes)
+        util, kv = memory.alongside_kv_cache(options.get("gpu_memory_utilization", "auto"), n, weights, card_bytes)
         if kv is None:
             return options, None
         why = (f"{n} engines share the GPU, each with a fixed {kv / 2**30:.2f} GiB KV cache ({util} of the "

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from randopt.plan.host import Host, PlanError
 from randopt.population import Population
 from randopt.runtime import cuda_mps
-from randopt.engines.memory import CARD_BYTES, card_name, check_fit, gguf_weight_bytes, weight_bytes
-from randopt.runtime.engine_slots import EngineLayout, idle_engines_note, resolve
+from randopt.engines.memory import (CARD_BYTES, alongside_kv_cache, card_name, check_fit, gguf_weight_bytes,
+                                    weight_bytes)
+from randopt.runtime.engine_slots import MOST_ENGINES, EngineLayout, idle_engines_note, resolve
 
 GPU_LOCK_DIR = ".snakemake/gpu-locks"
 
@@ -173,6 +174,19 @@ class EnginePlan:
         return res
 
 
+def starts_together(config: dict, gpus: int, weights: int | None, card: int | None) -> bool:
+    """Whether vLLM engines side by side on one GPU would start together, each with a fixed KV cache
+    (VllmEngine.start_alongside), rather than in turn: one GPU an engine, a known card and model size, and a
+    fixed cache that fits beside the most engines auto weighs (where it does not, the estimate keeps the turns:
+    fewer engines, never slower than one)."""
+    if config["engine"]["kind"] != "vllm" or gpus != 1 or not weights or not card:
+        return False
+    try:
+        return alongside_kv_cache(config["engine"]["gpu_memory_utilization"], MOST_ENGINES, weights, card)[1] is not None
+    except ValueError:   # that many engines do not fit the card at all
+        return False
+
+
 def plan_engines(config: dict, host: Host, population: Population, work: int, model_dir: str,
                  racing: bool) -> EnginePlan:
     """The run's engines: work is a member's train problems x max_tokens (the run's task's); model_dir the
@@ -199,7 +213,8 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
     else:
         layout = resolve(requested, gpus_per_engine=gpus, on_cluster=host.on_cluster, weight_bytes=weights,
                          members_per_group=-(-population.size // groups), work=work, under_mps=mps.possible,
-                         shard_members=list(shard_members) if shard_members else None, card=kind)
+                         shard_members=list(shard_members) if shard_members else None, card=kind,
+                         together=starts_together(config, gpus, weights, card_bytes(config, host)))
     if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes(config, host)):
         check_fit(layout.engines_per_gpu, weights / gpus, card, tp=gpus)
     keep = 0 if host.on_cluster else config["engine"]["keep_loaded_s"]

@@ -52,6 +52,8 @@ MEASURED = (
     # engine keeps busy has no idle SMs for MPS to fill, so its time-sliced gains bound MPS's too
     Measured("Qwen2.5-7B shape", 15.2e9, 1 / 0.479, 128 * 256, {1: 1.0, 2: 0.97, 3: 0.97}, {1: 1.0, 2: 0.97, 3: 0.97}),
 )
+# The most engines side by side auto weighs: the most measured
+MOST_ENGINES = max(max(g) for m in MEASURED for g in (m.gain, m.gain_mps) if g)
 # The same models measured on another card, in place of their H200 rows there: the real 1.5B on an H100 (the
 # protocol of its H200 row; bench/results/engines_per_gpu_h100_qwen15b_mps.json, 2026-12-06), whose one engine
 # answered slower (0.541 members/s) and whose engines side by side gained more than on the H200. A model with no
@@ -68,6 +70,11 @@ START_S = 40.0                      # a further engine's start, time-sliced (47.
 # 2 and 4 engines at 67 and 115 s against the 81 and 121 s measured there, where 30 s gave 62 and 100 s.
 # The real 1.5B's engines started 32-34 s apart in the bench (2026-12-04), the start lock holding only the build.
 START_S_MPS = 35.0
+# Engines that start together (vLLM on one GPU each, a fixed KV cache each: VllmEngine.start_alongside) take no
+# turns: in the real 1.5B's 512-problem full arm on an H100 (bench/results/racing_qwen15b_512_h100_together_jobs.json,
+# 2026-12-07) all three were up at 48.3 s, against 43, 58 and 73 s in turn in the same run at 1b26620; the other arm
+# of that lease, with a warmer compile cache, at 35.3-36.7 s. A further engine then costs ~5 s, not a start.
+START_S_TOGETHER = 5.0
 # Estimates this close to each other are one: SmolLM2's 3 to 8 engines gave 2.72-2.83 members/s, a 4 % spread
 # over what is one plateau (bench/engines_per_gpu/README.md), and the real 1.5B's 3 and 4 engines 1.56x and 1.59x.
 NOISE = 0.04
@@ -142,14 +149,15 @@ def member_source(weight_bytes: float, card: str | None = None) -> str:
 
 def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None,
             members_per_group: int = 0, work: int = MEASURED_WORK, under_mps: bool = False,
-            shard_members: list[int] | None = None, card: str | None = None) -> EngineLayout:
+            shard_members: list[int] | None = None, card: str | None = None, together: bool = False) -> EngineLayout:
     """engine.engines_per_gpu (auto or N >= 1) for one run. gpus_per_engine: 0 for the CPU;
     weight_bytes: the model's weight bytes (None when unknown when the DAG is built);
     members_per_group: the members one GPU group evaluates; work: train problems x max_tokens;
     under_mps: whether engines side by side would share the GPU under CUDA MPS (its gains, its starts);
     shard_members: the members of each engine job of one GPU group, in the order they run (full
     evaluation's shards), or None where jobs are cut to fit the engines (racing's slices); card: the GPU's
-    name (memory.card_name), whose own measurements are taken where there are any."""
+    name (memory.card_name), whose own measurements are taken where there are any; together: the engines start
+    together rather than in turn (randopt/engines/memory.py alongside_kv_cache), START_S_TOGETHER apart."""
     if on_cluster:
         # nothing outlives a cluster job: its engines side by side are its own (randopt/runtime/job_engines.py)
         if requested in ("auto", 1):
@@ -166,7 +174,7 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
                                "engine, never slower")
     per_gpu = weight_bytes / gpus_per_engine
     gain, source = gains(per_gpu, under_mps, card)
-    start_s = START_S_MPS if under_mps else START_S
+    start_s = START_S_TOGETHER if together else START_S_MPS if under_mps else START_S
     member_s = member_seconds(per_gpu, work, card)
     timed = member_source(per_gpu, card)
     timed = "" if timed == source else f" ({timed})"
@@ -177,8 +185,11 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU, {best} engine(s) at "
                               f"{gain[best]:.2f}x one engine's members/s{' under CUDA MPS' if under_mps else ''} "
                               f"({source}); for {members_per_group} members a GPU group, about "
-                              f"{member_s:.2f} s each{timed}, each further engine starting ~{start_s:.0f} s after "
-                              f"the one before while those up keep answering (estimates after the first start: "
+                              f"{member_s:.2f} s each{timed}, "
+                              + ("the engines starting together (a fixed KV cache each), each further one up "
+                                 f"~{start_s:.0f} s later" if together else
+                                 f"each further engine starting ~{start_s:.0f} s after the one before while those up "
+                                 "keep answering") + " (estimates after the first start: "
                               f"{', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
                               f"bench/engines_per_gpu/README.md)")
 
