@@ -8,9 +8,10 @@ bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x o
 engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA MPS; the real Qwen2.5-Coder-1.5B
 (3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4 (on an H100, whose rows replace the H200's for a run
 there: 1.55x, 1.73x and 1.76x); a 7B shape (15 GB) 0.97x with 2 and 3. Each further engine starts after the
-one before (30-48 s). So `auto` takes the number of engines that finishes the members soonest (search_seconds;
-the starts overlap the work of the engines already up, and whole shards are handed out as the workflow hands
-them: scheduled_seconds), at the gains of the measured models either side of the model's weight bytes
+one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache: ~5 s apart). So
+`auto` takes the number of engines that finishes the members soonest (search_seconds; the starts overlap the
+work of the engines already up, and whole shards are handed out as the workflow hands them:
+scheduled_seconds), at the gains of the measured models either side of the model's weight bytes
 (interpolated on log bytes: gains) and a member's time scaled from theirs by train problems x max_tokens
 (member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1 there, never slower than one
 engine. Under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, and
