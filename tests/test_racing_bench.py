@@ -309,6 +309,9 @@ def test_the_benchmark_end_to_end_on_the_tiny_workflow(racing_bench_started):
     assert report["configs"]["effective"]["racing"]["selection"]["mode"] == "racing"
     assert report["configs"]["effective"]["full"]["selection"]["mode"] == "full"
     assert report["machine"]["cpu"]["model"] and report["versions"]["snakemake"]
+    # each round's jobs and a member's call in them, from the jobs' logs (bench/racing/job_times.py)
+    assert [(g["run"], g["round"], g["members"]) for g in report["job_times"]] == [
+        ("racing", 0, 8), ("racing", 1, racing["selection"]["rounds"][1]["members"]), ("full", None, 8)]
 
 
 def test_job_times_reads_each_engine_job_of_both_arms_from_their_logs(racing_bench_started):
@@ -328,6 +331,22 @@ def test_job_times_reads_each_engine_job_of_both_arms_from_their_logs(racing_ben
     rounds = [(g["run"], g["round"], g["problems"], g["members"]) for g in report["groups"]]
     racing = done["report"]["arms"]["racing"]["selection"]["rounds"]
     assert rounds == [("racing", 0, [2], 8), ("racing", 1, [2], racing[1]["members"]), ("full", None, [4], 8)], rounds
+
+
+def test_job_times_names_a_job_log_left_unfinished(tmp_path):
+    """A job killed before its end leaves a log without one: job_times says which, and the racing report keeps
+    the rest (bench/racing/racing.py records the error in its place)."""
+    from bench.racing.job_times import read
+    log = tmp_path / "logs" / "race_slice" / "k" / "round=00" / "chunk_000.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("2026-12-07 06:42:38,912 race_slice INFO round 0 chunk 0: 16 of 48 racing members on 128 problems\n"
+                   "2026-12-07 06:43:14,204 race_slice INFO resident engine: ready in 35.3 s (0.1 s of it waiting)\n")
+    with pytest.raises(ValueError, match="chunk_000.log: not a finished engine job's log"):
+        read({"racing": tmp_path})
+    log.write_text(log.read_text() + "2026-12-07 06:44:06,766 race_slice INFO done in 87.9 s\n")
+    (job,) = read({"racing": tmp_path})["jobs"]
+    assert (job["members"], job["problems"], job["engine_start_s"]) == (16, 128, 35.3)
+    assert job["call_s"] == pytest.approx((52.562) / 16, abs=1e-3)
 
 
 def test_recall_of_stops_is_what_the_stops_leave_of_the_members_at_or_above_the_kth():

@@ -56,7 +56,7 @@ def job_of(log: Path, problems: int | None) -> dict:
         elif (m := DONE.search(line)):
             end = at
     if None in (start, ready, end) or not job["members"] or not job["problems"]:
-        raise SystemExit(f"{log}: not a finished engine job's log (start, engine, end, members and problems are "
+        raise ValueError(f"{log}: not a finished engine job's log (start, engine, end, members and problems are "
                          "needed; a full evaluation shard needs --problems)")
     job.update(start=start, ready=ready, end=end, call_s=(end - ready) / job["members"])
     return job
@@ -98,7 +98,10 @@ def main() -> None:
     parser.add_argument("-o", "--out", type=Path)
     args = parser.parse_args()
     runs = {(name or path): Path(path) for path, _, name in (spec.partition("=") for spec in args.runs)}
-    report = read(runs, args.problems)
+    try:
+        report = read(runs, args.problems)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     if args.out:
         write_json_atomic(args.out, report)
     print(json.dumps(report["groups"], indent=1))

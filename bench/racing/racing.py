@@ -46,7 +46,9 @@ run directories and is what tests/test_racing_bench.py checks):
   interval (the same resamples, so the two intervals are paired);
 - the ratio racing/full of seeds/s, the machine, versions, and every config used;
 - oracle_bound (bench/racing/racing_bound.py): the slots of an oracle that stops every member below the
-  largest k's k-th reward after the first slice, and the share of its saving racing made.
+  largest k's k-th reward after the first slice, and the share of its saving racing made;
+- job_times (bench/racing/job_times.py): each full-evaluation shard's and racing round's jobs, when their
+  engines were up, and a member's call after them, from the jobs' own logs.
 
 `--control` runs the second arm with selection.mode full as well (an A/A run): the comparison must
 then give recall 1.0, identical accuracies and a difference of 0 with interval [0, 0]; use it to
@@ -71,6 +73,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from bench.racing.job_times import read as job_times  # noqa: E402
 from bench.racing.racing_bound import report_bound, share_text  # noqa: E402
 from randopt.scoring import answer_cache  # noqa: E402
 from randopt.records import assemble as rec  # noqa: E402
@@ -553,6 +556,12 @@ def bench(args) -> dict | None:
     }
     # The most any rule could have saved on this population and plan (bench/racing/racing_bound.py).
     report["oracle_bound"] = report_bound(report)
+    # Each engine job's start, engine and end, and a member's call in each round (bench/racing/job_times.py): what
+    # the records do not hold, and what auto's call-cost curve models
+    try:
+        report["job_times"] = job_times(dirs, problems=comparison["n_train"])["groups"]
+    except ValueError as err:   # a log the jobs left unfinished: the rest of the report stands
+        report["job_times"] = {"error": str(err)}
     return report
 
 
