@@ -174,12 +174,12 @@ class EnginePlan:
         return res
 
 
-def starts_together(config: dict, host: Host, gpus: int, weights: int | None) -> bool:
+def starts_together(config: dict, gpus: int, weights: int | None, card: int | None) -> bool:
     """Whether vLLM engines side by side on one GPU would start together, each with a fixed KV cache
     (VllmEngine.start_alongside), rather than in turn: one GPU an engine, a known card and model size, and a
     fixed cache that fits beside the most engines auto weighs (where it does not, the estimate keeps the turns:
     fewer engines, never slower than one)."""
-    if config["engine"]["kind"] != "vllm" or gpus != 1 or not weights or not (card := card_bytes(config, host)):
+    if config["engine"]["kind"] != "vllm" or gpus != 1 or not weights or not card:
         return False
     try:
         return alongside_kv_cache(config["engine"]["gpu_memory_utilization"], MOST_ENGINES, weights, card)[1] is not None
@@ -204,6 +204,9 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
     needs_weights = gpus and requested == "auto" or config["engine"]["kind"] == "vllm"
     weights = model_weight_bytes(config, model_dir) if gpus and needs_weights else None
     kind = card_kind(config, host) if gpus else None
+    # a vLLM engine's card, read once (a GPU probe on this host): whether its engines start together, and whether
+    # they fit
+    card = card_bytes(config, host) if config["engine"]["kind"] == "vllm" and weights else None
     if gpus and not local and not host.on_cluster:
         # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
         if requested not in ("auto", 1):
@@ -214,8 +217,8 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
         layout = resolve(requested, gpus_per_engine=gpus, on_cluster=host.on_cluster, weight_bytes=weights,
                          members_per_group=-(-population.size // groups), work=work, under_mps=mps.possible,
                          shard_members=list(shard_members) if shard_members else None, card=kind,
-                         together=starts_together(config, host, gpus, weights))
-    if config["engine"]["kind"] == "vllm" and weights and (card := card_bytes(config, host)):
+                         together=starts_together(config, gpus, weights, card))
+    if card:
         check_fit(layout.engines_per_gpu, weights / gpus, card, tp=gpus)
     keep = 0 if host.on_cluster else config["engine"]["keep_loaded_s"]
     return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members, kind)
