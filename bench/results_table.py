@@ -114,6 +114,14 @@ METADATA = {
     "racing_qwen15b_512_h100_together_jobs.json": {
         "machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
         "commit": "52509e1", "date": "2026-12-07"},
+    # the lease of 2026-12-07 08:16-08:44 UTC on an H100 at d2134fe (clean): peers_h200.sh qwen15b-randopt (auto's 3
+    # engines, vLLM's compile cache cold), qwen15b-flashopt, then qwen15b-engines with PEERS_N 1, 3, 2 and 1 again (the
+    # report holds the second 1-engine arm; the first is its own file, which names no commit); job_times.py on the
+    # five randopt arms' logs on the 2-core session host
+    "peers_h100_qwen15b_together_first_1_arm.json": {"commit": "d2134fe"},
+    "peers_h100_qwen15b_together_jobs.json": {
+        "machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
+        "commit": "d2134fe", "date": "2026-12-07"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
