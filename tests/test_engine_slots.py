@@ -34,6 +34,25 @@ def test_search_seconds_overlaps_each_start_with_the_engines_already_up():
     assert search_seconds(3, 1000.0) < search_seconds(2, 1000.0) < search_seconds(1, 1000.0)
 
 
+def test_engines_that_start_together_answer_nothing_until_all_are_up():
+    """Started together (a fixed KV cache each), every engine is up (n - 1) x START_S_TOGETHER after a lone one
+    would be, and then they all answer: no engine works while another builds, unlike starts in turn."""
+    import json
+    from randopt.runtime.engine_slots import MEASURED, START_S_TOGETHER, scheduled_seconds, search_seconds
+    gain = MEASURED[1].gain_mps
+    assert search_seconds(1, 100.0, gain, 8.0, together=True) == 100.0
+    assert search_seconds(3, 100.0, gain, 8.0, together=True) == pytest.approx(16.0 + 100.0 / gain[3])
+    # three equal shards on three slots end together; a fourth shard goes to the first slot freed
+    assert scheduled_seconds(3, [30.0] * 3, gain, 8.0, together=True) == pytest.approx(16.0 + 30.0 * 3 / gain[3])
+    assert scheduled_seconds(3, [30.0] * 4, gain, 8.0, together=True) == pytest.approx(
+        16.0 + 30.0 * 3 / gain[3] + 30.0)
+    # the constant is the measured one: three together against one alone in the same lease, both warm
+    groups = {g["run"]: g for g in json.loads((REPO / "bench/results/peers_h100_qwen15b_together_jobs.json")
+                                              .read_text())["groups"]}
+    alone, three = max(groups["one_repeat"]["engines_ready_s"]), max(groups["three_warm"]["engines_ready_s"])
+    assert (three - alone) / 2 == pytest.approx(START_S_TOGETHER, abs=0.5)
+
+
 def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_their_starts():
     small, large = int(0.27 * GB), 15 * GB
     many = resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=small, members_per_group=1536)

@@ -84,19 +84,22 @@ def test_the_plan_names_the_card_whose_measurements_auto_took(tmp_path):
 
 
 def test_auto_weighs_vllm_engines_that_start_together_without_their_turns(tmp_path):
-    """vLLM engines on one GPU whose share holds a fixed KV cache start together (VllmEngine.start_alongside; all
-    three of the real 1.5B up at 48.3 s in the workflow, against 43, 58 and 73 s in turn), and auto weighs them
-    so: on FlashOpt's protocol on an H100 (66 members in shards of 8, bench/peers) it takes 3 engines, where
-    engines in turn (a share too small for a fixed cache) take 2. Measured there: 3 engines 1.37x FlashOpt,
-    auto's 2 then 1.23x (bench/peers/README.md)."""
+    """vLLM engines on one GPU whose share holds a fixed KV cache start together (VllmEngine.start_alongside), all
+    up 8 s later for each further engine (bench/results/peers_h100_qwen15b_together_jobs.json: one alone at 31.7 s,
+    three together at 47.7 s), and auto weighs them so: on FlashOpt's protocol on an H100 (66 members in shards of
+    8, bench/peers) it takes 3 engines, where engines in turn (a share too small for a fixed cache) take 2.
+    Measured there, warm: 3 engines 159 s end to end, 1 engine 172 s, 2 engines 174 s
+    (bench/results/peers_h100_qwen15b_together.json)."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(QWEN15B))
     peers = {"engine": {**VLLM["engine"], "batch_size": 512, "engines_per_gpu": "auto"},
              "model": {"source": "shape", "config": str(config)}, "gsm8k": {"n_train": 128},
-             "decode": {"max_tokens": 512}, "population": {"n_seeds": 22, "shard_size": 8}}
+             "decode": {"max_tokens": 512},
+             "population": {"n_seeds": 22, "sigmas": [5e-4, 1e-3, 2e-3], "shard_size": 8}}
     h100 = dict(cores=16, gpus=1, card_bytes=81_559 << 20, card_model="NVIDIA H100 80GB HBM3")
     together = plan(peers, **h100).engines.layout
     assert together.engines_per_gpu == 3 and "starting together" in together.why, together.why
+    assert "66 members" in together.why and "all up ~8 s later for each further one" in together.why, together.why
     small = {**peers, "engine": {**peers["engine"], "gpu_memory_utilization": 0.06}}   # 4.8 GiB: no fixed cache
     in_turn = plan(small, **h100).engines.layout
     assert in_turn.engines_per_gpu == 2 and "starting ~35 s after the one before" in in_turn.why, in_turn.why

@@ -8,7 +8,8 @@ bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x o
 engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA MPS; the real Qwen2.5-Coder-1.5B
 (3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4 (on an H100, whose rows replace the H200's for a run
 there: 1.55x, 1.73x and 1.76x); a 7B shape (15 GB) 0.97x with 2 and 3. Each further engine starts after the
-one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache: ~5 s apart). So
+one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache: all up ~8 s later
+for each further engine, and none answering before). So
 `auto` takes the number of engines that finishes the members soonest (search_seconds; the starts overlap the
 work of the engines already up, and whole shards are handed out as the workflow hands them:
 scheduled_seconds), at the gains of the measured models either side of the model's weight bytes
@@ -72,10 +73,11 @@ START_S = 40.0                      # a further engine's start, time-sliced (47.
 # The real 1.5B's engines started 32-34 s apart in the bench (2026-12-04), the start lock holding only the build.
 START_S_MPS = 35.0
 # Engines that start together (vLLM on one GPU each, a fixed KV cache each: VllmEngine.start_alongside) take no
-# turns: in the real 1.5B's 512-problem full arm on an H100 (bench/results/racing_qwen15b_512_h100_together_jobs.json,
-# 2026-12-07) all three were up at 48.3 s, against 43, 58 and 73 s in turn in the same run at 1b26620; the other arm
-# of that lease, with a warmer compile cache, at 35.3-36.7 s. A further engine then costs ~5 s, not a start.
-START_S_TOGETHER = 5.0
+# turns: they are all up at once, each further engine delaying them all by START_S_TOGETHER. Measured in one lease
+# on an H100 with the real 1.5B, compile cache warm (bench/results/peers_h100_qwen15b_together_jobs.json,
+# 2026-12-07): one engine alone up at 31.7 s, three together at 47.1-47.7 s, so 8 s a further engine. In turn, the
+# three had been up at 43, 58 and 73 s (racing_qwen15b_512_h100_together_jobs.json's lease, at 1b26620).
+START_S_TOGETHER = 8.0
 # Estimates this close to each other are one: SmolLM2's 3 to 8 engines gave 2.72-2.83 members/s, a 4 % spread
 # over what is one plateau (bench/engines_per_gpu/README.md), and the real 1.5B's 3 and 4 engines 1.56x and 1.59x.
 NOISE = 0.04
@@ -158,7 +160,8 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     shard_members: the members of each engine job of one GPU group, in the order they run (full
     evaluation's shards), or None where jobs are cut to fit the engines (racing's slices); card: the GPU's
     name (memory.card_name), whose own measurements are taken where there are any; together: the engines start
-    together rather than in turn (randopt/engines/memory.py alongside_kv_cache), START_S_TOGETHER apart."""
+    together rather than in turn (randopt/engines/memory.py alongside_kv_cache): all up START_S_TOGETHER later for
+    each further engine."""
     if on_cluster:
         # nothing outlives a cluster job: its engines side by side are its own (randopt/runtime/job_engines.py)
         if requested in ("auto", 1):
@@ -180,15 +183,15 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     timed = member_source(per_gpu, card)
     timed = "" if timed == source else f" ({timed})"
     shards = [m * member_s for m in shard_members] if shard_members else None
-    seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards) for n in gain}
+    seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards, together) for n in gain}
     # the fewest engines within NOISE of the least time: a difference that small is no measured difference
     best = min(n for n, s in seconds.items() if s <= min(seconds.values()) * (1 + NOISE))
     return EngineLayout(best, f"auto: {per_gpu / 2**30:.2f} GiB of weights a GPU, {best} engine(s) at "
                               f"{gain[best]:.2f}x one engine's members/s{' under CUDA MPS' if under_mps else ''} "
                               f"({source}); for {members_per_group} members a GPU group, about "
                               f"{member_s:.2f} s each{timed}, "
-                              + ("the engines starting together (a fixed KV cache each), each further one up "
-                                 f"~{start_s:.0f} s later" if together else
+                              + ("the engines starting together (a fixed KV cache each), all up "
+                                 f"~{start_s:.0f} s later for each further one" if together else
                                  f"each further engine starting ~{start_s:.0f} s after the one before while those up "
                                  "keep answering") + " (estimates after the first start: "
                               f"{', '.join(f'{n}: {t:.0f} s' for n, t in seconds.items())}; "
@@ -196,19 +199,21 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
 
 
 def search_seconds(n: int, work_s: float, gain: dict | None = None, start_s: float = START_S,
-                   shards: list[float] | None = None) -> float:
-    """Seconds from the first engine's readiness until n engines on one GPU have answered work_s seconds
-    of one engine's members. The engines start one after another under the start lock, START_S apart, and
-    those already up keep answering meanwhile at gain's combined rate (default: SmolLM2's, time-sliced): the
-    starts overlap the work rather
-    than add to it. (Checked on the H200 against bench/results/peers_h200_smollm2.json: 66 members of 128
-    problems x 512 tokens, 124 s on one engine; this gives 92 s for three, and the workflow's search took
-    92 s after its first engine was up.) With shards (each engine job's work, in one engine's seconds)
-    the jobs are scheduled as the workflow runs them (scheduled_seconds): whole shards, so engines that
-    come up after the work is handed out answer nothing."""
+                   shards: list[float] | None = None, together: bool = False) -> float:
+    """Seconds from one lone engine's readiness until n engines on one GPU have answered work_s seconds
+    of one engine's members. In turn (together False), the engines start one after another under the start lock,
+    start_s apart, and those already up keep answering meanwhile at gain's combined rate (default: SmolLM2's,
+    time-sliced): the starts overlap the work rather than add to it. (Checked on the H200 against
+    bench/results/peers_h200_smollm2.json: 66 members of 128 problems x 512 tokens, 124 s on one engine; this
+    gives 92 s for three, and the workflow's search took 92 s after its first engine was up.) Together, all n are
+    up (n - 1) x start_s after a lone engine would be, and answer from then on. With shards (each engine job's
+    work, in one engine's seconds) the jobs are scheduled as the workflow runs them (scheduled_seconds): whole
+    shards, so engines that come up after the work is handed out answer nothing."""
     gain = gain or MEASURED[0].gain
     if shards is not None:
-        return scheduled_seconds(n, shards, gain, start_s)
+        return scheduled_seconds(n, shards, gain, start_s, together)
+    if together:
+        return (n - 1) * start_s + work_s / gain[n]
     done = elapsed = 0.0
     for up in range(1, n):               # while engine up + 1 starts, `up` engines answer
         step = start_s * gain[up]
@@ -218,17 +223,18 @@ def search_seconds(n: int, work_s: float, gain: dict | None = None, start_s: flo
     return elapsed + (work_s - done) / gain[n]
 
 
-def scheduled_seconds(n: int, shards: list[float], gain: dict | None = None, start_s: float = START_S) -> float:
-    """Seconds from the first engine's readiness until n engine slots of one GPU have answered the shards
+def scheduled_seconds(n: int, shards: list[float], gain: dict | None = None, start_s: float = START_S,
+                      together: bool = False) -> float:
+    """Seconds from one lone engine's readiness until n engine slots of one GPU have answered the shards
     (each one engine's seconds of work), scheduled as Snakemake and the start lock run them: the first n
-    shards take a slot each at once, slot k's engine answering from k x start_s (the starts take turns),
-    and each later shard takes the first slot freed; while m engines answer together, each goes at
+    shards take a slot each at once, slot k's engine answering from k x start_s (the starts take turns), or
+    every slot's from (n - 1) x start_s (together), and each later shard takes the first slot freed; while m engines answer together, each goes at
     gain[m] / m of a lone engine's rate. Why whole shards matter: on the H200 (bench/peers/README.md) auto
     took 3 engines for 3 shards of 22 members; each engine finished its shard before the next was up, so
     the three never answered together and the run took longer than one engine would have."""
     gain = gain or MEASURED[0].gain
     queue = list(shards)
-    ready = [k * start_s for k in range(n)]
+    ready = [(n - 1) * start_s] * n if together else [k * start_s for k in range(n)]
     running = {k: queue.pop(0) for k in range(min(n, len(queue)))}   # slot -> work left
     t = 0.0
     while running:
