@@ -11,8 +11,8 @@ import pytest
 from randopt.config import effective_config as config_of
 from randopt.population import Population
 from randopt.runtime import engine_slots
-from randopt.selection.auto import (CALL_COSTS, SearchShape, call_seconds, choose, engine_start_s, estimate,
-                                    relative_call, survivors)
+from randopt.runtime.call_cost import CALL_COSTS, relative_call
+from randopt.selection.auto import SearchShape, call_seconds, choose, engine_start_s, estimate, survivors
 from randopt.selection.plan import RacePlan
 from tests.conftest import REPO
 

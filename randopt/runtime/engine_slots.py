@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from randopt.runtime.call_cost import REFERENCE_PROMPTS, between, relative_call
+
 @dataclass(frozen=True)
 class Measured:
     """One model's engines side by side on one card with vLLM 0.25 (bench/engines_per_gpu/README.md): its
@@ -93,23 +95,6 @@ class EngineLayout:
         return {"engines_per_gpu": self.engines_per_gpu, "why": self.why}
 
 
-def between(weight_bytes: float, points: list) -> tuple:
-    """The measured models either side of weight_bytes and where it lies between them on a log scale (0: the
-    smaller, 1: the larger); outside them, or within 20 % of one (a GGUF's tensor table counts a tied output
-    layer twice), the nearest one alone. points: anything with weight_bytes (MEASURED here; the call-cost
-    curves of randopt/selection/auto.py)."""
-    points = sorted(points, key=lambda m: m.weight_bytes)
-    near = min(points, key=lambda m: abs(math.log(weight_bytes / m.weight_bytes)))
-    if abs(math.log(weight_bytes / near.weight_bytes)) < math.log(1.2):
-        return near, near, 0.0
-    if weight_bytes <= points[0].weight_bytes:
-        return points[0], points[0], 0.0
-    if weight_bytes >= points[-1].weight_bytes:
-        return points[-1], points[-1], 0.0
-    low, high = next((a, b) for a, b in zip(points, points[1:]) if a.weight_bytes <= weight_bytes <= b.weight_bytes)
-    return low, high, math.log(weight_bytes / low.weight_bytes) / math.log(high.weight_bytes / low.weight_bytes)
-
-
 def measured_on(card: str | None) -> list[Measured]:
     """The measured models for a run on this card: each model's row on the card where it has one
     (ON_OTHER_CARDS), else its H200 row (MEASURED)."""
@@ -142,6 +127,16 @@ def member_seconds(weight_bytes: float, work: int, card: str | None = None) -> f
     low, high, at = between(weight_bytes, measured_on(card))
     per_work = [m.member_s / m.work for m in (low, high)]
     return math.exp(math.log(per_work[0]) + at * (math.log(per_work[1]) - math.log(per_work[0]))) * work
+
+
+def vllm_call_seconds(weight_bytes: float, problems: int, max_tokens: int, batch_size: int,
+                      card: str | None = None) -> float:
+    """One member's seconds on `problems` on a vLLM engine alone: member_seconds on 128 problems at max_tokens,
+    along the call-cost curve (randopt/runtime/call_cost.py) to the call's own problems; past batch_size prompts
+    (vLLM's max_num_seqs) the call runs in waves of batch_size."""
+    one = member_seconds(weight_bytes, REFERENCE_PROMPTS * max_tokens, card)
+    within = min(problems, batch_size)
+    return one * relative_call(weight_bytes, within)[0] * problems / within
 
 
 def member_source(weight_bytes: float, card: str | None = None) -> str:
@@ -228,7 +223,8 @@ def scheduled_seconds(n: int, shards: list[float], gain: dict | None = None, sta
     """Seconds from one lone engine's readiness until n engine slots of one GPU have answered the shards
     (each one engine's seconds of work), scheduled as Snakemake and the start lock run them: the first n
     shards take a slot each at once, slot k's engine answering from k x start_s (the starts take turns), or
-    every slot's from (n - 1) x start_s (together), and each later shard takes the first slot freed; while m engines answer together, each goes at
+    every slot's from (n - 1) x start_s (together), and each later shard takes the first slot freed; while m
+    engines answer together, each goes at
     gain[m] / m of a lone engine's rate. Why whole shards matter: on the H200 (bench/peers/README.md) auto
     took 3 engines for 3 shards of 22 members; each engine finished its shard before the next was up, so
     the three never answered together and the run took longer than one engine would have."""

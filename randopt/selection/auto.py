@@ -11,12 +11,10 @@ whose real answers make a long call cheap (bench/racing/README.md).
 So auto estimates both searches' seconds at DAG build and takes racing only where its estimate is below
 full's by more than MARGIN:
 
-- a member's call on m problems, c(m): vLLM: the measured call-cost curve (CALL_COSTS: relative to 128
-  problems; one engine alone with every answer to max_tokens, and the real 1.5B's real answers past 128
-  problems, where fixed lengths overprice a call; interpolated on log weight bytes between
-  the measured models, as engines per GPU are) times one member's seconds on 128 problems at the run's
-  max_tokens (randopt/runtime/engine_slots.py member_seconds); past engine.batch_size prompts (vLLM's
-  max_num_seqs) the call runs in waves. torch: whole answer blocks, each TORCH_S_PER_PROBLEM_TOKEN x
+- a member's call on m problems, c(m): vLLM: randopt/runtime/engine_slots.py vllm_call_seconds, the one
+  estimate engines per GPU take too: the measured call-cost curve (randopt/runtime/call_cost.py, relative to
+  128 problems) times one member's seconds on 128 problems at the run's max_tokens; past engine.batch_size
+  prompts (vLLM's max_num_seqs) the call runs in waves. torch: whole answer blocks, each TORCH_S_PER_PROBLEM_TOKEN x
   batch_size x max_tokens;
 - engines side by side on a GPU each answer at gain / engines of one engine alone (engine_slots.gains);
 - full: its shards, handed out in order to the engine slots, each job JOB_S more (and an engine start where
@@ -35,42 +33,12 @@ import heapq
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from randopt.runtime import engine_slots
+from randopt.runtime.call_cost import relative_call
 from randopt.selection.chunks import chunk_sizes
 from randopt.selection.plan import RacePlan
 
 
-@dataclass(frozen=True)
-class CallCost:
-    """One model's vLLM call-cost curve: a member's seconds on m prompts over its seconds on 128 prompts
-    (bench/vllm/vllm_call_cost.py, mode fixed: one engine alone, every answer to max_tokens; where CALL_COSTS
-    says so, a run's own calls past 128, bench/racing/job_times.py)."""
-    name: str
-    weight_bytes: float
-    relative: dict[int, float]
-
-
-CALL_COSTS = (
-    # bench/results/vllm_h200_call_cost_smollm2.json (8-256 prompts, 64 tokens) and, past 256, _smollm2_to512.json
-    # joined at 256 (its 384 and 512 relative to its own 256, times this curve's)
-    CallCost("SmolLM2-135M-Instruct", 0.27e9, {8: 0.4782, 16: 0.5205, 32: 0.6046, 64: 0.7492, 128: 1.0, 256: 1.6047,
-                                              384: 2.7010, 512: 3.2490}),
-    # The real Qwen2.5-Coder-1.5B, the one real model measured: to 128 prompts bench/results/
-    # vllm_h100_call_cost_qwen15b.json (one engine alone on an H100, every answer to 512 tokens); past 128 its
-    # real answers in the workflow, three engines under MPS on an H100 (racing_qwen15b_512_h100_together_jobs.json:
-    # a member's call on 256 and 512 problems over one on 128, the jobs side by side). Past 128 a fixed-length
-    # curve prices every extra prompt at max_tokens: this model's answers average ~120 of 512 tokens, so 512
-    # problems cost 1.97x of 128, not the ~3.2x of the curves either side, and the interpolation between them
-    # made racing at 512 problems look 1.22x faster where it measured 1.02x (docs/racing.md).
-    CallCost("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, {8: 0.4917, 16: 0.4849, 20: 0.5114, 32: 0.5868, 40: 0.6277,
-                                                    48: 0.6626, 64: 0.6726, 96: 0.8549, 128: 1.0, 256: 1.2387,
-                                                    512: 1.9663}),
-    # bench/results/vllm_h200_call_cost_qwen7b.json: the random Qwen2.5-7B shape, 256 tokens
-    CallCost("Qwen2.5-7B shape", 15.2e9, {8: 0.6799, 16: 0.6935, 32: 0.7332, 64: 0.8083, 128: 1.0, 256: 1.5855}),
-)
-REFERENCE_PROMPTS = 128   # the curves' 1.0, and engine_slots' member seconds are quoted on 128 problems
 # torch: seconds of one problem x max_tokens in an answer block, SmolLM2 in bf16: the 2-core Zen 4 CPU's full arm
 # (bench/results/racing_cpu_epyc_zen4_wide128.json: 1,368 s for 64 members x 128 problems, blocks of 16, 32 tokens)
 # and one member alone on the H200 (engines_per_gpu_member_batch_h200_smollm2.json: 11.3 s, 128 problems x 512).
@@ -128,30 +96,12 @@ def engine_start_s(engine: str, under_mps: bool) -> float:
     return engine_slots.START_S_MPS if under_mps else engine_slots.START_S
 
 
-def relative_call(weight_bytes: float, m: float) -> tuple[float, str]:
-    """c(m) / c(128) for a vLLM engine, from the measured curves either side of weight_bytes (interpolated on
-    log bytes); below the smallest count measured, its value; past the largest, the line through the last two."""
-    low, high, at = engine_slots.between(weight_bytes, list(CALL_COSTS))
-    value = (1 - at) * _on_curve(low.relative, m) + at * _on_curve(high.relative, m)
-    return value, (low.name if low is high else f"between {low.name} and {high.name}")
-
-
-def _on_curve(curve: dict[int, float], m: float) -> float:
-    xs = sorted(curve)
-    if m <= xs[-1]:
-        return float(np.interp(m, xs, [curve[x] for x in xs]))
-    slope = (curve[xs[-1]] - curve[xs[-2]]) / (xs[-1] - xs[-2])
-    return curve[xs[-1]] + slope * (m - xs[-1])
-
-
 def call_seconds(shape: SearchShape, m: int) -> float:
     """c(m): one member's seconds on m problems on an engine alone."""
     if shape.engine == "torch":
         blocks = math.ceil(m / shape.batch_size)
         return blocks * TORCH_S_PER_PROBLEM_TOKEN[shape.device] * shape.batch_size * shape.max_tokens
-    one = engine_slots.member_seconds(shape.weight_bytes, REFERENCE_PROMPTS * shape.max_tokens, shape.card)
-    within = min(m, shape.batch_size)      # past max_num_seqs the prompts decode in waves of batch_size
-    return one * relative_call(shape.weight_bytes, within)[0] * m / within
+    return engine_slots.vllm_call_seconds(shape.weight_bytes, m, shape.max_tokens, shape.batch_size, shape.card)
 
 
 def handed_out(job_members: list[int], slots: int, member_s: float, job_s: float) -> float:
