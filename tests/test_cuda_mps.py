@@ -61,7 +61,7 @@ def test_true_where_mps_cannot_serve_names_what_is_missing():
 
 def test_auto_sizes_engines_from_mps_gains_under_mps():
     small = int(0.27 * GB)
-    args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=small, work=128 * 512)
+    args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=small, problems=128, max_tokens=512)
     # a long search: MPS's fourth engine pays for its start, but by under 4 % (872 s against 906 s: within what
     # repeated measurements spread), so auto keeps three; time-sliced, three is the most
     assert resolve_engines("auto", members_per_group=1536, under_mps=True, **args).engines_per_gpu == 3
@@ -80,7 +80,7 @@ def test_auto_counts_whole_shards_as_the_workflow_hands_them_out():
     shard before the next was up. Handed out whole, 3 shards never pay a third engine."""
     from randopt.runtime.engine_slots import MEASURED, START_S, idle_engines_note, scheduled_seconds
     GAIN = MEASURED[0].gain   # SmolLM2's time-sliced gains, the default
-    args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB), work=128 * 512, members_per_group=66)
+    args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB), problems=128, max_tokens=512, members_per_group=66)
     three = resolve_engines("auto", under_mps=True, shard_members=[22, 22, 22], **args)
     assert three.engines_per_gpu == 2 and "3: 98 s" in three.why, three.why
     nine = resolve_engines("auto", under_mps=True, shard_members=[8, 8, 6] * 3, **args)

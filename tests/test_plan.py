@@ -152,11 +152,13 @@ def test_a_member_of_the_runs_own_task_sizes_auto():
     population = {"population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": 64}}
     seconds = {}
     for n_train in (16, 512):
-        p = plan(VLLM | population | {"decode": {"max_tokens": 64},
+        p = plan(VLLM | population | {"decode": {"max_tokens": 512},
                                       "task": {"kind": "countdown", "countdown": {"n_train": n_train, "n_test": 16}}},
                  **gpu)
         seconds[n_train] = float(p.engines.layout.why.split("about ")[1].split(" s each")[0])
-    assert seconds[512] == pytest.approx(seconds[16] * 32, rel=0.05)
+    # along vLLM's call-cost curve (randopt/runtime/call_cost.py): 512 problems at engine.batch_size 256 are two
+    # calls of 256, each 1.6047 of a 128-problem call, and 16 problems 0.5205 of it
+    assert seconds[512] == pytest.approx(seconds[16] * 2 * 1.6047 / 0.5205, rel=0.05)
 
 
 def test_racing_plans_its_rounds_at_build_time():

@@ -187,9 +187,10 @@ def starts_together(config: dict, gpus: int, weights: int | None, card: int | No
         return False
 
 
-def plan_engines(config: dict, host: Host, population: Population, work: int, model_dir: str,
+def plan_engines(config: dict, host: Host, population: Population, problems: int, max_tokens: int, model_dir: str,
                  racing: bool) -> EnginePlan:
-    """The run's engines: work is a member's train problems x max_tokens (the run's task's); model_dir the
+    """The run's engines: problems and max_tokens are a member's train problems (the run's task's) and its
+    decode's; model_dir the
     prepared model's (its weights, where prepared, size auto); racing: its slices are cut to fit the engine
     slots, so no shard sizes enter auto. Raises PlanError for a bad command line, ValueError (a config
     problem, named by key) otherwise."""
@@ -215,7 +216,9 @@ def plan_engines(config: dict, host: Host, population: Population, work: int, mo
         layout = EngineLayout(1, "no --resources gpu=N: engine jobs claim no GPU slots, so one engine")
     else:
         layout = resolve(requested, gpus_per_engine=gpus, on_cluster=host.on_cluster, weight_bytes=weights,
-                         members_per_group=-(-population.size // groups), work=work, under_mps=mps.possible,
+                         members_per_group=-(-population.size // groups), problems=problems,
+                         max_tokens=max_tokens, batch_size=config["engine"]["batch_size"],
+                         engine=config["engine"]["kind"], under_mps=mps.possible,
                          shard_members=list(shard_members) if shard_members else None, card=kind,
                          together=starts_together(config, gpus, weights, card))
     if card:

@@ -67,15 +67,16 @@ class RunPlan:
         # The engines come before the keys: selection.mode auto is decided from them, and the mode is in the keys
         # under racing. The prepared model's folder, where they read the model's size, has a key without it.
         model_dir = f"{layout(run_keys(with_mode(config, 'full'), inputs=inputs))['model']}/model"
-        engines = plan_engines(config, host, population, work=problems["n_train"] * decode["max_tokens"],
-                               model_dir=model_dir, racing=config["selection"]["mode"] == "racing")
+        engines = plan_engines(config, host, population, problems=problems["n_train"],
+                               max_tokens=decode["max_tokens"], model_dir=model_dir,
+                               racing=config["selection"]["mode"] == "racing")
         selection = plan_selection(config, engines, population, decode["max_tokens"], model_dir)
         if selection:  # the keys, the rules and the record's config hold the mode auto took
             config = with_mode(config, selection.mode)
         racing = config["selection"]["mode"] == "racing"
         if selection and racing:  # from here an auto run that races is a racing run: its engines sized as racing's
-            engines = plan_engines(config, host, population, work=problems["n_train"] * decode["max_tokens"],
-                                   model_dir=model_dir, racing=True)
+            engines = plan_engines(config, host, population, problems=problems["n_train"],
+                                   max_tokens=decode["max_tokens"], model_dir=model_dir, racing=True)
         rounds = Rounds(tuple(round_keys(config, inputs=inputs)))
         if config["distill"]["enabled"]:
             check_lora_targets(config, rounds)

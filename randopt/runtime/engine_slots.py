@@ -13,8 +13,10 @@ for each further engine, and none answering before). So
 `auto` takes the number of engines that finishes the members soonest (search_seconds; the starts overlap the
 work of the engines already up, and whole shards are handed out as the workflow hands them:
 scheduled_seconds), at the gains of the measured models either side of the model's weight bytes
-(interpolated on log bytes: gains) and a member's time scaled from theirs by train problems x max_tokens
-(member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1 there, never slower than one
+(interpolated on log bytes: gains) and a member's time scaled from theirs by max_tokens and, on vLLM, along
+the measured call-cost curve to the run's train problems (vllm_call_seconds: a call lasts as long as its
+longest answer, so 16 problems cost about half of 128, not an eighth; the torch engine's answer blocks scale
+with the problems: member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1 there, never slower than one
 engine. Under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, and
 the gains and the shorter starts are MPS's.
 
@@ -66,7 +68,6 @@ ON_OTHER_CARDS = (
     Measured("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, 1 / 0.541, 128 * 512, None, {1: 1.0, 2: 1.55, 3: 1.73, 4: 1.76},
              card="h100"),
 )
-MEASURED_WORK = 128 * 512   # the protocol a member's seconds are quoted at (MEASURED scales each to it)
 START_S = 40.0                      # a further engine's start, time-sliced (47.5 s and 31.9 s measured)
 # A further engine's start under MPS, as the workflow's jobs see it: 29-31 s each in the bench's own process
 # (warm compile cache), 33-43 s apart in the workflow's shard jobs (bench/peers/README.md, the same-lease run of
@@ -146,11 +147,14 @@ def member_source(weight_bytes: float, card: str | None = None) -> str:
 
 
 def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: int | None,
-            members_per_group: int = 0, work: int = MEASURED_WORK, under_mps: bool = False,
+            members_per_group: int = 0, problems: int = REFERENCE_PROMPTS, max_tokens: int = 512,
+            batch_size: int | None = None, engine: str = "vllm", under_mps: bool = False,
             shard_members: list[int] | None = None, card: str | None = None, together: bool = False) -> EngineLayout:
     """engine.engines_per_gpu (auto or N >= 1) for one run. gpus_per_engine: 0 for the CPU;
     weight_bytes: the model's weight bytes (None when unknown when the DAG is built);
-    members_per_group: the members one GPU group evaluates; work: train problems x max_tokens;
+    members_per_group: the members one GPU group evaluates; problems and max_tokens: a member's train problems
+    and decode.max_tokens; batch_size: engine.batch_size (vLLM's max_num_seqs; None: all problems in one call);
+    engine: engine.kind, whose member's call is priced (vllm_call_seconds; torch: in proportion to the work);
     under_mps: whether engines side by side would share the GPU under CUDA MPS (its gains, its starts);
     shard_members: the members of each engine job of one GPU group, in the order they run (full
     evaluation's shards), or None where jobs are cut to fit the engines (racing's slices); card: the GPU's
@@ -174,7 +178,9 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     per_gpu = weight_bytes / gpus_per_engine
     gain, source = gains(per_gpu, under_mps, card)
     start_s = START_S_TOGETHER if together else START_S_MPS if under_mps else START_S
-    member_s = member_seconds(per_gpu, work, card)
+    # a vLLM call lasts as long as its longest answer: its cost follows the measured curve, not the problems
+    member_s = (vllm_call_seconds(per_gpu, problems, max_tokens, batch_size or problems, card) if engine == "vllm"
+                else member_seconds(per_gpu, problems * max_tokens, card))
     timed = member_source(per_gpu, card)
     timed = "" if timed == source else f" ({timed})"
     shards = [m * member_s for m in shard_members] if shard_members else None
