@@ -18,6 +18,10 @@
 #   bash bench/racing/racing_qwen15b_h200.sh together3   3 engines under MPS started at once with a fixed KV cache, twice
 #                                                         (cold, then warm), then one after another (engines_per_gpu.py
 #                                                         --starts; ~6 min)
+#   bash bench/racing/racing_qwen15b_h200.sh kvsame      one fixed KV cache size ($RACE_KV_GIB, 12 GiB) for every engine
+#                                                         count, on a compile cache of its own emptied first: 1 engine,
+#                                                         3 together, 1 again ($RACE_KV_NS), each with its start, to
+#                                                         say whether the counts share one compile (~5 min, an estimate)
 # batchinv, capcheck and together3 need only a prepared model and a frozen train split: RACE_WORKDIR=/tmp/peers/qwen15b runs them on
 # bench/peers' setup instead of the prepare part's (2026-12-06: batchinv on the peers lease's).
 # The arms are bench/racing/racing.py on the committed overlays (config/models/qwen2.5-coder-1.5b.yaml and
@@ -133,6 +137,26 @@ together3() {  # 3 engines started at once with a fixed KV cache: up sooner than
   mps_off
 }
 
+kvsame() {  # a fixed KV cache of one size for every engine count: does the first start of one count compile for all?
+  # (2026-12-07: each count's first start compiled anew, its share's KV size being in vLLM's compile-cache key: one
+  # engine up in 70 s, then 32 s warm; three together in 90 s, then 48 s; bench/peers/README.md)
+  [ -n "$(model_dir)" ] || { log "run the prepare part first (or set RACE_WORKDIR to another setup)"; return 1; }
+  decode || return 1
+  mps_on || return 1
+  local ns n=0 kv=${RACE_KV_GIB:-12}
+  local cache=/tmp/racing-qwen15b-vllm-cache   # vLLM's compile cache for this part alone, cold at its first run
+  rm -rf "$cache"
+  for ns in ${RACE_KV_NS:-1 3 1}; do
+    n=$((n + 1))
+    [ "$(left)" -gt 90 ] || { log "kvsame: no time left for run $n"; break; }
+    VLLM_CACHE_ROOT=$cache timeout "$(left)" python3 bench/engines_per_gpu/engines_per_gpu.py --model-dir "$(model_dir)" \
+      --train "$(train)" --ns "$ns" --starts together --kv-cache-gib "$kv" --prompts 128 \
+      --prompt-json /tmp/racing-qwen15b-decode.json --max-tokens 512 --window 25 --work "/tmp/epg-kvsame-$n" \
+      --tag "qwen15b_${CARD}_mps_kv${kv}_n${ns}_run$n" --out "$OUT" 2>&1 | tail -8
+  done
+  mps_off
+}
+
 cap() {  # what a lower cap saves a member's call under the reasoning prompt (a lead from two members on the CPU:
   # 256 halves the decode steps for 2 of 131 right answers); one engine, no MPS, 512 / 256 / 512 so that drift shows
   [ -n "$(model_dir)" ] || { log "run the prepare part first (or set RACE_WORKDIR to another setup)"; return 1; }
@@ -168,7 +192,7 @@ batchinv() {  # each mode in its own process: vLLM reads the variable when its e
   done
 }
 
-[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv | capcheck | together3 | cap ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: racing_qwen15b_h200.sh prepare | callcost | engines20 | full | racing | report | batchinv | capcheck | together3 | kvsame | cap ..." >&2; exit 2; }
 overlay || exit 1
 for part in "$@"; do
   case $part in
@@ -179,6 +203,7 @@ for part in "$@"; do
     batchinv) batchinv ;;
     capcheck) capcheck ;;
     together3) together3 ;;
+    kvsame) kvsame ;;
     cap) cap ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
