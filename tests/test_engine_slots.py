@@ -69,7 +69,10 @@ def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_thei
     # 1536 members (~65 s on one engine) pay a second engine's
     tiny = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=small, problems=16, max_tokens=32)
     assert resolve("auto", members_per_group=192, **tiny).engines_per_gpu == 1
-    assert resolve("auto", members_per_group=1536, **tiny).engines_per_gpu == 2
+    paid = resolve("auto", members_per_group=1536, **tiny)
+    assert paid.engines_per_gpu == 2 and "a call on 16 problems: 0.52 of one on 128" in paid.why, paid.why
+    waves = resolve("auto", members_per_group=48, **{**tiny, "problems": 512, "batch_size": 256}).why
+    assert "a call on 512 problems in 2 waves of 256, each: 1.60 of one on 128" in waves, waves
     assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=large, members_per_group=10**6).engines_per_gpu == 1
     assert resolve("auto", gpus_per_engine=8, on_cluster=False, weight_bytes=6 * GB, members_per_group=1536).engines_per_gpu == 3
     assert resolve("auto", gpus_per_engine=1, on_cluster=False, weight_bytes=None, members_per_group=1536).engines_per_gpu == 1

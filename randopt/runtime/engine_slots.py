@@ -183,6 +183,11 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
                 else member_seconds(per_gpu, problems * max_tokens, card))
     timed = member_source(per_gpu, card)
     timed = "" if timed == source else f" ({timed})"
+    if engine == "vllm" and problems != REFERENCE_PROMPTS:   # how the call's own problems priced it
+        relative, curve = relative_call(per_gpu, min(problems, batch_size or problems))
+        waves = -(-problems // (batch_size or problems))
+        timed += (f" (a call on {problems} problems" + (f" in {waves} waves of {batch_size}, each" if waves > 1 else "")
+                  + f": {relative:.2f} of one on {REFERENCE_PROMPTS}, the call-cost curve of {curve})")
     shards = [m * member_s for m in shard_members] if shard_members else None
     seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards, together) for n in gain}
     # the fewest engines within NOISE of the least time: a difference that small is no measured difference
