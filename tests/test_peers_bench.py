@@ -148,3 +148,18 @@ def test_report_ratios_are_flashopt_over_randopt(tmp_path):
     assert result["arms"]["randopt_auto"]["gen_tokens_per_member"] == 1100.0
     assert ratio["gen_tokens_per_member_randopt_over_flashopt"] == pytest.approx(1.1)
     assert json.loads(out.read_text())["wall_ratio_randopt_auto"] == 3.0 and result["same_gpu_model_in_every_arm"]
+
+
+def test_members_per_s_once_an_engine_is_up_compares_like_with_like(tmp_path):
+    """randopt's members_per_s counts its engine starts, FlashOpt's sampling does not: on the H100 lease of
+    2026-12-07 randopt's 3 engines read 0.51 members/s against FlashOpt's 0.63, though once up they answered
+    faster. members_per_s_once_up takes both from an engine's readiness."""
+    committed = json.loads((REPO / "bench/results/peers_h100_qwen15b_together.json").read_text())
+    arms = [{"arm": tag, **{k: v for k, v in a.items() if k not in ("search_after_first_engine_s",
+                                                                      "members_per_s_once_up")}}
+            for tag, a in committed["arms"].items()]
+    result = peers.report("qwen15b", arms, tmp_path / "peers.json")["arms"]
+    three, flashopt = result["randopt_3"], result["flashopt"]
+    assert three["members_per_s_once_up"] == pytest.approx(66 / (three["search_s"] - min(three["engine_starts_s"])))
+    assert flashopt["members_per_s_once_up"] == pytest.approx(flashopt["members_per_s"])
+    assert three["members_per_s"] < flashopt["members_per_s"] < three["members_per_s_once_up"]

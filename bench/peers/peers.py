@@ -271,6 +271,10 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
     for arm in by_tag.values():   # randopt's search span starts with its first engine's load; FlashOpt's after it
         if arm.get("system") == "randopt" and arm.get("ok") and arm.get("engine_starts_s"):
             arm["search_after_first_engine_s"] = arm["search_s"] - min(arm["engine_starts_s"])
+        # members/s like with like: randopt's members_per_s counts its engine starts, FlashOpt's sampling does not
+        if arm.get("ok") and arm.get("members"):
+            after = arm.get("search_after_first_engine_s") if arm.get("system") == "randopt" else arm.get("search_s")
+            arm["members_per_s_once_up"] = arm["members"] / after if after else None
         # the same work in both arms: a member's generated tokens on the train problems (the answers of a real
         # model end at EOS, so a faster arm that answered shorter would show here)
         if arm.get("ok") and arm.get("gen_tokens_search") and arm.get("members"):
@@ -313,7 +317,8 @@ def report(model: str, arms: list[dict], out: Path) -> dict:
     json.dumps(result, allow_nan=False)
     write_json_atomic(out, result)
     for tag, arm in by_tag.items():
-        print(f"{tag:>16}: " + (f"wall {arm['wall_s']:.0f} s, {arm['members_per_s']:.3f} members/s, engine start "
+        print(f"{tag:>16}: " + (f"wall {arm['wall_s']:.0f} s, {arm['members_per_s']:.3f} members/s "
+                                f"({arm.get('members_per_s_once_up') or float('nan'):.3f} once an engine is up), engine start "
                                 f"{arm['engine_start_s'] or float('nan'):.0f} s, "
                                 f"{arm.get('gen_tokens_per_member') or float('nan'):.0f} tokens a member, "
                                 f"base {arm['base_test_accuracy']:.3f}, "
