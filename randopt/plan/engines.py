@@ -190,10 +190,9 @@ def starts_together(config: dict, gpus: int, weights: int | None, card: int | No
 def plan_engines(config: dict, host: Host, population: Population, problems: int, max_tokens: int, model_dir: str,
                  racing: bool) -> EnginePlan:
     """The run's engines: problems and max_tokens are a member's train problems (the run's task's) and its
-    decode's; model_dir the
-    prepared model's (its weights, where prepared, size auto); racing: its slices are cut to fit the engine
-    slots, so no shard sizes enter auto. Raises PlanError for a bad command line, ValueError (a config
-    problem, named by key) otherwise."""
+    decode's; model_dir the prepared model's (its weights, where prepared, size auto); racing: its slices are cut
+    to fit the engine slots, so no shard sizes enter auto. Raises PlanError for a bad command line, ValueError (a
+    config problem, named by key) otherwise."""
     gpus, local = gpus_per_job(config), local_gpus(config, host)
     requested = config["engine"]["engines_per_gpu"]
     mps = cuda_mps.resolve(config["engine"]["cuda_mps"], gpus_per_engine=gpus, on_cluster=host.on_cluster,

@@ -8,17 +8,16 @@ bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x o
 engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA MPS; the real Qwen2.5-Coder-1.5B
 (3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4 (on an H100, whose rows replace the H200's for a run
 there: 1.55x, 1.73x and 1.76x); a 7B shape (15 GB) 0.97x with 2 and 3. Each further engine starts after the
-one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache: all up ~8 s later
-for each further engine, and none answering before). So
-`auto` takes the number of engines that finishes the members soonest (search_seconds; the starts overlap the
-work of the engines already up, and whole shards are handed out as the workflow hands them:
-scheduled_seconds), at the gains of the measured models either side of the model's weight bytes
-(interpolated on log bytes: gains) and a member's time scaled from theirs by max_tokens and, on vLLM, along
-the measured call-cost curve to the run's train problems (vllm_call_seconds: a call lasts as long as its
-longest answer, so 16 problems cost about half of 128, not an eighth; the torch engine's answer blocks scale
-with the problems: member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1 there, never slower than one
-engine. Under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, and
-the gains and the shorter starts are MPS's.
+one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache: all up ~8 s later for
+each further engine, and none answering before). So `auto` takes the number of engines that finishes the members
+soonest (search_seconds; the starts overlap the work of the engines already up, and whole shards are handed out as
+the workflow hands them: scheduled_seconds), at the gains of the measured models either side of the model's weight
+bytes (interpolated on log bytes: gains) and a member's time scaled from theirs by max_tokens and, on vLLM, along
+the measured call-cost curve to the run's train problems (vllm_call_seconds: a call lasts as long as its longest
+answer, so 16 problems cost about half of 128, not an eighth; the torch engine's answer blocks scale with the
+problems: member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1 there, never slower than one
+engine. Under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, and the
+gains and the shorter starts are MPS's.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
@@ -30,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 from randopt.runtime.call_cost import REFERENCE_PROMPTS, between, relative_call
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -136,8 +136,15 @@ def vllm_call_seconds(weight_bytes: float, problems: int, max_tokens: int, batch
     along the call-cost curve (randopt/runtime/call_cost.py) to the call's own problems; past batch_size prompts
     (vLLM's max_num_seqs) the call runs in waves of batch_size."""
     one = member_seconds(weight_bytes, REFERENCE_PROMPTS * max_tokens, card)
-    within = min(problems, batch_size)
-    return one * relative_call(weight_bytes, within)[0] * problems / within
+    within, waves = call_waves(problems, batch_size)
+    return one * relative_call(weight_bytes, within)[0] * waves
+
+
+def call_waves(problems: int, batch_size: int | None) -> tuple[int, float]:
+    """A vLLM call's prompts decoded together (at most batch_size, vLLM's max_num_seqs; None: all) and how many
+    such waves the call's problems make."""
+    within = min(problems, batch_size or problems)
+    return within, problems / within
 
 
 def member_source(weight_bytes: float, card: str | None = None) -> str:
@@ -179,14 +186,14 @@ def resolve(requested, *, gpus_per_engine: int, on_cluster: bool, weight_bytes: 
     gain, source = gains(per_gpu, under_mps, card)
     start_s = START_S_TOGETHER if together else START_S_MPS if under_mps else START_S
     # a vLLM call lasts as long as its longest answer: its cost follows the measured curve, not the problems
-    member_s = (vllm_call_seconds(per_gpu, problems, max_tokens, batch_size or problems, card) if engine == "vllm"
+    member_s = (vllm_call_seconds(per_gpu, problems, max_tokens, batch_size, card) if engine == "vllm"
                 else member_seconds(per_gpu, problems * max_tokens, card))
     timed = member_source(per_gpu, card)
     timed = "" if timed == source else f" ({timed})"
     if engine == "vllm" and problems != REFERENCE_PROMPTS:   # how the call's own problems priced it
-        relative, curve = relative_call(per_gpu, min(problems, batch_size or problems))
-        waves = -(-problems // (batch_size or problems))
-        timed += (f" (a call on {problems} problems" + (f" in {waves} waves of {batch_size}, each" if waves > 1 else "")
+        within, waves = call_waves(problems, batch_size)
+        relative, curve = relative_call(per_gpu, within)
+        timed += (f" (a call on {problems} problems" + (f" in {waves:g} waves of {within}, each" if waves > 1 else "")
                   + f": {relative:.2f} of one on {REFERENCE_PROMPTS}, the call-cost curve of {curve})")
     shards = [m * member_s for m in shard_members] if shard_members else None
     seconds = {n: search_seconds(n, members_per_group * member_s, gain, start_s, shards, together) for n in gain}
