@@ -122,6 +122,12 @@ METADATA = {
     "peers_h100_qwen15b_together_jobs.json": {
         "machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
         "commit": "d2134fe", "date": "2026-12-07"},
+    # the lease of 2026-12-07 10:31-10:57 UTC on an H100, working tree at 50df058 (the device copy's .git said 9f783dc,
+    # so the records call it dirty): h200_qwen15b.sh gsm8k on bench/real_model/enginecheck.yaml, auto (3 engines)
+    # then one engine, each cold then warm; racing_qwen15b_h200.sh kvsame (a fixed 12 GiB KV cache for 1, 3, 1
+    # engines, then 2 and 4, on a compile cache of its own); job_times.py on the arms' logs on the session host
+    **{f"engines_per_gpu_h100_qwen15b_kv12_{run}.json": {"commit": "50df058", "date": "2026-12-07"}
+       for run in ("n1_cold", "n3_after_n1", "n1_warm", "n2_cold", "n4_after_n2")},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},
