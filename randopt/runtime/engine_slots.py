@@ -81,10 +81,11 @@ START_S = 40.0                      # a further engine's start, time-sliced (47.
 # The real 1.5B's engines started 32-34 s apart in the bench (2026-12-04), the start lock holding only the build.
 START_S_MPS = 35.0
 # Engines that start together (vLLM on one GPU each, a fixed KV cache each: VllmEngine.start_alongside) take no
-# turns: they are all up at once, each further engine delaying them all by START_S_TOGETHER. Measured in one lease
-# on an H100 with the real 1.5B, compile cache warm (bench/results/peers_h100_qwen15b_together_jobs.json,
-# 2026-12-07): one engine alone up at 31.7 s, three together at 47.1-47.7 s, so 8 s a further engine. In turn, the
-# three had been up at 43, 58 and 73 s (racing_qwen15b_512_h100_together_jobs.json's lease, at 1b26620).
+# turns: they are all up at once, each further engine delaying them all by START_S_TOGETHER: the median of three
+# pairs on an H100 with the real 1.5B, compile cache warm (2026-12-07), one engine alone against three together,
+# 8.0, 0.8 and 8.8 s a further engine (peers_h100_qwen15b_together_jobs.json: 31.7 s against 47.7 s; the enginecheck
+# workflow: 32.5 against 34.1 s; the engines bench, kv12_n1_warm against kv12_n3_after_n1: 34.9 against 52.4 s).
+# In turn, the three had been up at 43, 58 and 73 s (racing_qwen15b_512_h100_together_jobs.json's lease, at 1b26620).
 START_S_TOGETHER = 8.0
 # Estimates this close to each other are one: SmolLM2's 3 to 8 engines gave 2.72-2.83 members/s, a 4 % spread
 # over what is one plateau (bench/engines_per_gpu/README.md), and the real 1.5B's 3 and 4 engines 1.56x and 1.59x.
