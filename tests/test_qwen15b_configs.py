@@ -132,3 +132,39 @@ def test_the_distill_overlay_adds_distillation_to_the_gsm8k_run_and_nothing_else
     assert {k: with_distill[k] for k in without} == without   # the search is the GSM8K run's
     assert {"distill_data", "distill_train", "distill_eval"} <= set(with_distill)
 
+
+
+@pytest.mark.parametrize("extra", sorted(p.name for p in (REPO / "bench" / "real_model").glob("*.yaml")))
+def test_the_lease_overlays_validate_over_the_gsm8k_overlay(extra):
+    """The overlays a lease adds with EXTRA_CONFIG (bench/real_model/*.yaml) validate over the GSM8K one: a
+    misspelled key fails here, not in a device call."""
+    from snakemake.utils import update_config
+
+    from randopt.config import load_yaml, validate
+    raw = load_yaml(REPO / "config" / "config.yaml")
+    for path in (REPO / "config" / OVERLAYS["gsm8k"], REPO / "bench" / "real_model" / extra):
+        update_config(raw, load_yaml(path))
+    validate(raw)
+
+
+def test_the_enginecheck_arms_differ_only_in_their_engines():
+    """bench/real_model/enginecheck.yaml against the same with one_engine.yaml: auto's engines against one on 48
+    members in 3 shards of 16 (one each for auto's 3). The engine count is in no key, so the two arms' answers
+    share their cache folders, and the lease empties results/ between them to time each."""
+    from snakemake.utils import update_config
+
+    from randopt.config import load_yaml, validate
+    from randopt.keys import run_keys
+
+    def arm(*extras: str) -> dict:
+        raw = load_yaml(REPO / "config" / "config.yaml")
+        for path in [REPO / "config" / OVERLAYS["gsm8k"]] + [REPO / "bench" / "real_model" / e for e in extras]:
+            update_config(raw, load_yaml(path))
+        return validate(raw)
+
+    auto, one = arm("enginecheck.yaml"), arm("enginecheck.yaml", "one_engine.yaml")
+    assert (auto["engine"]["engines_per_gpu"], one["engine"]["engines_per_gpu"]) == ("auto", 1)
+    assert population_size(auto) == 48 and auto["population"]["shard_size"] == 16
+    assert {**auto, "engine": None} == {**one, "engine": None}
+    inputs = {"problems": "0" * 64}
+    assert run_keys(auto, inputs=inputs) == run_keys(one, inputs=inputs)
