@@ -1,23 +1,23 @@
 """Engines side by side on one device (engine.engines_per_gpu): how many (whether they fit, and each one's
 share of the card: randopt/engines/memory.py).
 
-A small model leaves a GPU idle between its decode steps (most of a step is fixed host cost), so several
-engines on one GPU, each answering its own members, raise members/s; a large model's steps already keep the
-GPU busy, and a second engine buys nothing. What was measured on one H200 with vLLM 0.25 (MEASURED;
+A small model leaves a GPU idle between its decode steps (most of a step is fixed host cost), so several engines
+on one GPU, each answering its own members, raise members/s; a large model's steps already keep the GPU busy, and
+a second engine buys nothing. What was measured on one H200 with vLLM 0.25 (MEASURED;
 bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x one engine's members/s with 2
 engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA MPS; the real Qwen2.5-Coder-1.5B
 (3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4 (on an H100, whose rows replace the H200's for a run
-there: 1.32x, 1.48x and 1.51x, medians of its readings); a 7B shape (15 GB) 0.97x with 2 and 3. Each further engine starts after the
-one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache: all up ~8 s later for
-each further engine, and none answering before). So `auto` takes the number of engines that finishes the members
-soonest (search_seconds; the starts overlap the work of the engines already up, and whole shards are handed out as
-the workflow hands them: scheduled_seconds), at the gains of the measured models either side of the model's weight
-bytes (interpolated on log bytes: gains) and a member's time scaled from theirs by max_tokens and, on vLLM, along
-the measured call-cost curve to the run's train problems (vllm_call_seconds: a call lasts as long as its longest
-answer, so 16 problems cost about half of 128, not an eighth; the torch engine's answer blocks scale with the
-problems: member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1 there, never slower than one
-engine. Under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines' kernels share the SMs, and the
-gains and the shorter starts are MPS's.
+there: 1.32x, 1.48x and 1.51x, medians of its readings); a 7B shape (15 GB) 0.97x with 2 and 3. Each further
+engine starts after the one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache:
+all up ~8 s later for each further engine, and none answering before). So `auto` takes the number of engines that
+finishes the members soonest (search_seconds; the starts overlap the work of the engines already up, and whole
+shards are handed out as the workflow hands them: scheduled_seconds), at the gains of the measured models either
+side of the model's weight bytes (interpolated on log bytes: gains) and a member's time scaled from theirs by
+max_tokens and, on vLLM, along the measured call-cost curve to the run's train problems (vllm_call_seconds: a call
+lasts as long as its longest answer, so 16 problems cost about half of 128, not an eighth; the torch engine's
+answer blocks scale with the problems: member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1
+there, never slower than one engine. Under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines'
+kernels share the SMs, and the gains and the shorter starts are MPS's.
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
