@@ -349,6 +349,27 @@ def test_job_times_names_a_job_log_left_unfinished(tmp_path):
     assert job["call_s"] == pytest.approx((52.562) / 16, abs=1e-3)
 
 
+def test_job_times_counts_members_per_second_from_the_first_engine_up(tmp_path):
+    """One engine over three shards in turn, as one_engine.yaml's run (the first job starts it, the next two
+    reuse it): members/s once up is the group's members over the seconds from that engine's readiness to the
+    last job's end, not from the first job's start."""
+    from bench.racing.job_times import read
+    from randopt.runtime.seed_progress import MARKER
+    shards = (("10:49:00", "resident engine: ready in 32.5 s (0.0 s of it waiting)", "10:49:32", "10:49:57"),
+              ("10:49:58", "resident engine: reusing the loaded engine", "10:49:58", "10:50:23"),
+              ("10:50:24", "resident engine: reusing the loaded engine", "10:50:24", "10:50:48"))
+    for i, (start, engine, ready, end) in enumerate(shards):
+        log = tmp_path / "logs" / "evaluate_shard" / "k" / f"seeds_{i}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"2026-12-07 {start},000 evaluate_shard INFO started\n"
+                       f"2026-12-07 {ready},500 evaluate_shard INFO {engine}\n"
+                       + f"2026-12-07 {end},000 evaluate_shard INFO {MARKER}{{}}\n" * 16
+                       + f"2026-12-07 {end},000 evaluate_shard INFO done in 1.0 s\n")
+    (group,) = read({"one": tmp_path}, problems=128)["groups"]
+    assert (group["jobs"], group["members"], group["first_start_to_last_end_s"]) == (3, 48, 108.0)
+    assert group["members_per_s_once_up"] == pytest.approx(48 / 75.5, abs=1e-3)
+
+
 def test_recall_of_stops_is_what_the_stops_leave_of_the_members_at_or_above_the_kth():
     """The recall that racing's decisions alone leave, apart from how racing ranked what it completed: a top-2
     over 4 members at or above the k-th loses nothing to 2 stops, half to 3, all to 4."""

@@ -64,19 +64,24 @@ def job_of(log: Path, problems: int | None) -> dict:
 
 def groups(jobs: list[dict]) -> list[dict]:
     """The jobs side by side: a full evaluation's shards, or one racing round's slices. A group's member call is
-    its jobs' seconds after their engines over their members."""
+    its jobs' seconds after their engines over their members; its members/s once up, its members over the seconds
+    from its first engine's readiness (among the engines it started; its start where it started none) to its
+    last job's end, as bench/peers' report counts them."""
     keyed: dict = {}
     for job in jobs:
         keyed.setdefault((job["run"], job.get("round")), []).append(job)
     out = []
     for (run, round_), members in sorted(keyed.items(), key=lambda kv: min(j["start"] for j in kv[1])):
         t0 = min(j["start"] for j in members)
+        up = min((j["ready"] for j in members if j["engine_start_s"] > 0), default=t0)
+        last = max(j["end"] for j in members)
         out.append({"run": run, "round": round_, "problems": sorted({j["problems"] for j in members}),
                     "jobs": len(members), "members": sum(j["members"] for j in members),
-                    "first_start_to_last_end_s": round(max(j["end"] for j in members) - t0, 2),
+                    "first_start_to_last_end_s": round(last - t0, 2),
                     "engines_ready_s": [round(j["ready"] - j["start"], 2) for j in members],
                     "call_s": round(sum(j["end"] - j["ready"] for j in members) / sum(j["members"] for j in members), 3),
-                    "call_s_median_job": round(statistics.median(j["call_s"] for j in members), 3)})
+                    "call_s_median_job": round(statistics.median(j["call_s"] for j in members), 3),
+                    "members_per_s_once_up": round(sum(j["members"] for j in members) / (last - up), 3)})
     return out
 
 
