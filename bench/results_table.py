@@ -128,6 +128,9 @@ METADATA = {
     # engines, then 2 and 4, on a compile cache of its own); job_times.py on the arms' logs on the session host
     **{f"engines_per_gpu_h100_qwen15b_kv12_{run}.json": {"commit": "50df058", "date": "2026-12-07"}
        for run in ("n1_cold", "n3_after_n1", "n1_warm", "n2_cold", "n4_after_n2")},
+    **{f"engines_per_gpu_h100_qwen15b_workflow_{what}.json": {
+        "machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
+        "commit": "50df058", "date": "2026-12-07"} for what in ("jobs", "auto_record", "one_record")},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},

@@ -53,14 +53,13 @@ def test_engines_that_start_together_answer_nothing_until_all_are_up():
     results = REPO / "bench/results"
 
     def groups(name: str) -> dict:
-        jobs = json.loads((results / name).read_text())
-        return {g["run"]: g for g in jobs.get("job_times", jobs)["groups"]}
+        return {g["run"]: g for g in json.loads((results / name).read_text())["groups"]}
 
     def all_up(name: str) -> float:
         return max(start["start_s"] for start in json.loads((results / name).read_text())["starts"])
 
     peers, check = groups("peers_h100_qwen15b_together_jobs.json"), \
-        groups("engines_per_gpu_h100_qwen15b_workflow_auto_vs_one.json")
+        groups("engines_per_gpu_h100_qwen15b_workflow_jobs.json")
     pairs = [(max(peers["one_repeat"]["engines_ready_s"]), max(peers["three_warm"]["engines_ready_s"])),
              (max(check["one_warm"]["engines_ready_s"]), max(check["auto_warm"]["engines_ready_s"])),
              (all_up("engines_per_gpu_h100_qwen15b_kv12_n1_warm.json"),

@@ -89,7 +89,7 @@ def test_auto_weighs_vllm_engines_that_start_together_without_their_turns(tmp_pa
     three together at 47.7 s), and auto weighs them so. On bench/real_model/enginecheck.yaml's run on an H100 (48
     members in 3 shards of 16, 128 problems x 512 tokens) it takes 3 engines, where engines in turn (a share too
     small for a fixed cache) take 2. Measured there, warm, in the workflow: 3 engines searched in 83.9 s, one in
-    108.5 s (bench/results/engines_per_gpu_h100_qwen15b_workflow_auto_vs_one.json). On FlashOpt's protocol (66
+    108.5 s (bench/results/engines_per_gpu_h100_qwen15b_workflow_jobs.json). On FlashOpt's protocol (66
     members in shards of 8) it takes 2 either way: 3 estimate within noise of 2, as measured there once up (0.82
     and 0.79 members/s, bench/results/peers_h100_qwen15b_together.json)."""
     config = tmp_path / "config.json"

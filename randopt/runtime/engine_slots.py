@@ -66,8 +66,8 @@ MOST_ENGINES = max(max(g) for m in MEASURED for g in (m.gain, m.gain_mps) if g)
 # every bench/results/engines_per_gpu_h100_qwen15b_*.json of that protocol: one engine 0.631 members/s, 2, 3 and
 # 4 engines 1.32x, 1.48x and 1.51x (2026-12-07; tests/test_engine_slots.py derives them). The first row, from one
 # lease, said 1.55x, 1.73x and 1.76x against its own one engine's 0.541, the lowest reading; the workflow's own
-# jobs agree with the medians: 0.63 members/s on one engine, 0.93-0.96 on three once up
-# (engines_per_gpu_h100_qwen15b_workflow_auto_vs_one.json). A model with no row for the run's card, or a card that
+# jobs agree with the medians: 0.63 members/s on one engine, 0.93 on three once up
+# (engines_per_gpu_h100_qwen15b_workflow_jobs.json). A model with no row for the run's card, or a card that
 # is neither, takes the H200's rows: the reference, and the record says so.
 ON_OTHER_CARDS = (
     Measured("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, 1 / 0.631, 128 * 512, None, {1: 1.0, 2: 1.32, 3: 1.48, 4: 1.51},
