@@ -100,6 +100,11 @@ def test_auto_counts_whole_shards_as_the_workflow_hands_them_out():
     assert scheduled_seconds(3, [m * 1.29 for m in [8, 8, 6] * 3]) == pytest.approx(88, abs=1)
     assert idle_engines_note(3, 3) and "none left" in idle_engines_note(3, 2) and idle_engines_note(3, 6) is None
     assert idle_engines_note(1, 1) is None
+    # engines that start together take a shard each at once: 3 shards keep 3 engines busy, 4 leave one alone at
+    # the end, 2 leave one with none
+    assert idle_engines_note(3, 3, together=True) is None and idle_engines_note(3, 6, together=True) is None
+    assert "the last 1 shard(s) run with 2 engine(s) idle" in idle_engines_note(3, 4, together=True)
+    assert "1 find none" in idle_engines_note(3, 2, together=True)
 
 
 @pytest.fixture

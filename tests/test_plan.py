@@ -101,10 +101,13 @@ def test_auto_weighs_vllm_engines_that_start_together_without_their_turns(tmp_pa
     h100 = dict(cores=16, gpus=1, card_bytes=81_559 << 20, card_model="NVIDIA H100 80GB HBM3")
     together = plan(check, **h100).engines.layout
     assert together.engines_per_gpu == 3 and "starting together" in together.why, together.why
+    # one shard for each engine, all up at once: nothing idles, so no warning (in turn, 3 shards are too few)
+    assert plan(check, **h100).engines.notes() == []
     assert "48 members" in together.why and "all up ~8 s later for each further one" in together.why, together.why
     small = {**check, "engine": {**check["engine"], "gpu_memory_utilization": 0.06}}   # 4.8 GiB: no fixed cache
     in_turn = plan(small, **h100).engines.layout
     assert in_turn.engines_per_gpu == 2 and "starting ~35 s after the one before" in in_turn.why, in_turn.why
+    assert "few left" in plan(small, **h100).engines.notes()[0]
     peers = {**check, "engine": {**check["engine"], "batch_size": 512},
              "population": {"n_seeds": 22, "sigmas": [5e-4, 1e-3, 2e-3], "shard_size": 8}}
     assert plan(peers, **h100).engines.layout.engines_per_gpu == 2

@@ -87,6 +87,7 @@ class EnginePlan:
     mps: cuda_mps.MpsChoice
     shard_members: tuple[int, ...] | None   # the members of each search shard one GPU group answers, in order
     card: str | None = None                 # the card (card_kind) whose measurements auto took, where it has any
+    together: bool = False                  # its engines start together (starts_together), not in turn
 
     @property
     def engines_per_gpu(self) -> int:
@@ -118,7 +119,7 @@ class EnginePlan:
     def notes(self) -> list[str]:
         """What is right but slower than it could be, for the person running it."""
         note = None if self.on_cluster or self.shard_members is None else \
-            idle_engines_note(self.engines_per_gpu, len(self.shard_members))
+            idle_engines_note(self.engines_per_gpu, len(self.shard_members), self.together)
         return [note] if note else []
 
     def local_flags(self, resident_dir: str, mps_dir: str) -> str:
@@ -207,6 +208,7 @@ def plan_engines(config: dict, host: Host, population: Population, problems: int
     # a vLLM engine's card, read once (a GPU probe on this host): whether its engines start together, and whether
     # they fit
     card = card_bytes(config, host) if config["engine"]["kind"] == "vllm" and weights else None
+    together = starts_together(config, gpus, weights, card)
     if gpus and not local and not host.on_cluster:
         # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
         if requested not in ("auto", 1):
@@ -219,8 +221,8 @@ def plan_engines(config: dict, host: Host, population: Population, problems: int
                          max_tokens=max_tokens, batch_size=config["engine"]["batch_size"],
                          engine=config["engine"]["kind"], under_mps=mps.possible,
                          shard_members=list(shard_members) if shard_members else None, card=kind,
-                         together=starts_together(config, gpus, weights, card))
+                         together=together)
     if card:
         check_fit(layout.engines_per_gpu, weights / gpus, card, tp=gpus)
     keep = 0 if host.on_cluster else config["engine"]["keep_loaded_s"]
-    return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members, kind)
+    return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members, kind, together)

@@ -274,10 +274,23 @@ def scheduled_seconds(n: int, shards: list[float], gain: dict | None = None, sta
     return t
 
 
-def idle_engines_note(engines_per_gpu: int, shards_per_group: int) -> str | None:
-    """A warning for engines side by side with too few engine jobs to keep them busy, or None."""
+def idle_engines_note(engines_per_gpu: int, shards_per_group: int, together: bool = False) -> str | None:
+    """A warning for engines side by side with too few engine jobs to keep them busy, or None. Engines in turn
+    take whole shards as each comes up, so the later ones need twice as many shards as engines; engines that
+    start together take one each at once, so a whole multiple of the engines keeps every one busy to the end
+    (3 shards of 16 on 3 engines: bench/real_model/enginecheck.yaml's run)."""
     if engines_per_gpu <= 1 or shards_per_group >= 2 * engines_per_gpu:
         return None
+    if together:
+        if shards_per_group % engines_per_gpu == 0:
+            return None
+        return (f"engine.engines_per_gpu {engines_per_gpu} with {shards_per_group} search shard(s) a GPU group: the "
+                f"engines start together and take a whole shard each, so "
+                + (f"{engines_per_gpu - shards_per_group} find none" if shards_per_group < engines_per_gpu else
+                   f"the last {shards_per_group % engines_per_gpu} shard(s) run with "
+                   f"{engines_per_gpu - shards_per_group % engines_per_gpu} engine(s) idle")
+                + f"; a population.shard_size giving {engines_per_gpu} or {2 * engines_per_gpu} shards a group keeps "
+                  f"all {engines_per_gpu} busy")
     return (f"engine.engines_per_gpu {engines_per_gpu} with {shards_per_group} search shard(s) a GPU group: whole shards "
             f"are handed out as engines come up, so later engines find "
             + ("none left" if shards_per_group < engines_per_gpu else "few left")
