@@ -68,7 +68,6 @@ localrules:
     freeze_problems,
     fetch_fineweb,
     rank,
-    race_round,
     vote,
     record,
     figures,

@@ -6,6 +6,12 @@
 # between full evaluation and racing evaluates no (seed, sigma, problem) twice.
 
 
+# A round's decision is small: on a cluster it runs in the Snakemake process, as common.smk's localrules. Named
+# here, where the rule exists: listed in common.smk, every run without racing warned that it was missing.
+localrules:
+    race_round,
+
+
 def get_previous_survivors(wildcards):
     """Round 0 races the whole population; round r the survivors of round r-1."""
     r = int(wildcards.round)
