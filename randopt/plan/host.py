@@ -45,12 +45,11 @@ class Host:
         starts)."""
         if self.card_bytes is not None or not self.probe_card:
             return self.card_bytes
-        return cuda_driver.devices()[0][1] if cuda_driver.devices() else None
+        return cuda_driver.gpu0()[1]
 
     def gpu0_name(self) -> str | None:
         """GPU 0's name: the given card_model, or (of_workflow's host) the CUDA driver's name of this host's
         GPU 0; None where there is no usable CUDA."""
         if self.card_model is not None or not self.probe_card:
             return self.card_model
-        return cuda_driver.devices()[0][0] if cuda_driver.devices() else None
-
+        return cuda_driver.gpu0()[0]

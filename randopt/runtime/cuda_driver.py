@@ -17,16 +17,11 @@ _NAME_BYTES = 256   # cuDeviceGetName's buffer: device names are far shorter
 
 
 def _load():
-    """libcuda.so.1, or None where this host has no CUDA driver."""
+    """libcuda.so.1, or None where this host has no CUDA driver (then no CUDA is usable)."""
     try:
         return ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
-
-
-def present() -> bool:
-    """Whether the CUDA driver's library loads on this host (without it no CUDA is usable)."""
-    return _load() is not None
 
 
 @cache
@@ -53,3 +48,8 @@ def devices() -> tuple[tuple[str, int], ...]:
 def gpu_names() -> list[str]:
     """The names of this host's CUDA devices, in order; [] without a usable CUDA."""
     return [name for name, _ in devices()]
+
+
+def gpu0() -> tuple[str | None, int | None]:
+    """GPU 0's name and memory in bytes; (None, None) without a usable CUDA."""
+    return devices()[0] if devices() else (None, None)
