@@ -103,9 +103,13 @@ engines() {
   model=$(ls -d data/models/*/model 2>/dev/null | while read -r d; do grep -q '"qwen2"' "$d/config.json" && echo "$d"; done | head -1)
   train=$(ls data/problems/*/train.jsonl 2>/dev/null | head -1)
   [ -n "$model" ] && [ -n "$train" ] || { log "run the gsm8k part first (no prepared model or frozen split)"; return 1; }
-  # the gsm8k overlay's prompt, as the workflow resolved it (the decode block of the gsm8k part's record, of a run
-  # with more overlays over it, such as enginecheck's, or of the distill part's, which runs the same overlay under it)
-  local record; record=$(ls /tmp/real-keep/record_gsm8k*.json /tmp/real-keep/record_distill*.json 2>/dev/null | head -1)
+  # the gsm8k overlay's prompt and max_tokens, as the workflow resolved them: the decode block of the gsm8k part's
+  # record, else of the enginecheck run's (overlays that keep both), else of the distill part's, which runs the same
+  # overlay under it; in that order, never a glob's (cap256.yaml's record would bring 256 tokens)
+  local record= f
+  for f in gsm8k gsm8k_enginecheck gsm8k_enginecheck_one_engine distill; do
+    [ -f "/tmp/real-keep/record_$f.json" ] && { record=/tmp/real-keep/record_$f.json; break; }
+  done
   [ -n "$record" ] || { log "run the gsm8k or distill part first (no record of the GSM8K overlay)"; return 1; }
   python3 -c "import json, sys; d = json.load(open(sys.argv[1]))['decode']; \
 json.dump({k: d[k] for k in ('system', 'examples', 'stop')}, open('/tmp/prompt.json', 'w')); print(d['max_tokens'])" \
