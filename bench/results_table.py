@@ -131,6 +131,12 @@ METADATA = {
     **{f"engines_per_gpu_h100_qwen15b_workflow_{what}.json": {
         "machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
         "commit": "50df058", "date": "2026-12-07"} for what in ("jobs", "auto_record", "one_record")},
+    # the lease of 2026-12-07 15:13-15:41 UTC on an H100 at 399f539 (clean): h200_qwen15b.sh gsm8k on enginecheck.yaml,
+    # auto and one engine, cold then warm twice; the engines bench NS="1 2 3"; job_times.py on the session host
+    "engines_per_gpu_h100_qwen15b_mps_rerun.json": {"commit": "399f539", "date": "2026-12-07"},
+    "engines_per_gpu_h100_qwen15b_workflow_rerun_jobs.json": {
+        "machine": "1× NVIDIA H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0 (host: 16-core Xeon with AMX)",
+        "commit": "399f539", "date": "2026-12-07"},
     "engines_per_gpu_member_batch_h200_smollm2_vllm_baseline.json": {
         "machine": "1× NVIDIA H200, vLLM 0.25.0 (host: 16-core Xeon with AMX)", "commit": "617cc87",
         "date": "2026-12-02"},

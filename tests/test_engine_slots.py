@@ -48,8 +48,8 @@ def test_engines_that_start_together_answer_nothing_until_all_are_up():
     assert scheduled_seconds(3, [30.0] * 4, gain, 8.0, together=True) == pytest.approx(
         16.0 + 30.0 * 3 / gain[3] + 30.0)
     # the constant is the median of what was measured: three together against one alone in the same lease, both
-    # warm, in the peers workflow (16 s for two more), the enginecheck workflow (1.6 s) and the engines bench after
-    # one compile for both (17.5 s)
+    # warm, in the peers workflow (16 s for two more), the enginecheck workflow in two leases (1.6 s; 13.2 and
+    # 6.8 s) and the engines bench after one compile for both (17.5 s)
     results = REPO / "bench/results"
 
     def groups(name: str) -> dict:
@@ -58,10 +58,13 @@ def test_engines_that_start_together_answer_nothing_until_all_are_up():
     def all_up(name: str) -> float:
         return max(start["start_s"] for start in json.loads((results / name).read_text())["starts"])
 
-    peers, check = groups("peers_h100_qwen15b_together_jobs.json"), \
-        groups("engines_per_gpu_h100_qwen15b_workflow_jobs.json")
+    peers, check, recheck = groups("peers_h100_qwen15b_together_jobs.json"), \
+        groups("engines_per_gpu_h100_qwen15b_workflow_jobs.json"), \
+        groups("engines_per_gpu_h100_qwen15b_workflow_rerun_jobs.json")
     pairs = [(max(peers["one_repeat"]["engines_ready_s"]), max(peers["three_warm"]["engines_ready_s"])),
              (max(check["one_warm"]["engines_ready_s"]), max(check["auto_warm"]["engines_ready_s"])),
+             *((max(recheck[f"one_{arm}"]["engines_ready_s"]), max(recheck[f"auto_{arm}"]["engines_ready_s"]))
+               for arm in ("warm", "warm2")),
              (all_up("engines_per_gpu_h100_qwen15b_kv12_n1_warm.json"),
               all_up("engines_per_gpu_h100_qwen15b_kv12_n3_after_n1.json"))]
     assert statistics.median((three - alone) / 2 for alone, three in pairs) == pytest.approx(START_S_TOGETHER, abs=0.5)
@@ -114,7 +117,7 @@ def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which(
     assert gains(qwen.weight_bytes, True, "h100") == (h100.gain_mps, f"measured on an H100: {qwen.name}")
     assert gains(qwen.weight_bytes, True, "h200") == gains(qwen.weight_bytes, True, None) == \
         (qwen.gain_mps, f"measured on an H200: {qwen.name}")
-    assert member_seconds(qwen.weight_bytes, 128 * 512, "h100") == pytest.approx(1 / 0.631)
+    assert member_seconds(qwen.weight_bytes, 128 * 512, "h100") == pytest.approx(1 / 0.624)
     assert member_seconds(qwen.weight_bytes, 128 * 512) == pytest.approx(1 / 0.689)
     # SmolLM2 and the 7B shape have only H200 rows: an H100 run takes those, and says so
     smol_on_h100 = gains(MEASURED[0].weight_bytes, True, "h100")
@@ -127,9 +130,9 @@ def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which(
                  problems=128, max_tokens=512, under_mps=True, shard_members=[8, 8, 6] * 3)
     on_h100 = resolve("auto", **peers, card="h100")
     assert "1.32x" in on_h100.why and "measured on an H100" in on_h100.why, on_h100.why
-    assert "1.58 s each, each further" in on_h100.why   # the member time is the same card's: no second source
-    assert re.search(r"2: 88 s, 3: 88 s", on_h100.why), on_h100.why
-    assert on_h100.engines_per_gpu == 2   # 3 engines' 88 s is no sooner than 2's: the fewer engines
+    assert "1.60 s each, each further" in on_h100.why   # the member time is the same card's: no second source
+    assert re.search(r"2: 89 s, 3: 88 s", on_h100.why), on_h100.why
+    assert on_h100.engines_per_gpu == 2   # 3 engines' 88 s is within noise of 2's 89 s: the fewer engines
     assert "measured on an H200" in resolve("auto", **peers).why
     # time-sliced, the gains come from the H200's SmolLM2 and 7B shape, the member time from the H100's 1.5B:
     # the reason names both
@@ -139,8 +142,8 @@ def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which(
 
 
 def test_the_h100_row_is_the_median_of_every_committed_reading_of_its_protocol():
-    """One lease's reading is not the card's: the real 1.5B's one engine on an H100 read 0.541 to 0.682
-    members/s in eight 25-40 s windows over four leases, and the first row's gains (1.73x at 3 engines) were
+    """One lease's reading is not the card's: the real 1.5B's one engine on an H100 read 0.529 to 0.682
+    members/s in nine 25-40 s windows over five leases, and the first row's gains (1.73x at 3 engines) were
     against the lowest. The row is each engine count's median over every committed H100 result of its protocol
     (128 train problems, 512 tokens), so a new reading moves it only through this test."""
     import json
@@ -153,7 +156,7 @@ def test_the_h100_row_is_the_median_of_every_committed_reading_of_its_protocol()
             continue
         for row in result["rounds"]:
             readings.setdefault(row["n_engines"], []).append(row["members_per_s"])
-    assert len(readings[1]) >= 8 and len(readings[3]) >= 6, readings
+    assert len(readings[1]) >= 9 and len(readings[3]) >= 7, readings
     one = statistics.median(readings[1])
     row = ON_OTHER_CARDS[0]
     assert 1 / row.member_s == pytest.approx(one, abs=0.0015)

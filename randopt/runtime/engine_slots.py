@@ -7,9 +7,9 @@ a second engine buys nothing. What was measured on one H200 with vLLM 0.25 (MEAS
 bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x one engine's members/s with 2
 engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA MPS; the real Qwen2.5-Coder-1.5B
 (3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4 (on an H100, whose rows replace the H200's for a run
-there: 1.32x, 1.48x and 1.51x, medians of its readings); a 7B shape (15 GB) 0.97x with 2 and 3. Each further
+there: 1.32x, 1.50x and 1.53x, medians of its readings); a 7B shape (15 GB) 0.97x with 2 and 3. Each further
 engine starts after the one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache:
-all up ~8 s later for each further engine, and none answering before). So `auto` takes the number of engines that
+all up ~7 s later for each further engine, and none answering before). So `auto` takes the number of engines that
 finishes the members soonest (search_seconds; the starts overlap the work of the engines already up, and whole
 shards are handed out as the workflow hands them: scheduled_seconds), at the gains of the measured models either
 side of the model's weight bytes (interpolated on log bytes: gains) and a member's time scaled from theirs by
@@ -61,16 +61,18 @@ MEASURED = (
 # The most engines side by side auto weighs: the most measured
 MOST_ENGINES = max(max(g) for m in MEASURED for g in (m.gain, m.gain_mps) if g)
 # The same models measured on another card, in place of their H200 rows there: the real 1.5B on an H100, the
-# protocol of its H200 row (128 GSM8K train problems, the reasoning prompt, 512 tokens). Eight one-engine readings
-# across four leases spread 0.541-0.682 members/s (a 25-40 s window); the row takes each count's median over
-# every bench/results/engines_per_gpu_h100_qwen15b_*.json of that protocol: one engine 0.631 members/s, 2, 3 and
-# 4 engines 1.32x, 1.48x and 1.51x (2026-12-07; tests/test_engine_slots.py derives them). The first row, from one
-# lease, said 1.55x, 1.73x and 1.76x against its own one engine's 0.541, the lowest reading; the workflow's own
-# jobs agree with the medians: 0.63 members/s on one engine, 0.93 on three once up
-# (engines_per_gpu_h100_qwen15b_workflow_jobs.json). A model with no row for the run's card, or a card that
-# is neither, takes the H200's rows: the reference, and the record says so.
+# protocol of its H200 row (128 GSM8K train problems, the reasoning prompt, 512 tokens). Nine one-engine readings
+# across five leases spread 0.529-0.682 members/s (a 25-40 s window), where three engines read 0.917-0.941 in all
+# seven: one engine leaves the GPU 76-94 % busy, by how fast the lease's host feeds it, and three fill it whatever
+# the host. The row takes each count's median over every bench/results/engines_per_gpu_h100_qwen15b_*.json of that
+# protocol: one engine 0.624 members/s, 2, 3 and 4 engines 1.32x, 1.50x and 1.53x (2026-12-07;
+# tests/test_engine_slots.py derives them). The first row, from one lease, said 1.55x, 1.73x and 1.76x against its
+# own one engine's 0.541, a low reading; the workflow's own jobs agree with the medians: 0.52-0.63 members/s on one
+# engine, 0.91-0.93 on three once up, over two leases (engines_per_gpu_h100_qwen15b_workflow_*jobs.json). A model
+# with no row for the run's card, or a card that is neither, takes the H200's rows: the reference, and the record
+# says so.
 ON_OTHER_CARDS = (
-    Measured("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, 1 / 0.631, 128 * 512, None, {1: 1.0, 2: 1.32, 3: 1.48, 4: 1.51},
+    Measured("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, 1 / 0.624, 128 * 512, None, {1: 1.0, 2: 1.32, 3: 1.50, 4: 1.53},
              card="h100"),
 )
 START_S = 40.0                      # a further engine's start, time-sliced (47.5 s and 31.9 s measured)
@@ -81,12 +83,13 @@ START_S = 40.0                      # a further engine's start, time-sliced (47.
 # The real 1.5B's engines started 32-34 s apart in the bench (2026-12-04), the start lock holding only the build.
 START_S_MPS = 35.0
 # Engines that start together (vLLM on one GPU each, a fixed KV cache each: VllmEngine.start_alongside) take no
-# turns: they are all up at once, each further engine delaying them all by START_S_TOGETHER: the median of three
+# turns: they are all up at once, each further engine delaying them all by START_S_TOGETHER: the median of five
 # pairs on an H100 with the real 1.5B, compile cache warm (2026-12-07), one engine alone against three together,
-# 8.0, 0.8 and 8.8 s a further engine (peers_h100_qwen15b_together_jobs.json: 31.7 s against 47.7 s; the enginecheck
-# workflow: 32.5 against 34.1 s; the engines bench, kv12_n1_warm against kv12_n3_after_n1: 34.9 against 52.4 s).
+# 8.0, 0.8, 8.8, 6.6 and 3.4 s a further engine (peers_h100_qwen15b_together_jobs.json: 31.7 s against 47.7 s; the
+# enginecheck workflow: 32.5 against 34.1 s, and in a later lease 42.1 against 55.3 s and 45.9 against 52.7 s; the
+# engines bench, kv12_n1_warm against kv12_n3_after_n1: 34.9 against 52.4 s).
 # In turn, the three had been up at 43, 58 and 73 s (racing_qwen15b_512_h100_together_jobs.json's lease, at 1b26620).
-START_S_TOGETHER = 8.0
+START_S_TOGETHER = 6.6
 # Estimates this close to each other are one: SmolLM2's 3 to 8 engines gave 2.72-2.83 members/s, a 4 % spread
 # over what is one plateau (bench/engines_per_gpu/README.md), and the real 1.5B's 3 and 4 engines 1.56x and 1.59x.
 NOISE = 0.04
