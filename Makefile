@@ -39,7 +39,7 @@ test: $(STAMP)
 # Where a run stands (during it or after): each shard's seeds done and an ETA. A run started with
 # --configfile my.yaml: make status STATUS_ARGS="--configfile my.yaml"
 status: $(STAMP)
-	$(VENV)/bin/python -m randopt.runtime.status $(STATUS_ARGS)
+	$(VENV)/bin/python -m randopt.stages.status $(STATUS_ARGS)
 
 dry-run: $(STAMP)
 	$(VENV)/bin/snakemake -n --cores $(CORES)

@@ -27,13 +27,15 @@
 #   score_bpb         ensemble.smk  randopt/stages/score_bpb.py
 #   record            record.smk    randopt/stages/record.py
 #   figures           report.smk    randopt/stages/figures.py
-#   export_member     export.smk    randopt/model/export.py (export_rank; rule export asks for config export.ranks)
+#   export_member     export.smk    randopt/result/export.py (export_rank; rule export asks for config export.ranks)
 #   distill_data      distill.smk   randopt/stages/distill_data.py (distill.enabled: docs/distill.md)
 #   distill_train     distill.smk   randopt/stages/distill_train.py
 #   evaluate_distilled distill.smk  randopt/stages/evaluate_distilled.py
 #   lm_eval           lm_eval.smk   randopt/harness/evaluate.py (config lm_eval.tasks; docs/lm_eval.md)
-# The stages' parts lie in rooms named after the method: randopt/engines/ (the engines, and perturb.py
-# over randopt/kernels/), scoring/, selection/, ensemble/, report/, model/, data/, harness/ (lm-eval); runtime/ is how jobs run.
+# The stages' parts lie in rooms named after the method: randopt/engines/ (the engines, and perturb.py over
+# randopt/kernels/), scoring/, selection/, ensemble/, records/, model/, data/, tasks/, result/ (export, ask), harness/
+# (lm-eval); plan/ decides the run from its config (and holds the speed model); runtime/ is how jobs run.
+# No room imports one that imports it back (tests/test_import_graph.py).
 #
 # snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed
@@ -75,7 +77,7 @@ rule all:
         # the report's figures (rules/report.smk, included below; a function, so it is read then)
         lambda wildcards: rules.figures.output,
         # lm-eval's table of the base and the ensembles, when config lm_eval.tasks names tasks (rules/lm_eval.smk)
-        lambda wildcards: rules.lm_eval.output.table if config["lm_eval"]["tasks"] else [],
+        lambda wildcards: rules.lm_eval.output.table if CONFIG.lm_eval.tasks else [],
 
 
 include: "rules/data.smk"

@@ -16,8 +16,9 @@ import yaml
 
 from randopt.engines import compute_dtype
 from randopt.population import population_size, topk_size
-from randopt.schema import (SCHEMA_PATH, SOURCE_KINDS, ConfigError, check_commit, check_decode,  # noqa: F401
-                            check_engine_options, check_selected, check_source, load_schema, task_kind, validate_block)
+from randopt.schema import (SCHEMA_PATH, ConfigError, check_commit, check_decode,  # noqa: F401
+                            check_engine_options, check_selected, check_source, decode_for, load_schema, task_kind,
+                            validate_block, TASK_PROMPT_KEYS)
 from randopt.selection.race_stops import EXACT_MAX_PROBLEMS
 
 
@@ -84,7 +85,7 @@ def effective_config(configfiles) -> dict:
 def validate(config: dict) -> dict:
     """Return a validated copy with defaults filled; raise ConfigError naming the offending key."""
     config = copy.deepcopy(config)
-    _check_task_keys(config)
+    _check_moved_keys(config)
     resolve_prompt_style(config)
 
     def label(path):
@@ -120,9 +121,8 @@ def validate(config: dict) -> dict:
     _check_member_batch(config)
     _check_distill(config)
     _check_controls(config)
-    for section in SOURCE_KINDS:
-        kind = config[section]["source"]
-        check_selected(section, kind, config[section][kind], lambda key: f"config key '{section}.{kind}.{key}'")
+    source = config["heldout"]["source"]
+    check_selected("heldout", source, config["heldout"][source], lambda key: f"config key 'heldout.{source}.{key}'")
     _check_task(config)
     try:
         compute_dtype.for_config(config)
@@ -371,31 +371,23 @@ def model_attention_heads(model_dir: Path) -> int | None:
     return None
 
 
-# The decode keys a task's block sets for every task but GSM8K (whose prompt stays in decode).
-_TASK_PROMPT_KEYS = ("system", "examples", "stop")
-
-
-def _check_task_keys(config: dict) -> None:
-    """Before defaults are filled (so that only what the config itself says counts): a task other
-    than GSM8K takes its prompt and splits from task.<kind>, so GSM8K's places for them are errors,
-    not silently ignored."""
-    kind = task_kind(config)
-    if kind == "gsm8k" or not isinstance(kind, str):
-        return
-    if config.get("gsm8k"):
-        raise ConfigError(f"config key 'gsm8k': task.kind is {kind!r}, and the gsm8k block is GSM8K's only; put the "
-                          f"split sizes and pins in task.{kind} (n_train, n_test, selection_seed, ...) and drop gsm8k")
-    given = sorted(set(config.get("decode") or {}) & set(_TASK_PROMPT_KEYS))
+def _check_moved_keys(config: dict) -> None:
+    """Before defaults are filled: keys that moved when GSM8K became a task like the others get one line naming
+    their new place (the schema would call them unknown, with no pointer)."""
+    if "gsm8k" in config:
+        raise ConfigError("config key 'gsm8k': GSM8K's block is task.gsm8k now, as every task's is; move it there "
+                          "(task: {gsm8k: {source: ..., n_train: ...}}), and decode.system, decode.examples and "
+                          "decode.stop with it")
+    given = sorted(set(config.get("decode") or {}) & set(TASK_PROMPT_KEYS)) \
+        if isinstance(config.get("decode"), dict) else []
     if given:
-        raise ConfigError(f"config key 'decode.{given[0]}': task.kind is {kind!r}, whose prompt is task.{kind}'s "
-                          f"(system, examples, stop, template); set task.{kind}.{given[0]} instead")
+        kind = task_kind(config) if isinstance(task_kind(config), str) else "<kind>"
+        raise ConfigError(f"config key 'decode.{given[0]}': a prompt is the task's; set task.{kind}.{given[0]} "
+                          f"instead")
 
 
 def prompt_block(config: dict, kind: str) -> dict:
-    """The block holding a task's prompt (system, examples, stop), made if the config lacks it: decode's
-    for GSM8K (as before tasks existed), task.<kind>'s for the others."""
-    if kind == "gsm8k":
-        return config.setdefault("decode", {})
+    """The block holding a task's prompt (system, examples, stop), task.<kind>, made if the config lacks it."""
     return config.setdefault("task", {}).setdefault(kind, {})
 
 
@@ -421,12 +413,10 @@ def _check_task(config: dict) -> None:
     """What the schema cannot say about the task: its source gives a path or a pinned revision; a
     regex match has a valid pattern; Countdown's settings admit a solvable problem."""
     kind = config["task"]["kind"]
-    if kind == "gsm8k":
-        return
     block, name = config["task"][kind], lambda key: f"config key 'task.{kind}.{key}'"
-    if kind == "math":
+    if kind in ("gsm8k", "math"):
         source = block["source"]
-        check_selected("task.math", source, block[source], lambda key: f"config key 'task.math.{source}.{key}'")
+        check_selected(f"task.{kind}", source, block[source], lambda key: f"config key 'task.{kind}.{source}.{key}'")
     elif kind == "jsonl":
         if not block["path"]:
             raise ConfigError(f"{name('path')}: task.kind is 'jsonl' but no path is given; give the JSONL file")
@@ -452,8 +442,7 @@ def check_task_files(config: dict) -> None:
     dir): load its problems, so that a missing file, a row without a field or a GSM8K answer without
     '####' (naming its line) or a split larger than the source fails before any job runs."""
     kind = config["task"]["kind"]
-    local = kind in ("jsonl", "code") or (kind == "math" and config["task"]["math"]["source"] == "jsonl") \
-        or (kind == "gsm8k" and config["gsm8k"]["source"] == "jsonl")
+    local = kind in ("jsonl", "code") or (kind in ("math", "gsm8k") and config["task"][kind]["source"] == "jsonl")
     if not local:
         return
     from randopt.io import InputError
@@ -463,7 +452,7 @@ def check_task_files(config: dict) -> None:
         from randopt.tasks import registry
         pools = registry.make(task_spec(config)).load_pools()
     except InputError as err:
-        source = f"{where}.jsonl.path" if kind == "gsm8k" else where
+        source = f"{where}.jsonl.path" if block.get("source") == "jsonl" else where
         raise ConfigError(f"config key '{source}': {err}") from None
     sizes = {split: len(p) for split, p in pools.items()}
     wanted = block["n_train"] + block["n_test"]
@@ -525,39 +514,19 @@ def check_inputs(config: dict, cache_path=None) -> dict:
 
 
 def task_spec(config: dict) -> dict:
-    """The run's task as freeze_problems and the manifest name it: {"kind", **task.<kind>}; GSM8K's is
-    {"kind": "gsm8k", "source": its selected source} (its split sizes and pins stay in the gsm8k block)."""
+    """The run's task as freeze_problems and the manifest name it: {"kind", **task.<kind>}."""
     kind = config["task"]["kind"]
-    if kind == "gsm8k":
-        return {"kind": "gsm8k", "source": gsm8k_source(config)}
     return {"kind": kind, **config["task"][kind]}
 
 
-def decode_for(config: dict) -> dict:
-    """The decode block the engine stages get: the config's, with the task's prompt (system line,
-    examples, stop strings) for every task but GSM8K, whose prompt is the decode block itself."""
-    kind = task_kind(config)
-    if kind == "gsm8k":
-        return config["decode"]
-    return config["decode"] | {key: config["task"][kind][key] for key in _TASK_PROMPT_KEYS}
-
-
 def problems_block(config: dict) -> dict:
-    """The block with the run's split sizes and pins: gsm8k, or task.<kind>."""
-    kind = task_kind(config)
-    return config["gsm8k"] if kind == "gsm8k" else config["task"][kind]
+    """The block with the run's split sizes and pins: task.<kind>."""
+    return config["task"][task_kind(config)]
 
 
 def problems_key(config: dict) -> str:
     """That block's name in the config, for messages."""
-    kind = task_kind(config)
-    return "gsm8k" if kind == "gsm8k" else f"task.{kind}"
-
-
-def gsm8k_source(config: dict) -> dict:
-    """The selected GSM8K source as one dict: {"kind": ..., **its block}."""
-    kind = config["gsm8k"]["source"]
-    return {"kind": kind, **config["gsm8k"][kind]}
+    return f"task.{task_kind(config)}"
 
 
 def heldout_source(config: dict) -> dict:

@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 
 from randopt.code_keys import REPO, code_version, modules_version
-from randopt.config import (decode_for, distill_rounds, gsm8k_source, heldout_source, input_fingerprints,
+from randopt.config import (decode_for, distill_rounds, heldout_source, input_fingerprints,
                             round_knobs, task_kind, task_spec)
 from randopt.inputs import CACHE_PATH
 from randopt.tasks.registry import module_name
@@ -60,12 +60,14 @@ def shape_key(m: dict) -> dict:
     return shape_identity(resolve_config(m["config"]), m["dtype"], m["init_seed"])
 
 
-def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs: dict | None = None):
+def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs: dict | None = None,
+             specs: Specs | None = None):
     """All path keys of one validated config (root: the checkout whose code they hash); with_rounds: a
     list of each distillation round's keys instead (round_keys). inputs: the external inputs' sha256s by
     name (input_sha256s: the workflow's from DAG build, a record's from its "inputs"); by default computed
-    here, through the run directory's stat cache when there is one (a tool run where a workflow ran)."""
-    g, h, m = config["gsm8k"], config["heldout"], config["model"]
+    here, through the run directory's stat cache when there is one (a tool run where a workflow ran). specs: the
+    run's plan's (randopt/plan/run.py builds them once, with the compute dtype it resolved); by default built here."""
+    h, m = config["heldout"], config["model"]
     if inputs is None:
         inputs = input_sha256s(config, CACHE_PATH if CACHE_PATH.parent.is_dir() else None)
     # Each external input's bytes (a local model dir, a GGUF, a task's or the held-out text's files) key the
@@ -76,21 +78,12 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     # were): a wrong pin then fails at a new path and leaves the verified files where they are, and
     # going back to the right pin finds them. With the pin outside the key, Snakemake's params trigger
     # reran the stage in place, deleting its outputs before the pin check failed.
-    pins = {"train": g["train_sha256"], "test": g["test_sha256"]}
     kind = task_kind(config)
-    # The frozen problems' key: what it hashes is each kind's own (GSM8K's source and split knobs from its
-    # gsm8k block, as before tasks existed; another task's whole block), the name and the stage one.
-    if kind == "gsm8k":
-        problems = short_key({"source": gsm8k_source(config), "n_train": g["n_train"], "n_test": g["n_test"],
-                              "selection_seed": g["selection_seed"], "code": key_code("problems", root)}
-                             | ({"pins": pins} if any(pins.values()) else {}) | external.get("problems", {}))
-        task_code = {}
-    else:
-        # Every other task: its block (source, splits, pins, prompt, reward knobs) and its own module's code,
-        # which the registry imports by name (so no stage's import graph holds it: it is added here).
-        task_code = {"task_code": modules_version(module_name(kind), root=root)}
-        problems = short_key({"task": task_spec(config), "code": key_code("problems", root)} | task_code
-                             | external.get("problems", {}))
+    # The frozen problems' key: the task's whole block (source, splits, pins, prompt, reward knobs), and its own
+    # module's code, which the registry imports by name (so no stage's import graph holds it: it is added here).
+    task_code = {"task_code": modules_version(module_name(kind), root=root)}
+    problems = short_key({"task": task_spec(config), "code": key_code("problems", root)} | task_code
+                         | external.get("problems", {}))
     heldout = short_key({"source": heldout_source(config), "code": key_code("heldout", root)}
                         | ({"pin": h["sha256"]} if h["sha256"] else {}) | external.get("heldout", {}))
     # A local dir stays in the key by its path as well as its bytes: the prepared model links to that path,
@@ -102,10 +95,10 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
                       | ({"shape": shape_key(m)} if m["source"] == "shape" else {}) | external.get("model", {}))
     # What changes the numbers an engine produces (randopt/specs.py: each knob says which keys it changes, and
     # the ones keyed only away from their defaults leave the keys of runs made before them as they were).
-    specs = Specs.from_config(config)
+    specs = specs or Specs.from_config(config)
 
     def evaluation_of(model: str) -> str:
-        return short_key({"model": model, ("gsm8k" if kind == "gsm8k" else "task"): problems, "decode": decode_for(config),
+        return short_key({"model": model, "task": problems, "decode": decode_for(config),
                           "engine": specs.engine_key("eval"), "code": key_code("eval", root)} | task_code)
 
     def bpb_of(model: str) -> str:
@@ -116,7 +109,7 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     selection = config.get("selection") or {"mode": "full"}  # records written before racing had none
     if selection["mode"] == "auto":
         # auto is decided where the engine layout is known (rules/common.smk); a record's config holds its choice
-        raise ValueError("selection.mode auto has no keys of its own: resolve it first (randopt/selection/auto.py, "
+        raise ValueError("selection.mode auto has no keys of its own: resolve it first (randopt/plan/auto_selection.py, "
                          "at the workflow's DAG build), or give full or racing")
     racing = selection["mode"] == "racing"
     # Racing's knobs decide which members are ranked complete, so they key the population (only under
@@ -125,8 +118,11 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     # outputs, so they key the population too (only when on: runs without them keep their keys).
     controls = config.get("controls") or {}
     controls_on = bool(controls.get("random_vote")) or controls.get("base_compositions", 1) != 1
+    # The task's code keys the votes too: the vote pools answers by the task's vote key, from the module the
+    # registry imports by name (outside every stage's import graph).
     population = short_key({"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
                             "fractions": config["topk"]["fractions"], "code": key_code("population", root)}
+                           | task_code
                            | ({"selection": selection, "race_code": key_code("race", root)} if racing else {})
                            | ({"controls": controls} if controls_on else {}))
     # The racing rounds' tables: which members each chunk job takes depends on the chunk size too.
@@ -142,10 +138,11 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     return keys
 
 
-def round_keys(config: dict, root: Path = REPO, inputs: dict | None = None) -> list[dict[str, str]]:
+def round_keys(config: dict, root: Path = REPO, inputs: dict | None = None,
+               specs: Specs | None = None) -> list[dict[str, str]]:
     """Each round's keys, round 1 first (distill.rounds; one round without distillation): round 1's are
     run_keys(config); round r's have round r's model, eval, bpb and distill keys in place of round 1's."""
-    return run_keys(config, root, with_rounds=True, inputs=inputs)
+    return run_keys(config, root, with_rounds=True, inputs=inputs, specs=specs)
 
 
 def later_rounds(config: dict, first: dict, evaluation_of, bpb_of, root: Path) -> list[dict[str, str]]:

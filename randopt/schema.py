@@ -242,6 +242,17 @@ def check_commit(name: str, revision: str) -> None:
                           f"(e.g. HfApi().model_info(repo).sha, or dataset_info for a dataset)")
 
 
+# The prompt keys every task's block holds (task.<kind>), which the engine stages get inside --decode.
+TASK_PROMPT_KEYS = ("system", "examples", "stop")
+
+
+def decode_for(config: dict) -> dict:
+    """The decode block the engine stages get (and the record holds): the validated config's, with the task's
+    prompt (system line, examples, stop strings)."""
+    kind = task_kind(config)
+    return config["decode"] | {key: config["task"][kind][key] for key in TASK_PROMPT_KEYS}
+
+
 def task_kind(config: dict) -> str:
     """A config's task kind: task.kind, or the schema's default where it names none (a config before its
     defaults are filled, or an old record's, written before tasks existed). The one place that default is read."""

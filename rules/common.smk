@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from randopt.code_keys import code_version
-from randopt.config import ConfigError, check_engine_installed, heldout_source, round_knobs, task_spec
+from randopt.config import ConfigError, check_engine_installed
 from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError
 from randopt.keys import key_code
@@ -30,8 +30,8 @@ except (PlanError, InputError) as err:
     raise WorkflowError(str(err))
 for note in PLAN.notes:  # not an error: the run is right, only slower than it could be
     print(f"randopt: {note}", file=sys.stderr)
-config = PLAN.config
-KEYS, PATHS, DECODE, ENGINES = PLAN.keys, PLAN.paths, PLAN.decode, PLAN.engines
+config = PLAN.config  # Snakemake's own view of the run's config: what the plan validated and resolved
+KEYS, PATHS, DECODE, ENGINES, CONFIG = PLAN.keys, PLAN.paths, PLAN.decode, PLAN.engines, PLAN.blocks
 # The round rules' folders: their round's keys as wildcards (randopt/plan/rounds.py), so a path names its round.
 ROUND = PLAN.rounds.pattern()
 if ENGINES.side_by_side:  # jobs are scheduled over this host's engine slots (GPU groups x engines each)
@@ -62,7 +62,7 @@ wildcard_constraints:
 
 
 # Cluster resources (profiles/slurm): small stages run in the Snakemake process itself; the heavy ones are
-# submitted as jobs sized from config["resources"]. None of this changes a result or a local run.
+# submitted as jobs sized from the resources block. None of this changes a result or a local run.
 localrules:
     all,
     freeze_problems,
@@ -105,7 +105,7 @@ def distill_knob(name):
     """A param function: the job's round's distill knob (randopt/config.py round_knobs); a block as JSON."""
 
     def knob(wildcards):
-        value = round_knobs(config, round_of(wildcards))[name]
+        value = PLAN.round_knobs(round_of(wildcards))[name]
         return q(value) if isinstance(value, dict) else value
 
     return knob
@@ -114,12 +114,12 @@ def distill_knob(name):
 def job_threads(gpu_stage=True):
     """A heavy stage's threads: every core on a local run, or an engine slot's share; a cluster job's CPUs."""
     # workflow.cores raises where no --cores was given (a cluster's submit host): that case needs none
-    return ENGINES.threads(config, None if ENGINES.on_cluster else workflow.cores, gpu_stage)
+    return PLAN.threads(None if ENGINES.on_cluster else workflow.cores, gpu_stage)
 
 
 def job_resources(stage, gpu_stage=True):
     """A heavy stage's job resources, as the SLURM executor plugin names them (randopt/plan/engines.py)."""
-    return ENGINES.resources(config, stage, gpu_stage)
+    return PLAN.resources(stage, gpu_stage)
 
 
 def get_benchmarks():
@@ -140,7 +140,7 @@ def check_engine_here():
         return
     if any(job.resources.get("gpu", 0) or job.resources.get("engine_slot", 0) for job in workflow.dag.needrun_jobs()):
         try:
-            check_engine_installed(config)
+            check_engine_installed(PLAN.config)
         except ConfigError as err:
             raise WorkflowError(f"invalid config: {err}")
 

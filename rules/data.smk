@@ -14,7 +14,7 @@ rule freeze_problems:
         f"{PATHS['benchmarks']}/freeze_problems/{KEYS['problems']}.tsv"
     params:
         # the task: its kind and block (GSM8K's: its selected source; randopt/config.py task_spec)
-        task=q_text(task_spec(config)),
+        task=q_text(PLAN.task_spec),
         n_train=PLAN.problems["n_train"],
         n_test=PLAN.problems["n_test"],
         selection_seed=PLAN.problems["selection_seed"],
@@ -42,8 +42,8 @@ rule fetch_fineweb:
     benchmark:
         f"{PATHS['benchmarks']}/fetch_fineweb/{KEYS['heldout']}.tsv"
     params:
-        source=q(heldout_source(config)),
-        pin=f"--pinned-sha256 {config['heldout']['sha256']}" if config["heldout"]["sha256"] else "",
+        source=q(PLAN.heldout_source),
+        pin=f"--pinned-sha256 {CONFIG.heldout.sha256}" if CONFIG.heldout.sha256 else "",
         source_sha256=PLAN.source_sha256_arg("heldout"),
         code=key_code("heldout"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

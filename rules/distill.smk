@@ -25,7 +25,7 @@ rule distill_data:
         f"{PATHS['benchmarks']}/distill_data/{{ekey}}/{{dkey}}.tsv"
     threads: job_threads()
     resources:
-        **ENGINES.distill_resources(config),
+        **PLAN.distill_resources(),
     params:
         engine=round_engine_args(generating=False),
         decode=q_text(DECODE),
@@ -60,12 +60,12 @@ rule distill_train:
         f"{PATHS['benchmarks']}/distill_train/{{ekey}}/{{dkey}}/{{tkey}}/{{arm}}.tsv"
     threads: job_threads(gpu_stage=False)
     resources:
-        **ENGINES.distill_resources(config),
+        **PLAN.distill_resources(),
     params:
         lora=distill_knob("lora"),
         train=distill_knob("train"),
         device=PLAN.distill_device,
-        trust="--trust-remote-code" if config["model"]["trust_remote_code"] else "",
+        trust="--trust-remote-code" if CONFIG.model.trust_remote_code else "",
         # the engine's resolved dtype (in the eval key, so in this one): bfloat16 trains under bf16 autocast
         compute_dtype=PLAN.compute_dtype,
         round=round_of,
@@ -95,11 +95,11 @@ rule evaluate_distilled:
         f"{PATHS['benchmarks']}/evaluate_distilled/{{ekey}}/{{dkey}}/{{tkey}}/{{vkey}}/{{arm}}.tsv"
     threads: job_threads()
     resources:
-        **ENGINES.distill_resources(config),
+        **PLAN.distill_resources(),
     params:
         # the base's engine options and the bpb window, on the fine-tuned model dir
         engine=lambda wildcards, input: PLAN.engine_args(
-            input.model, generating=False, max_context=config["heldout"]["max_context"]
+            input.model, generating=False, max_context=CONFIG.heldout.max_context
         ),
         decode=q_text(DECODE),
         code=key_code("distill_eval"),

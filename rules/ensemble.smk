@@ -30,7 +30,7 @@ rule evaluate_members_part:
         engine=round_engine_args(),
         decode=q_text(DECODE),
         cache=round_path("members", "cache"),
-        base_compositions=config["controls"]["base_compositions"],
+        base_compositions=CONFIG.controls.base_compositions,
         parts=PLAN.member_parts,
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
@@ -65,7 +65,7 @@ rule evaluate_members:
         engine=round_engine_args(),
         decode=q_text(DECODE),
         cache=round_path("members", "cache"),
-        base_compositions=config["controls"]["base_compositions"],
+        base_compositions=CONFIG.controls.base_compositions,
         code=key_code("eval"),
         parts=lambda wildcards, input: f" --parts {' '.join(input.parts)}" if input.parts else "",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
@@ -112,7 +112,7 @@ rule score_bpb:
         **job_resources("score_bpb"),
     params:
         engine=round_engine_args(generating=False, **PLAN.bpb_engine_options()),
-        max_context=config["heldout"]["max_context"],
+        max_context=CONFIG.heldout.max_context,
         cache=round_path("bpb", "cache"),
         code=key_code("bpb"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

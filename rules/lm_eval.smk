@@ -21,7 +21,7 @@ rule lm_eval:
     resources:
         **job_resources("lm_eval"),
     params:
-        models=" ".join(["--base"] + [f"--ensemble {f!r}" for f in config["lm_eval"]["ensembles"]]),
+        models=" ".join(["--base"] + [f"--ensemble {f!r}" for f in CONFIG.lm_eval.ensembles]),
         lm_eval=PLAN.lm_eval_args(),
         code=code_version("lm_eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).

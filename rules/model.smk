@@ -15,24 +15,24 @@ rule prepare_model:
     resources:
         **job_resources("prepare_model", gpu_stage=False),
     params:
-        source=config["model"]["source"],
-        model_id=q(config["model"]["id"]),
-        wheel_module=q(config["model"]["wheel_module"]),
-        gguf_file=q(config["model"]["gguf_file"]),
-        path=f"--path {q(config['model']['path'])}" if config["model"]["path"] else "",
+        source=CONFIG.model.source,
+        model_id=q(CONFIG.model.id),
+        wheel_module=q(CONFIG.model.wheel_module),
+        gguf_file=q(CONFIG.model.gguf_file),
+        path=f"--path {q(CONFIG.model.path)}" if CONFIG.model.path else "",
         # model.source gguf only, so other sources' params stay as they were
-        gguf=f"--gguf {q(config['model']['gguf'])}" if config["model"]["source"] == "gguf" else "",
+        gguf=f"--gguf {q(PLAN.block_json('model.gguf'))}" if CONFIG.model.source == "gguf" else "",
         # the GGUF's (or local dir's) sha256 at DAG build, which the model key holds: other bytes are refused
         source_sha256=PLAN.source_sha256_arg("model"),
-        revision=f"--revision {q(config['model']['revision'])}" if config["model"]["revision"] else "",
+        revision=f"--revision {q(CONFIG.model.revision)}" if CONFIG.model.revision else "",
         # a shape model (model.source shape) only, so other models' params stay as they were
         shape=(
-            f"--shape-config {q(config['model']['config'])} --init-seed {config['model']['init_seed']}"
-            if config["model"]["source"] == "shape"
+            f"--shape-config {q(CONFIG.model.config)} --init-seed {CONFIG.model.init_seed}"
+            if CONFIG.model.source == "shape"
             else ""
         ),
-        dtype=config["model"]["dtype"],
-        pin=f"--pinned-sha256 {config['model']['sha256']}" if config["model"]["sha256"] else "",
+        dtype=CONFIG.model.dtype,
+        pin=f"--pinned-sha256 {CONFIG.model.sha256}" if CONFIG.model.sha256 else "",
         code=key_code("model"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
@@ -59,7 +59,7 @@ rule round_base:
         f"{PATHS['benchmarks']}/round_base/{{mkey}}.tsv"
     params:
         model_id=lambda wildcards: q(f"randopt-distilled-round{PLAN.rounds.of_model(wildcards.mkey) - 1}"),
-        dtype=config["model"]["dtype"],
+        dtype=CONFIG.model.dtype,
         code=key_code("model"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:

@@ -26,10 +26,10 @@ rule record:
     log:
         "logs/record.log",
     params:
-        config=q_text(config),
+        config=q_text(PLAN.config),
         repo=q(workflow.basedir),
         benchmarks=" ".join(get_benchmarks()),
-        records_md=q(config["records_md"]),
+        records_md=q(CONFIG.records_md),
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
         engines=q(ENGINES.layout.as_record() | ENGINES.mps.as_record(ENGINES.engines_per_gpu)),

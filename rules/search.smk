@@ -25,11 +25,9 @@ rule evaluate_shard:
         cache=round_path("answer_cache"),
         # absent: one answer block (randopt/scoring/answer_blocks.py)
         block=f"--block-size {PLAN.answer_block}" if PLAN.answer_block else "",
-        order_seed=config["selection"]["order_seed"],
+        order_seed=CONFIG.selection.order_seed,
         # absent: one seed at a time (engine.member_batch 1)
-        member_batch=(
-            f"--member-batch {config['engine']['member_batch']}" if config["engine"]["member_batch"] > 1 else ""
-        ),
+        member_batch=(f"--member-batch {CONFIG.engine.member_batch}" if CONFIG.engine.member_batch > 1 else ""),
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
@@ -54,13 +52,13 @@ rule rank:
     benchmark:
         f"{PATHS['benchmarks']}/rank/{{ekey}}/{KEYS['population']}.tsv"
     params:
-        n_seeds=config["population"]["n_seeds"],
-        sigmas=" ".join(map(sigma_label, config["population"]["sigmas"])),
-        fractions=" ".join(map(repr, config["topk"]["fractions"])),
+        n_seeds=CONFIG.population.n_seeds,
+        sigmas=" ".join(map(sigma_label, CONFIG.population.sigmas)),
+        fractions=" ".join(map(repr, CONFIG.topk.fractions)),
         n_train=PLAN.problems["n_train"],
         # full evaluation: only the mode, so that racing knobs left in a config rerun nothing
-        selection=q(config["selection"] if PLAN.racing else {"mode": "full"}),
-        random_vote=" ".join(map(repr, config["controls"]["random_vote"])),
+        selection=q(PLAN.block_json("selection") if PLAN.racing else {"mode": "full"}),
+        random_vote=" ".join(map(repr, CONFIG.controls.random_vote)),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"

@@ -1,4 +1,4 @@
-"""selection.mode auto (randopt/selection/auto.py): the decision between full evaluation and racing, on the
+"""selection.mode auto (randopt/plan/auto_selection.py): the decision between full evaluation and racing, on the
 inputs of the races measured (bench/results/racing_*.json and issue 48's real 1.5B), and in a dry run of the
 workflow, where the record's params carry the choice and the keys are explicit racing's."""
 from __future__ import annotations
@@ -10,11 +10,12 @@ import pytest
 
 from randopt.config import effective_config as config_of
 from randopt.population import Population
-from randopt.runtime import engine_slots
-from randopt.runtime.call_cost import CALL_COSTS, relative_call
-from randopt.selection.auto import SearchShape, call_seconds, choose, engine_start_s, estimate, survivors
+from randopt.plan import engine_slots
+from randopt.plan.call_cost import CALL_COSTS, relative_call
+from randopt.plan.auto_selection import SearchShape, call_seconds, choose, engine_start_s, estimate, survivors
 from randopt.selection.plan import RacePlan
 from tests.conftest import REPO
+from tests.support.old_records import config_as_today
 
 RESULTS = REPO / "bench" / "results"
 SMOLLM2 = engine_slots.MEASURED[0].weight_bytes
@@ -29,7 +30,7 @@ def recorded(name: str, slots: int, resident: bool) -> tuple[RacePlan, SearchSha
     """A measured race's plan, search shape and full shards (its racing arm's effective config, the GPUs it ran
     on, whether each job started its own engine), with the racing/full seeds/s it measured."""
     report = json.loads((RESULTS / name).read_text())
-    racing, full = report["configs"]["effective"]["racing"], report["configs"]["effective"]["full"]
+    racing, full = (config_as_today(report["configs"]["effective"][arm]) for arm in ("racing", "full"))
     engine = racing["engine"]
     device = "cuda" if str(engine["device"]).startswith("cuda") else "cpu"
     shape = SearchShape(engine["kind"], device, SMOLLM2, racing["decode"]["max_tokens"], engine["batch_size"],
@@ -94,13 +95,13 @@ def test_the_real_15b_two_round_race_measured_at_0_90x_runs_full():
     its one decision kept 85 of 192 members. auto takes full, and at the measured survivors its estimate
     lands within 0.1 of the measured ratio."""
     report = json.loads((RESULTS / "racing_qwen15b_h100.json").read_text())
-    config = report["configs"]["effective"]["racing"]
+    config = config_as_today(report["configs"]["effective"]["racing"])
     shape = real_15b_shape(config)
     plan = RacePlan.from_config(config, parallel=3)
     assert plan.checkpoints == (64, 128)
     measured = report["ratios_racing_over_full"]["seeds_per_s"]
     assert 0.85 < measured < 0.95
-    assert choose(plan, shape, shards(report["configs"]["effective"]["full"])).mode == "full"
+    assert choose(plan, shape, shards(config_as_today(report["configs"]["effective"]["full"]))).mode == "full"
     racing = report["arms"]["racing"]
     kept = racing["members_complete"] / racing["members"]
     guess = estimate(plan, shape, shards(config), keep_share=kept)
@@ -115,12 +116,12 @@ def test_the_real_15b_at_512_problems_where_racing_only_tied_runs_full():
     the 1.5B's curve past 128 problems, and with it auto takes full (the curves either side had it take racing
     at an estimated 1.22x); at the race's own survivors the estimate lands within 0.1 of the measured ratio."""
     report = json.loads((RESULTS / "racing_qwen15b_512_h100_together.json").read_text())
-    config = report["configs"]["effective"]["racing"]
+    config = config_as_today(report["configs"]["effective"]["racing"])
     shape, plan = real_15b_shape(config), RacePlan.from_config(config, parallel=3)
     assert plan.checkpoints == (128, 256, 512)
     measured = report["ratios_racing_over_full"]["seeds_per_s"]
     assert 0.95 < measured < 1.1
-    choice = choose(plan, shape, shards(report["configs"]["effective"]["full"]))
+    choice = choose(plan, shape, shards(config_as_today(report["configs"]["effective"]["full"])))
     assert choice.mode == "full", choice.why
     kept = [r["kept"] / r["members"] for r in report["arms"]["racing"]["selection"]["rounds"][:-1]]
     guess = estimate(plan, shape, shards(config), keep_share=sum(kept) / len(kept))
@@ -133,7 +134,7 @@ def test_a_single_round_or_an_unknown_model_size_is_full_evaluation():
     plan = RacePlan.from_config(config)
     cpu = SearchShape("torch", "cpu", None, 32, 64)
     assert plan.rounds == 1 and choose(plan, cpu, shards(config)).mode == "full"
-    config["gsm8k"]["n_train"], config["engine"]["batch_size"] = 128, 16
+    config["task"]["gsm8k"]["n_train"], config["engine"]["batch_size"] = 128, 16
     plan = RacePlan.from_config(config)
     gpu = SearchShape("vllm", "cuda", None, 32, 16)
     assert "size is unknown" in choose(plan, gpu, shards(config)).why
@@ -183,7 +184,7 @@ def test_call_costs_interpolate_between_models_and_run_in_waves_past_the_batch()
 
 def test_each_decision_keeps_the_measured_share_and_never_fewer_than_k():
     config = config_of([])
-    config["gsm8k"]["n_train"], config["engine"]["batch_size"] = 160, 20
+    config["task"]["gsm8k"]["n_train"], config["engine"]["batch_size"] = 160, 20
     config["selection"]["mode"], config["topk"]["fractions"] = "racing", [0.25, 0.5]
     plan = RacePlan.from_config(config)           # 64 members, k 32 (top 50 %), checkpoints 20, 40, 80, 160
     assert survivors(plan) == [64, 40, 32, 32]    # 0.63 x 40 would be 25
@@ -197,7 +198,7 @@ def test_a_dry_run_records_what_auto_chose_and_runs_racing_with_explicit_racings
     from randopt.keys import run_keys
     from randopt.paths import layout
     from tests.support.workflow import effective_config, workflow_command
-    overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 512}, "gsm8k": {"n_train": 512},
+    overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 512}, "task": {"gsm8k": {"n_train": 512}},
                "decode": {"max_tokens": 64}, "topk": {"fractions": [0.05, 0.1]},
                "population": {"n_seeds": 256, "sigmas": [0.008, 0.016], "shard_size": 768},
                "selection": {"mode": "auto", "first_slice": 64}}
@@ -216,7 +217,7 @@ def test_status_reads_an_auto_run_as_the_mode_it_took(tmp_path):
     """make status has only the config files: an auto run that raced has its rounds' folder, one that did not
     is full evaluation."""
     from randopt.keys import run_keys
-    from randopt.runtime.status import as_run
+    from randopt.stages.status import as_run
     config = config_of([])
     config["selection"]["mode"] = "auto"
     assert as_run(tmp_path, config)["selection"]["mode"] == "full"
@@ -242,7 +243,7 @@ def test_the_plan_decides_auto_before_the_keys_and_takes_racings_keys_where_it_r
     cpu = plan({"selection": {"mode": "auto"}}, cores=2)
     assert cpu.selection.mode == "full" and "single round" in cpu.selection.why and not cpu.racing
     assert cpu.keys == plan({}, cores=2).keys
-    gpu = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 512}, "gsm8k": {"n_train": 512},
+    gpu = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 512}, "task": {"gsm8k": {"n_train": 512}},
            "decode": {"max_tokens": 64}, "topk": {"fractions": [0.05, 0.1]},
            "population": {"n_seeds": 256, "sigmas": [0.008, 0.016], "shard_size": 768}}
     host = dict(cores=16, gpus=1, mps_binary="/usr/bin/nvidia-cuda-mps-control", mps_modes=("Default",), env={})

@@ -216,16 +216,18 @@ EDITS = [
 ]
 
 COUNTDOWN = effective_config({"task": {"kind": "countdown"}})
-# Under a Countdown run: its frozen problems' key has the same name as GSM8K's; its own code keys them and eval.
+# Under a Countdown run: its frozen problems' key has the same name as GSM8K's; its own code keys them, eval, and
+# the votes (population), which pool answers by its vote key.
 COUNTDOWN_EDITS = [
-    ("randopt/tasks/countdown.py", {"problems", "eval"}),
-    ("randopt/tasks/countdown_expr.py", {"problems", "eval"}),
+    ("randopt/tasks/countdown.py", {"problems", "eval", "population"}),
+    ("randopt/tasks/countdown_expr.py", {"problems", "eval", "population"}),
     ("randopt/tasks/freeze.py", {"problems", "eval"}),  # eval holds the problems key
     ("randopt/data/splits.py", {"problems", "eval"}),
     ("randopt/tasks/math.py", set()),
-    # GSM8K's task and parsing: the registry imports it (the default kind), and the vote reads numbers with it
-    ("randopt/tasks/gsm8k.py", {"problems", "eval", "population"}),
-    ("randopt/data/gsm8k.py", {"problems", "eval", "population"}),
+    # GSM8K's task: the scorer's default task when it is given none (eval); GSM8K's parsing: the freezer reads a
+    # GSM8K source's files with it (problems, and eval, which holds their key)
+    ("randopt/tasks/gsm8k.py", {"eval"}),
+    ("randopt/data/gsm8k.py", {"problems", "eval"}),
 ]
 
 

@@ -23,11 +23,11 @@ def test_default_config_validates_and_fills_defaults():
     ({"topk": {"fractions": [1.5]}}, "topk.fractions.0"),
     ({"population": {"n_seeds": 2, "sigmas": [1e-3]}, "topk": {"fractions": [0.1]}}, "topk.fractions"),
     ({"model": {"source": "local"}}, "model.path"),
-    ({"gsm8k": {"source": "jsonl"}}, "gsm8k.jsonl.path"),
+    ({"task": {"gsm8k": {"source": "jsonl"}}}, "task.gsm8k.jsonl.path"),
     ({"heldout": {"source": "hub"}}, "heldout.hub.revision"),
     ({"model": {"source": "hub", "id": "Qwen/Qwen2.5-72B-Instruct"}}, "model.revision"),
     ({"model": {"source": "hub", "id": "Qwen/Qwen2.5-72B-Instruct", "revision": "main"}}, "model.revision"),
-    ({"gsm8k": {"source": "hub", "hub": {"revision": "v1.0"}}}, "gsm8k.hub.revision"),
+    ({"task": {"gsm8k": {"source": "hub", "hub": {"revision": "v1.0"}}}}, "task.gsm8k.hub.revision"),
     ({"heldout": {"source": "hub", "hub": {"revision": "ABC"}}}, "heldout.hub.revision"),
     ({"engine": {"batch_size": 0}}, "engine.batch_size"),
     ({"decode": {"max_tokens": "many"}}, "decode.max_tokens"),
@@ -147,7 +147,7 @@ def test_config_yaml_sets_only_what_differs_from_the_schema_defaults():
         assert value != default, f"config.yaml restates the schema default of {'.'.join(path)} ({value!r})"
     effective = validate(embedded)
     # The embedded default protocol, from the schema: 16 train and 48 test problems, 32 tokens, two sigmas.
-    assert (effective["gsm8k"]["n_train"], effective["gsm8k"]["n_test"]) == (16, 48)
+    assert (effective["task"]["gsm8k"]["n_train"], effective["task"]["gsm8k"]["n_test"]) == (16, 48)
     assert effective["decode"]["max_tokens"] == 32
     assert effective["population"]["sigmas"] == [0.002, 0.004]
     assert effective["engine"]["device"] == "cpu" and defaults["engine"]["device"] == "auto"
@@ -156,17 +156,17 @@ def test_config_yaml_sets_only_what_differs_from_the_schema_defaults():
 # --- the data-source blocks are typed ---------------------------------------------------------------
 
 @pytest.mark.parametrize("bad, key, says", [
-    ({"gsm8k": {"generated": {"seed": 1, "n_train_pool": 9, "n_test_pool": 9, "sed": 2}}}, "gsm8k.generated",
+    ({"task": {"gsm8k": {"generated": {"seed": 1, "n_train_pool": 9, "n_test_pool": 9, "sed": 2}}}}, "task.gsm8k.generated",
      "unknown key(s) ['sed']"),
-    ({"gsm8k": {"generated": {"n_train_pool": "many"}}}, "gsm8k.generated.n_train_pool",
+    ({"task": {"gsm8k": {"generated": {"n_train_pool": "many"}}}}, "task.gsm8k.generated.n_train_pool",
      'must be an integer (got "many", a string); the default is 2000'),
-    ({"gsm8k": {"generated": {"difficulty": "impossible"}}}, "gsm8k.generated.difficulty",
+    ({"task": {"gsm8k": {"generated": {"difficulty": "impossible"}}}}, "task.gsm8k.generated.difficulty",
      'must be one of "easy", "medium", "hard" or a mapping (got "impossible"); the default is "easy"'),
-    ({"gsm8k": {"generated": {"difficulty": {"max_steps": 3}}}}, "gsm8k.generated.difficulty",
+    ({"task": {"gsm8k": {"generated": {"difficulty": {"max_steps": 3}}}}}, "task.gsm8k.generated.difficulty",
      "key 'max_steps': must be one of 1, 2 (got 3)"),
     # an unused block is typed too: a typo there is not silently kept
-    ({"gsm8k": {"jsonl": {"path": "x", "paht": "y"}}}, "gsm8k.jsonl", "unknown key(s) ['paht']"),
-    ({"gsm8k": {"hub": {"repo": "openai/gsm8k"}}}, "gsm8k.hub", "missing key(s) ['revision']"),
+    ({"task": {"gsm8k": {"jsonl": {"path": "x", "paht": "y"}}}}, "task.gsm8k.jsonl", "unknown key(s) ['paht']"),
+    ({"task": {"gsm8k": {"hub": {"repo": "openai/gsm8k"}}}}, "task.gsm8k.hub", "missing key(s) ['revision']"),
     ({"heldout": {"synthetic": {"n_docs": 0}}}, "heldout.synthetic.n_docs", "must be >= 1 (got 0); the default is 32"),
     ({"heldout": {"jsonl": {"path": "a.jsonl", "rows": 3}}}, "heldout.jsonl", "unknown key(s) ['rows']"),
     ({"heldout": {"parquet": {"path": 7}}}, "heldout.parquet.path", "must be a string or null (got 7, an integer)"),
@@ -445,7 +445,7 @@ def test_the_embedded_default_dry_runs_through_snakemake(default_dry_run):
                                               "evaluate_shard": shards, "rank": 1, "evaluate_members": 1, "vote": 1,
                                               "score_bpb": 1, "record": 1}
     (freeze,) = commands_of(out, "freeze_problems")
-    assert '"kind": "generated"' in freeze and f"--n-train {default['gsm8k']['n_train']}" in freeze
+    assert '"kind": "generated"' in freeze and f"--n-train {default['task']['gsm8k']['n_train']}" in freeze
     (fetch,) = commands_of(out, "fetch_fineweb")
     assert '"kind": "synthetic"' in fetch
     assert all("--engine torch" in c for c in commands_of(out, "evaluate_shard"))
@@ -492,3 +492,16 @@ def subprocess_like(out: str):
     """jobs_run reads a CompletedProcess's stdout and stderr."""
     import subprocess
     return subprocess.CompletedProcess([], 0, out, "")
+
+
+@pytest.mark.parametrize("old, says", [
+    ({"gsm8k": {"n_train": 8}}, "config key 'gsm8k': GSM8K's block is task.gsm8k now"),
+    ({"decode": {"system": "Be brief."}}, "config key 'decode.system': a prompt is the task's; set task.gsm8k.system"),
+    ({"task": {"kind": "countdown"}, "decode": {"stop": []}}, "set task.countdown.stop instead"),
+])
+def test_a_key_that_moved_names_its_new_place(old, says):
+    """GSM8K's block moved under task.gsm8k, and every task's prompt lives in its block: a config written before
+    gets one line naming the new place (the schema alone would say only "unknown key")."""
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        validate(old)
+    assert validate({"task": {"gsm8k": {"n_train": 8, "system": "Be brief."}}})["task"]["gsm8k"]["n_train"] == 8

@@ -1,5 +1,5 @@
 """CUDA MPS for engines side by side (engine.cuda_mps): when a run uses it (randopt/runtime/cuda_mps.py), how
-auto sizes engines under it (randopt/runtime/engine_slots.py), and the run's daemon (randopt/runtime/mps_daemon.py):
+auto sizes engines under it (randopt/plan/engine_slots.py), and the run's daemon (randopt/runtime/mps_daemon.py):
 started, adopted, stopped at the run's end, and gone after a killed run once its resident engines are.
 
 No GPU or NVIDIA driver is here, so the daemon is tests/support/mps_control_standin.py, which keeps the real
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from randopt.runtime import cuda_mps, mps_daemon
-from randopt.runtime.engine_slots import resolve as resolve_engines
+from randopt.plan.engine_slots import resolve as resolve_engines
 from tests.conftest import REPO
 from tests.support.mps_control_standin import install
 from tests.support.workflow import tiny_config, workflow_command
@@ -78,7 +78,7 @@ def test_auto_sizes_engines_from_mps_gains_under_mps():
 def test_auto_counts_whole_shards_as_the_workflow_hands_them_out():
     """The H200 run behind scheduled_seconds: 3 shards of 22 members for 3 engines, each engine done with its
     shard before the next was up. Handed out whole, 3 shards never pay a third engine."""
-    from randopt.runtime.engine_slots import MEASURED, START_S, idle_engines_note, scheduled_seconds
+    from randopt.plan.engine_slots import MEASURED, START_S, idle_engines_note, scheduled_seconds
     GAIN = MEASURED[0].gain   # SmolLM2's time-sliced gains, the default
     args = dict(gpus_per_engine=1, on_cluster=False, weight_bytes=int(0.27 * GB), problems=128, max_tokens=512, members_per_group=66)
     three = resolve_engines("auto", under_mps=True, shard_members=[22, 22, 22], **args)
@@ -252,7 +252,7 @@ def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path,
     binary = standin[0]
     # 4 shards of 128 under MPS (4 engines, and a note that 4 shards keep 4 engines poorly busy), 8 of 64 without
     for bin_dir, engines, mps, shard in ((binary.parent, 4, True, 128), (None, 3, False, 64)):
-        overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256}, "gsm8k": {"n_train": 128},
+        overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256}, "task": {"gsm8k": {"n_train": 128}},
                    "decode": {"max_tokens": 512}, "population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": shard}}
         cmd = workflow_command(tmp_path / str(mps), overlay, "-n", "-p", "--resources", "gpu=1")
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=_path_with(bin_dir))

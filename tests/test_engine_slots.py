@@ -1,4 +1,4 @@
-"""Engines side by side on one device (engine.engines_per_gpu; randopt/runtime/engine_slots.py): how
+"""Engines side by side on one device (engine.engines_per_gpu; randopt/plan/engine_slots.py): how
 many auto takes, whether they fit, each one's share of the card, the slots jobs claim, the start lock,
 and a real run on the CPU with two torch engines whose answers are those of one engine."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from randopt.engines import memory
 from randopt.engines.memory import check_fit, largest_fitting, memory_utilization
-from randopt.runtime.engine_slots import resolve
+from randopt.plan.engine_slots import resolve
 from randopt.runtime.resident import identity
 from tests.conftest import REPO
 from tests.support.workflow import read_record, tiny_config
@@ -24,7 +24,7 @@ GB = 10**9
 
 
 def test_search_seconds_overlaps_each_start_with_the_engines_already_up():
-    from randopt.runtime.engine_slots import MEASURED, START_S, search_seconds
+    from randopt.plan.engine_slots import MEASURED, START_S, search_seconds
     GAIN = MEASURED[0].gain   # SmolLM2's time-sliced gains, the default
     assert search_seconds(1, 100.0) == 100.0
     # work done before the second engine is up: the second never helps
@@ -39,7 +39,7 @@ def test_engines_that_start_together_answer_nothing_until_all_are_up():
     """Started together (a fixed KV cache each), every engine is up (n - 1) x START_S_TOGETHER after a lone one
     would be, and then they all answer: no engine works while another builds, unlike starts in turn."""
     import json
-    from randopt.runtime.engine_slots import MEASURED, START_S_TOGETHER, scheduled_seconds, search_seconds
+    from randopt.plan.engine_slots import MEASURED, START_S_TOGETHER, scheduled_seconds, search_seconds
     gain = MEASURED[1].gain_mps
     assert search_seconds(1, 100.0, gain, 8.0, together=True) == 100.0
     assert search_seconds(3, 100.0, gain, 8.0, together=True) == pytest.approx(16.0 + 100.0 / gain[3])
@@ -107,7 +107,7 @@ def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which(
     and the record names the card the numbers come from. The H100's own 1.5B run (bench/peers/README.md,
     66 members in 9 shards) then estimates 2 and 3 engines within noise of each other, as the H200's did."""
     from randopt.engines.memory import card_name
-    from randopt.runtime.engine_slots import MEASURED, ON_OTHER_CARDS, gains, member_seconds
+    from randopt.plan.engine_slots import MEASURED, ON_OTHER_CARDS, gains, member_seconds
     qwen, h100 = MEASURED[1], ON_OTHER_CARDS[0]
     assert (h100.name, h100.card) == (qwen.name, "h100")
     assert card_name("NVIDIA H100 80GB HBM3") == "h100" and card_name("NVIDIA H200") == "h200"
@@ -147,7 +147,7 @@ def test_the_h100_row_is_the_median_of_every_committed_reading_of_its_protocol()
     against the lowest. The row is each engine count's median over every committed H100 result of its protocol
     (128 train problems, 512 tokens), so a new reading moves it only through this test."""
     import json
-    from randopt.runtime.engine_slots import ON_OTHER_CARDS
+    from randopt.plan.engine_slots import ON_OTHER_CARDS
     readings: dict[int, list[float]] = {}
     for path in sorted((REPO / "bench/results").glob("engines_per_gpu_h100_qwen15b_*.json")):
         result = json.loads(path.read_text())
@@ -166,7 +166,7 @@ def test_the_h100_row_is_the_median_of_every_committed_reading_of_its_protocol()
 def test_auto_sizes_a_model_from_the_measured_models_either_side_of_its_weights():
     """The gains are the measured models' (MEASURED), interpolated on log weight bytes; the real 1.5B's own
     (3 engines under MPS 1.56x one engine's on an H200) size its GSM8K overlay: 6 shards of 32 members."""
-    from randopt.runtime.engine_slots import MEASURED, gains
+    from randopt.plan.engine_slots import MEASURED, gains
     smol, qwen, shape7b = (m.weight_bytes for m in MEASURED)
     assert gains(qwen, True) == (MEASURED[1].gain_mps, f"measured on an H200: {MEASURED[1].name}")
     assert gains(qwen * 1.15, True)[0] == MEASURED[1].gain_mps   # a GGUF's tensor table counts a tied output twice
@@ -212,7 +212,7 @@ def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
     # 96 seeds (a shard of 64 and one of 32): a second engine would save ~1 s of 62, no measured difference
     for n_seeds, expect in ((1536, "--engines-per-gpu 3"), (192, "--engines-per-gpu 2"), (96, None), (8, None)):
         overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256},
-                   "gsm8k": {"n_train": 128}, "decode": {"max_tokens": 256},
+                   "task": {"gsm8k": {"n_train": 128}}, "decode": {"max_tokens": 256},
                    "population": {"n_seeds": n_seeds, "sigmas": [0.002], "shard_size": 64}}
         cmd = workflow_command(tmp_path / str(n_seeds), overlay, "-n", "-p", "--resources", "gpu=1")
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)

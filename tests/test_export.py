@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from randopt.kernels.noise_ref import reconstruct_reference_
 from randopt.engines.factory import make_engine
-from randopt.model.export import MEMBER_FILE, export_member
+from randopt.result.export import MEMBER_FILE, export_member
 from randopt.io import InputError, sha256_file
 from randopt.model.prepare import combined_sha256, weights_sha256
 from tests.support.tiny_model import build_tiny_qwen2
@@ -80,7 +80,7 @@ def test_a_missing_base_is_a_clear_error(tmp_path):
 
 
 def test_a_failure_midway_leaves_no_half_export(tiny_model_dir, tmp_path, monkeypatch):
-    from randopt.model import export
+    from randopt.result import export
     calls = {"n": 0}
     real = export.perturb.reconstruct_
 

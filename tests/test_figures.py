@@ -103,7 +103,7 @@ def test_k_curve_shows_the_base_line_and_every_interval_and_keeps_the_legend_off
     for cut in record["topk"]:
         assert any(text.startswith(f"top {100 * cut['fraction']:g} % (k={cut['k']}): gain -0.050, 95 % interval "
                                    "[-0.100, +0.000], p = 0.5") for text in labels), labels
-    assert ax.get_xlabel().startswith("k ") and ax.get_ylabel() == f"test accuracy ({N_TEST} problems)"
+    assert ax.get_xlabel().startswith("k ") and ax.get_ylabel() == f"test accuracy ({N_TEST} gsm8k problems)"
 
 
 def test_k_curve_draws_the_controls_where_the_record_has_them():

@@ -12,6 +12,7 @@ import pytest
 from randopt.data import synth
 from randopt.io import sha256_bytes, sha256_file
 from randopt.stages import fetch_fineweb, freeze_problems
+from tests.support.workflow import gsm8k_task
 
 ROOT = Path(__file__).resolve().parents[1]
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -42,7 +43,7 @@ def gsm_dir(tmp_path: Path) -> Path:
 
 def freeze_args(src: dict, out: Path, n_train=5, n_test=3, *extra: str) -> list[str]:
     """freeze_problems' arguments for GSM8K from the source src (as rules/data.smk gives them)."""
-    return ["--task-json", json.dumps({"kind": "gsm8k", "source": src}), "--n-train", str(n_train), "--n-test", str(n_test),
+    return ["--task-json", json.dumps(gsm8k_task(src)), "--n-train", str(n_train), "--n-test", str(n_test),
             "--selection-seed", "0", "--out-train", str(out / "train.jsonl"), "--out-test", str(out / "test.jsonl"),
             "--manifest", str(out / "manifest.json"), *extra]
 
@@ -53,7 +54,7 @@ def test_freeze_cli(tmp_path, capsys):
     m = json.loads((tmp_path / "o/manifest.json").read_text())
     assert m["train"]["n"] == 5 and m["test"]["n"] == 3 and m["pool_sizes"] == {"train": 20, "test": 10}
     assert m["train"]["sha256"] == sha256_file(tmp_path / "o/train.jsonl")
-    assert m["task"] == {"kind": "gsm8k", "source": src} and m["selection_seed"] == 0 and m["synthetic"] is False
+    assert m["task"] == gsm8k_task(src) and m["selection_seed"] == 0 and m["synthetic"] is False
     assert m["train"]["sha256"] in capsys.readouterr().out
     # pinned hashes that match pass
     assert freeze_problems.main(freeze_args(src, tmp_path / "o2", 5, 3, "--pinned-train-sha256", m["train"]["sha256"],

@@ -13,6 +13,7 @@ from randopt.inputs import tree_sha256
 from randopt.io import InputError, sha256_bytes, sha256_file
 from randopt.tasks import freeze
 from tests.conftest import SHARED_GSM8K
+from tests.support.workflow import gsm8k_task
 
 REAL = SHARED_GSM8K
 needs_real = pytest.mark.skipif(not (REAL / "train.jsonl").is_file() or not (REAL / "test.jsonl").is_file(),
@@ -154,11 +155,11 @@ def test_load_jsonl_errors(tmp_path):
 
 def freeze_gsm8k(source, *args, **kwargs):
     """GSM8K's splits of a source, as freeze_problems selects them (the task spec randopt/config.py task_spec makes)."""
-    return freeze.freeze_splits({"kind": "gsm8k", "source": source}, *args, **kwargs)
+    return freeze.freeze_splits(gsm8k_task(source), *args, **kwargs)
 
 
 def write_gsm8k(source, *args, **kwargs):
-    return freeze.write_frozen({"kind": "gsm8k", "source": source}, *args, **kwargs)
+    return freeze.write_frozen(gsm8k_task(source), *args, **kwargs)
 
 
 def small_pools(n_train=40, n_test=15):
@@ -171,7 +172,7 @@ def test_freeze_row_form_and_selection(tmp_path):
     src = {"kind": "jsonl", "path": str(write_jsonl_dir(tmp_path / "d", pools))}
     train, test, info = freeze_gsm8k(src, 10, 5, selection_seed=3)
     assert info == {"pool_sizes": {"train": 40, "test": 15}, "synthetic": False, "selection_seed": 3,
-                    "task": {"kind": "gsm8k", "source": src}}
+                    "task": gsm8k_task(src)}
     assert [sorted(r) for r in train] == [["answer", "id", "question"]] * 10
     idx = splits.select_indices(40, 10, 3)
     assert [r["id"] for r in train] == [f"train-{i}" for i in idx]
@@ -246,7 +247,7 @@ def test_jsonl_and_hub_cache_freeze_identically(tmp_path, monkeypatch):
                            manifest=tmp_path / "b/m.json", cache_dir=tmp_path / "hf")
     assert a["train"]["sha256"] == b["train"]["sha256"] and a["test"]["sha256"] == b["test"]["sha256"]
     assert (tmp_path / "a/train.jsonl").read_bytes() == (tmp_path / "b/train.jsonl").read_bytes()
-    assert b["task"] == {"kind": "gsm8k", "source": hsrc} and b["synthetic"] is False
+    assert b["task"] == gsm8k_task(hsrc) and b["synthetic"] is False
     # the default cache location (HF_HUB_CACHE) is honoured too
     import huggingface_hub.constants as c
     monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf"))

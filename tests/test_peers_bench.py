@@ -27,9 +27,9 @@ def test_both_arms_keep_the_same_topk_and_protocol(tmp_path):
     assert "fineweb" not in flash and "instruct" in flash["model"]
     overlay = protocol.randopt_overlay("peers", "smollm2", str(tmp_path), "auto")
     assert (flash["max_tokens"], flash["sigma_values"], flash["train_samples"], flash["test_samples"]) == \
-        (overlay["decode"]["max_tokens"], overlay["population"]["sigmas"], overlay["gsm8k"]["n_train"],
-         overlay["gsm8k"]["n_test"])
-    assert overlay["decode"]["stop"] == [] and overlay["decode"]["system"] is None
+        (overlay["decode"]["max_tokens"], overlay["population"]["sigmas"], overlay["task"]["gsm8k"]["n_train"],
+         overlay["task"]["gsm8k"]["n_test"])
+    assert overlay["task"]["gsm8k"]["stop"] == [] and overlay["task"]["gsm8k"]["system"] is None
     assert flash["population_size"] == overlay["population"]["n_seeds"] * len(overlay["population"]["sigmas"])
     # the overlay is a valid config over the embedded default (the schema checks every key)
     config = overlay_config(tmp_path, protocol.randopt_overlay("peers", "smollm2", str(tmp_path), "3"))
@@ -60,7 +60,7 @@ def test_the_real_15b_gets_its_committed_model_block_and_the_shared_protocol(tmp
     assert "model" not in others["smollm2"] and others["qwen7b"]["model"]["source"] == "local"
     for other in others.values():
         assert {k: v for k, v in other.items() if k != "model"} == {k: v for k, v in overlay.items() if k != "model"}
-    assert (config["decode"]["max_tokens"], config["decode"]["stop"], config["population"]["n_seeds"],
+    assert (config["decode"]["max_tokens"], config["task"]["gsm8k"]["stop"], config["population"]["n_seeds"],
             config["population"]["sigmas"], config["topk"]["fractions"]) == \
         (protocol.MAX_TOKENS, [], protocol.N_SEEDS, protocol.SIGMAS, protocol.TOPK)
 

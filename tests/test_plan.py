@@ -72,9 +72,9 @@ def test_the_plan_names_the_card_whose_measurements_auto_took(tmp_path):
     assert "measured on an H200: Qwen2.5-Coder-1.5B-Instruct" in h200.engines.layout.why, h200.engines.layout.why
     # selection.mode auto's estimate takes the same card's member time and gains: with 3 engines on either card, a
     # call costs (0.689 / 0.624) x (1.56 / 1.50) as long on the H100 (its one engine slower, its 3 engines' gain smaller)
-    from randopt.runtime.engine_slots import MEASURED, ON_OTHER_CARDS
+    from randopt.plan.engine_slots import MEASURED, ON_OTHER_CARDS
     race = qwen | {"engine": {**qwen["engine"], "engines_per_gpu": 3}, "selection": {"mode": "auto"},
-                   "gsm8k": {"n_train": 512}, "decode": {"max_tokens": 512}, "population": {"n_seeds": 32}}
+                   "task": {"gsm8k": {"n_train": 512}}, "decode": {"max_tokens": 512}, "population": {"n_seeds": 32}}
     calls = [plan(race, cores=16, gpus=1, card_bytes=b, card_model=m).selection.estimate["rounds"][0]["call_s"]
              for b, m in ((81_559 << 20, "NVIDIA H100 80GB HBM3"), (H200, "NVIDIA H200"))]
     h100_row, h200_row = ON_OTHER_CARDS[0], MEASURED[1]
@@ -97,7 +97,7 @@ def test_auto_weighs_vllm_engines_that_start_together_without_their_turns(tmp_pa
     config = tmp_path / "config.json"
     config.write_text(json.dumps(QWEN15B))
     check = {"engine": {**VLLM["engine"], "batch_size": 256, "engines_per_gpu": "auto"},
-             "model": {"source": "shape", "config": str(config)}, "gsm8k": {"n_train": 128},
+             "model": {"source": "shape", "config": str(config)}, "task": {"gsm8k": {"n_train": 128}},
              "decode": {"max_tokens": 512},
              "population": {"n_seeds": 16, "sigmas": [5e-4, 1e-3, 2e-3], "shard_size": 16}}
     h100 = dict(cores=16, gpus=1, card_bytes=81_559 << 20, card_model="NVIDIA H100 80GB HBM3")
@@ -168,13 +168,13 @@ def test_a_member_of_the_runs_own_task_sizes_auto():
                                       "task": {"kind": "countdown", "countdown": {"n_train": n_train, "n_test": 16}}},
                  **gpu)
         seconds[n_train] = float(p.engines.layout.why.split("about ")[1].split(" s each")[0])
-    # along vLLM's call-cost curve (randopt/runtime/call_cost.py): 512 problems at engine.batch_size 256 are two
+    # along vLLM's call-cost curve (randopt/plan/call_cost.py): 512 problems at engine.batch_size 256 are two
     # calls of 256, each 1.6047 of a 128-problem call, and 16 problems 0.5205 of it
     assert seconds[512] == pytest.approx(seconds[16] * 2 * 1.6047 / 0.5205, rel=0.05)
 
 
 def test_racing_plans_its_rounds_at_build_time():
-    racing = {"selection": {"mode": "racing"}, "gsm8k": {"n_train": 64}, "engine": {"batch_size": 8}}
+    racing = {"selection": {"mode": "racing"}, "task": {"gsm8k": {"n_train": 64}}, "engine": {"batch_size": 8}}
     p = plan(racing, cores=2)
     assert p.racing and p.race.rounds > 1 and p.keys["race"]
     assert p.search_tables() == [f"{p.paths['race']}/round={k:02d}/chunk_{c:03d}.parquet"
@@ -220,7 +220,7 @@ def test_the_record_sums_every_benchmark_the_run_writes_and_no_other():
     assert len(shards) == len(full.population.shard_stems()) and all("{" not in f for f in files)
     assert not any(rule == "race_slice" for rule in files.values())
 
-    racing = plan({"selection": {"mode": "racing"}, "gsm8k": {"n_train": 64}, "engine": {"batch_size": 8}}, cores=2)
+    racing = plan({"selection": {"mode": "racing"}, "task": {"gsm8k": {"n_train": 64}}, "engine": {"batch_size": 8}}, cores=2)
     rules = [pair.split("=", 1)[0] for pair in racing.benchmark_files(benchmark_patterns(racing))]
     assert rules.count("race_slice") == racing.race.rounds * racing.race.chunks and "evaluate_shard" not in rules
 

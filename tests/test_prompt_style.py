@@ -46,14 +46,15 @@ def test_reasoning_fills_the_tasks_prompt_and_terse_is_the_schema_defaults(kind)
     assert terse["system"] != reasoning["system"]
 
 
-def test_gsm8k_keeps_its_prompt_in_decode_and_the_other_tasks_in_their_block():
+def test_every_task_keeps_its_prompt_in_its_own_block():
     gsm8k = config_of("gsm8k", "reasoning")
-    assert gsm8k["decode"]["system"] == REASONING["gsm8k"]["system"]
+    assert gsm8k["task"]["gsm8k"]["system"] == REASONING["gsm8k"]["system"]
     countdown = config_of("countdown", "reasoning")
     assert countdown["task"]["countdown"]["system"] == REASONING["countdown"]["system"]
     assert countdown["decode"]["max_tokens"] == REASONING["countdown"]["max_tokens"]
-    # decode's own prompt keys are GSM8K's, untouched for another task (an error if the config sets them)
-    assert countdown["decode"]["system"] == config_of("gsm8k")["decode"]["system"]
+    # the decode block holds no prompt: another task's style leaves GSM8K's block as the schema has it
+    assert set(countdown["decode"]) == {"max_tokens"}
+    assert countdown["task"]["gsm8k"]["system"] == config_of("gsm8k")["task"]["gsm8k"]["system"]
 
 
 def test_what_the_config_gives_itself_wins_over_the_style():
@@ -63,7 +64,7 @@ def test_what_the_config_gives_itself_wins_over_the_style():
                                                                                           "stop": ["\n\n"]}}})
     assert prompt_of(c) == {"system": "Be brief.", "stop": ["\n\n"], "examples": REASONING["countdown"]["examples"],
                             "max_tokens": REASONING["countdown"]["max_tokens"]}
-    c = config_of("gsm8k", "reasoning", decode={"examples": [], "stop": ["Question:"]})
+    c = validate({"task": {"prompt_style": "reasoning", "gsm8k": {"examples": [], "stop": ["Question:"]}}})
     assert prompt_of(c) == {"system": REASONING["gsm8k"]["system"], "examples": [], "stop": ["Question:"],
                             "max_tokens": 512}
     # the style inside an overlay merged over config/config.yaml, as Snakemake merges --configfile
@@ -83,8 +84,7 @@ def test_keys_hash_the_resolved_prompt_never_the_styles_name(kind):
     styled = config_of(kind, "reasoning")
     style = REASONING[kind]
     texts = {key: value for key, value in style.items() if key != "max_tokens"}
-    decode = {"max_tokens": style["max_tokens"]} | (texts if kind == "gsm8k" else {})
-    written = validate({"task": {"kind": kind} | ({} if kind == "gsm8k" else {kind: texts}), "decode": decode})
+    written = validate({"task": {"kind": kind, kind: texts}, "decode": {"max_tokens": style["max_tokens"]}})
     assert run_keys(styled) == run_keys(written)
     terse, reasoning = run_keys(config_of(kind)), run_keys(styled)
     assert terse["eval"] != reasoning["eval"]
@@ -98,20 +98,22 @@ def test_keys_hash_the_resolved_prompt_never_the_styles_name(kind):
 # compute dtype that engine.compute_dtype auto resolves to on the CPU at hand (it is in the eval and bpb keys).
 # The frozen problems' key was named after its task then ("gsm8k", or "task" for any other) and is "problems"
 # since one rule freezes every task (issue 45): its code's stand-in keeps the name it had (NAMED_THEN), so the
-# values pinned then still hold, and only the dict key was renamed.
+# values pinned then still hold, and only the dict key was renamed. GSM8K's block moved to task.gsm8k (issue 66),
+# which changed the default's problems and eval keys once; the same issue put the task's code in the population key
+# (the vote pools answers by the task's vote key), which moved both populations. Countdown's other keys are 92ae792's.
 NAMED_THEN = {"default": "gsm8k", "countdown.yaml": "task"}
 PINNED = {
     "bfloat16": {
-        "default": {"problems": "2955863c9e48", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "34ad5bf73bd4",
-                    "population": "6b84deddd222", "bpb": "72e22662d4e2", "race": None},
+        "default": {"problems": "6c69fa6fbcf6", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "26a549b6b12f",
+                    "population": "2d906959eed8", "bpb": "72e22662d4e2", "race": None},
         "countdown.yaml": {"problems": "80d884f17799", "heldout": "5af718240bfc", "model": "028ca183b1e6",
-                           "eval": "a91baeb43eba", "population": "a73eebb22c69", "bpb": "72e22662d4e2", "race": None},
+                           "eval": "a91baeb43eba", "population": "0167aa8f2504", "bpb": "72e22662d4e2", "race": None},
     },
     "float32": {
-        "default": {"problems": "2955863c9e48", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "d25f0bc1ae63",
-                    "population": "6b84deddd222", "bpb": "f8a3dbded042", "race": None},
+        "default": {"problems": "6c69fa6fbcf6", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "f9047a7b5ff2",
+                    "population": "2d906959eed8", "bpb": "f8a3dbded042", "race": None},
         "countdown.yaml": {"problems": "80d884f17799", "heldout": "5af718240bfc", "model": "028ca183b1e6",
-                           "eval": "1da482bfa235", "population": "a73eebb22c69", "bpb": "f8a3dbded042", "race": None},
+                           "eval": "1da482bfa235", "population": "0167aa8f2504", "bpb": "f8a3dbded042", "race": None},
     },
 }
 

@@ -14,7 +14,7 @@ from randopt.config import decode_for, load_schema, problems_block, task_spec
 from randopt.io import sha256_bytes
 from randopt.population import population_size, topk_size
 from tests.conftest import REPO, SHARED_GSM8K, skip_unless_ci
-from tests.support.workflow import jobs_run
+from tests.support.workflow import gsm8k_task, jobs_run
 from tests.test_config import commands_of, subprocess_like
 from tests.test_standard_config import merged, resources_of
 
@@ -51,7 +51,7 @@ def test_overlay_has_flashopts_protocol_on_one_gpu_with_the_reasoning_prompt(kin
 
 
 def test_gsm8k_overlay_reads_the_real_gsm8k_as_the_default_reads_a_local_copy():
-    g = config_of("gsm8k")["gsm8k"]
+    g = config_of("gsm8k")["task"]["gsm8k"]
     assert g["source"] == "jsonl" and g["jsonl"]["path"] == "../shared/data/gsm8k"
     assert g["train_sha256"] and g["test_sha256"]
 
@@ -67,7 +67,7 @@ def test_the_pinned_splits_hold_on_the_data_the_overlay_reads(kind):
     if kind == "gsm8k":
         if not (SHARED_GSM8K / "train.jsonl").is_file():
             skip_unless_ci(f"no GSM8K JSONL copy at {SHARED_GSM8K} (set RANDOPT_GSM8K_DIR)")
-        spec = {"kind": "gsm8k", "source": {"kind": "jsonl", "path": str(SHARED_GSM8K)}}  # the tests' copy
+        spec = gsm8k_task({"kind": "jsonl", "path": str(SHARED_GSM8K)})  # the tests' copy
     train, test, _ = freeze_splits(spec, block["n_train"], block["n_test"], block["selection_seed"])
     assert (sha256_bytes(rows_to_jsonl(train)), sha256_bytes(rows_to_jsonl(test))) == \
         (block["train_sha256"], block["test_sha256"])

@@ -221,14 +221,14 @@ def test_the_arms_differ_only_in_selection_mode():
     with pytest.raises(ConfigError, match="--control"):
         racing_bench.arm_overlays({}, {}, control=False, has_selection=False)
     # --set varies the protocol for both arms alike, never the selection
-    variant = {"gsm8k": {"n_train": 128}}
+    variant = {"task": {"gsm8k": {"n_train": 128}}}
     varied = racing_bench.arm_overlays({"run_name": "x"}, {}, control=False, has_selection=True, variant=variant)
-    assert varied["full"]["gsm8k"] == varied["racing"]["gsm8k"] == {"n_train": 128}
-    assert varied["racing"]["selection"] == {"mode": "racing"} and variant == {"gsm8k": {"n_train": 128}}
+    assert varied["full"]["task"] == varied["racing"]["task"] == {"gsm8k": {"n_train": 128}}
+    assert varied["racing"]["selection"] == {"mode": "racing"} and variant == {"task": {"gsm8k": {"n_train": 128}}}
     with pytest.raises(ConfigError, match="--racing"):
         racing_bench.arm_overlays({}, {}, control=False, has_selection=True, variant={"selection": {"growth": 3}})
     warmup = racing_bench.warmup_overlay({"population": {"sigmas": [0.002, 0.008]}}, True, variant)
-    assert warmup["gsm8k"] == {"n_train": 128} and warmup["population"]["n_seeds"] == 1
+    assert warmup["task"] == {"gsm8k": {"n_train": 128}} and warmup["population"]["n_seeds"] == 1
 
 
 def test_the_warm_up_is_a_valid_config_over_one_with_controls():

@@ -100,7 +100,7 @@ def test_racing_again_with_other_knobs_generates_nothing(race):
 
 
 def test_status_reports_the_rounds_of_a_race(race, tiny_model_dir):
-    from randopt.runtime.status import report
+    from randopt.stages.status import report
     text = report(race["workdir"], effective_config(config_with(tiny_model_dir, RACING)))
     assert text.splitlines()[0] == "racing: 3/3 rounds decided, 4 of 8 members racing, search finished"
     assert "round 0:     6 problems seen,      8 racing,      4 stopped" in text

@@ -66,10 +66,10 @@ def output(proc: subprocess.CompletedProcess) -> str:
 
 
 def with_changes(config: dict, **sections) -> dict:
-    """A deep-enough copy of a tiny config with some keys of some sections replaced."""
+    """A copy of a tiny config with the given sections deep-merged over it, as --configfile overlays merge."""
+    from snakemake.utils import update_config
     new = json.loads(json.dumps(config))
-    for section, values in sections.items():
-        new[section] = {**new[section], **values}
+    update_config(new, json.loads(json.dumps(sections)))
     return new
 
 
@@ -337,9 +337,9 @@ AFTER_A_NEW_SPLIT = {"freeze_problems": 1, "evaluate_shard": 4, "rank": 1, "eval
                      "score_bpb": 1, "record": 1, "figures": 1}  # score_bpb: the top-k it reads is new (its member cache is not)
 AFTER_A_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, "record": 1, "figures": 1}
 CONFIG_CHANGES = {
-    "n_train": ({"gsm8k": {"n_train": 5}}, AFTER_A_NEW_SPLIT),
-    "n_test": ({"gsm8k": {"n_test": 5}}, AFTER_A_NEW_SPLIT),
-    "selection_seed": ({"gsm8k": {"selection_seed": 1}}, AFTER_A_NEW_SPLIT),
+    "n_train": ({"task": {"gsm8k": {"n_train": 5}}}, AFTER_A_NEW_SPLIT),
+    "n_test": ({"task": {"gsm8k": {"n_test": 5}}}, AFTER_A_NEW_SPLIT),
+    "selection_seed": ({"task": {"gsm8k": {"selection_seed": 1}}}, AFTER_A_NEW_SPLIT),
     "heldout source": ({"heldout": {"synthetic": {"n_docs": 4, "seed": 2}}}, AFTER_A_NEW_HELDOUT),
     "n_docs": ({"heldout": {"synthetic": {"n_docs": 5, "seed": 1}}}, AFTER_A_NEW_HELDOUT),
     "max_context": ({"heldout": {"max_context": 32}}, {"score_bpb": 1, "record": 1, "figures": 1}),
@@ -639,7 +639,7 @@ WRONG = {"train": "a" * 64, "heldout": "b" * 64, "model": "c" * 64}
 
 def wrong_pin_steps(reuse: tuple, base_config: dict) -> tuple:
     workdir, _ = reuse
-    config = with_changes(base_config, gsm8k={"train_sha256": WRONG["train"]},
+    config = with_changes(base_config, task={"gsm8k": {"train_sha256": WRONG["train"]}},
                           heldout={"sha256": WRONG["heldout"]}, model={"sha256": WRONG["model"]})
     failed = run_step(workdir, config, "--keep-going", check=False)
     back = run_step(workdir, base_config)
@@ -650,8 +650,8 @@ def wrong_test_pin_step(fresh: tuple, base_config: dict) -> tuple:
     """The train split pinned right and the test split wrong: the test pin is checked too (a wrong
     train pin alone would fail first and hide it)."""
     workdir, _, record = fresh
-    config = with_changes(base_config, gsm8k={"train_sha256": record["data"]["gsm8k_train_sha256"],
-                                              "test_sha256": "d" * 64})
+    config = with_changes(base_config, task={"gsm8k": {"train_sha256": record["data"]["train_sha256"],
+                                                       "test_sha256": "d" * 64}})
     return run_step(workdir, config, check=False), record
 
 
@@ -660,7 +660,7 @@ def test_a_wrong_pin_is_a_clear_error_and_overwrites_nothing(fresh, wrong_pins, 
     failed, back = wrong_pins
     text = output(failed.proc)
     assert failed.proc.returncode != 0
-    for name, actual in (("train.jsonl", record["data"]["gsm8k_train_sha256"]),
+    for name, actual in (("train.jsonl", record["data"]["train_sha256"]),
                          ("heldout.jsonl", record["data"]["heldout_sha256"]),
                          (str(tiny_model_dir), record["model"]["sha256"])):
         assert any(name in line and actual in line for line in text.splitlines()), (name, text[-4000:])
@@ -675,7 +675,7 @@ def test_a_wrong_pin_is_a_clear_error_and_overwrites_nothing(fresh, wrong_pins, 
 def test_a_wrong_test_split_pin_is_a_clear_error_and_writes_nothing(wrong_test_pin):
     step, record = wrong_test_pin
     assert step.proc.returncode != 0
-    assert any("test.jsonl" in line and record["data"]["gsm8k_test_sha256"] in line and "d" * 64 in line
+    assert any("test.jsonl" in line and record["data"]["test_sha256"] in line and "d" * 64 in line
                for line in output(step.proc).splitlines()), output(step.proc)[-4000:]
     assert step.after == step.before  # neither split nor manifest written at the pinned key
     assert step.jobs.get("freeze_problems") == 1  # it ran (and failed) at the new key

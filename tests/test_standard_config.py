@@ -15,6 +15,7 @@ from snakemake.utils import update_config
 from randopt.config import load_yaml, validate
 from randopt.population import population_size, topk_size
 from tests.conftest import REPO, SHARED_GSM8K, skip_unless_ci
+from tests.support.workflow import gsm8k_task
 from tests.support.workflow import SNAKEMAKE, jobs_run
 
 STANDARD = REPO / "config" / "standard_8xh100_qwen72b.yaml"
@@ -37,9 +38,9 @@ def test_config_validates_with_the_standard_protocol(name):
     c = merged(path)
     assert (c["model"]["source"], c["model"]["id"], c["model"]["dtype"]) == ("hub", model_id, "bfloat16")
     assert (c["engine"]["kind"], c["engine"]["device"], c["engine"]["tensor_parallel_size"]) == ("vllm", "cuda", tp)
-    assert c["gsm8k"]["source"] == "hub" and c["gsm8k"]["hub"]["repo"] == "openai/gsm8k"
-    assert c["gsm8k"]["hub"]["config"] == "main"
-    assert (c["gsm8k"]["n_train"], c["gsm8k"]["n_test"]) == (200, 200)
+    assert c["task"]["gsm8k"]["source"] == "hub" and c["task"]["gsm8k"]["hub"]["repo"] == "openai/gsm8k"
+    assert c["task"]["gsm8k"]["hub"]["config"] == "main"
+    assert (c["task"]["gsm8k"]["n_train"], c["task"]["gsm8k"]["n_test"]) == (200, 200)
     assert c["decode"]["max_tokens"] == 1024
     assert c["population"]["n_seeds"] == 512 and c["population"]["sigmas"] == [5e-4, 1e-3, 2e-3]
     assert 512 % c["population"]["shard_size"] == 0  # whole shards: a larger population only adds shards
@@ -50,17 +51,17 @@ def test_config_validates_with_the_standard_protocol(name):
     assert h["hub"]["file"].startswith("sample/10BT/") and h["hub"]["file"].endswith(".parquet")
     assert 1 <= h["hub"]["n_docs"] <= 128  # bpb of ~155 models must take minutes: see the config's comment
     # Every hub source is pinned to a commit (the loaders refuse a branch name, but only inside a job).
-    for revision in (c["model"]["revision"], c["gsm8k"]["hub"]["revision"], h["hub"]["revision"]):
+    for revision in (c["model"]["revision"], c["task"]["gsm8k"]["hub"]["revision"], h["hub"]["revision"]):
         assert COMMIT.fullmatch(revision), revision
     # The default's synthetic sources stay in their own blocks and are not selected.
-    assert c["gsm8k"]["generated"] and c["heldout"]["synthetic"]
+    assert c["task"]["gsm8k"]["generated"] and c["heldout"]["synthetic"]
 
 
 def test_one_gpu_config_keeps_the_standard_protocol():
     """Only the model, the engine's GPU count and the cluster resources differ: the 7B numbers compare
     with the 72B ones (same problems, slice, seeds, sigmas, decoding, top-k)."""
     a, b = merged(STANDARD), merged(ONE_GPU)
-    for key in ("gsm8k", "heldout", "decode", "population", "topk"):
+    for key in ("task", "heldout", "decode", "population", "topk"):
         assert a[key] == b[key], key
 
 
@@ -150,8 +151,8 @@ def test_the_gsm8k_cross_check_sha256s_hold_on_the_jsonl_copy():
     claimed = dict(re.findall(r"^\s*#\s+(train|test)\s+([0-9a-f]{64})\s*$", text, flags=re.M))
     assert set(claimed) == {"train", "test"}, "the config's cross-check comment lost its sha256 lines"
     c = merged(STANDARD)
-    g = c["gsm8k"]
-    train, test, info = freeze_splits({"kind": "gsm8k", "source": {"kind": "jsonl", "path": str(SHARED_GSM8K)}},
+    g = c["task"]["gsm8k"]
+    train, test, info = freeze_splits(gsm8k_task({"kind": "jsonl", "path": str(SHARED_GSM8K)}),
                                       g["n_train"], g["n_test"], g["selection_seed"])
     assert info["pool_sizes"] == {"train": 7473, "test": 1319}  # the sizes the comment names
     assert sha256_bytes(rows_to_jsonl(train)) == claimed["train"]

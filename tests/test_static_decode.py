@@ -172,8 +172,8 @@ def test_static_decode_reaches_every_torch_engine_stage(tmp_path, tiny_model_dir
 
 
 def test_a_runs_ensemble_engine_decodes_as_the_run_did():
-    """randopt/ensemble/finished_run.py (and the lm-eval harness) rebuild the run's engine from its record."""
-    from randopt.ensemble.finished_run import engine_options
+    """randopt/result/finished_run.py (and the lm-eval harness) rebuild the run's engine from its record."""
+    from randopt.result.finished_run import engine_options
     record = {"engine": {"kind": "torch", "device": "cpu", "batch_size": 8, "torch_decode": "static"},
               "config": {"model": {"trust_remote_code": False}}}
     assert engine_options(record)["torch_decode"] == "static"

@@ -1,4 +1,4 @@
-"""`python -m randopt.runtime.status` on a half-finished run of the real workflow, and on constructed logs."""
+"""`python -m randopt.stages.status` on a half-finished run of the real workflow, and on constructed logs."""
 import subprocess
 import sys
 
@@ -7,13 +7,13 @@ import yaml
 
 from randopt.keys import run_keys
 from randopt.runtime import seed_progress
-from randopt.runtime.status import Shard, eta_seconds, read_shard
+from randopt.stages.status import Shard, eta_seconds, read_shard
 from tests.conftest import REPO
 from tests.support.workflow import effective_config, run_and_kill, run_workflow, tiny_config
 
 
 def status(workdir):
-    proc = subprocess.run([sys.executable, "-m", "randopt.runtime.status", "--directory", str(workdir),
+    proc = subprocess.run([sys.executable, "-m", "randopt.stages.status", "--directory", str(workdir),
                            "--configfile", str(workdir / "tiny.yaml")], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -102,6 +102,6 @@ def test_eta_is_remaining_seeds_at_the_mean_pace_over_the_running_shards():
 
 def test_a_bad_config_is_named(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"population": {"sigmas": []}}))
-    proc = subprocess.run([sys.executable, "-m", "randopt.runtime.status", "--directory", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "randopt.stages.status", "--directory", str(tmp_path),
                            "--configfile", str(tmp_path / "bad.yaml")], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "population.sigmas" in proc.stderr

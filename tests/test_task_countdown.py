@@ -161,7 +161,7 @@ def test_settings_that_admit_no_solvable_problem_fail_at_validation(knobs, messa
 def test_old_gsm8k_places_are_errors_for_another_task():
     with pytest.raises(ConfigError, match="task.countdown.system"):
         validate({"task": {"kind": "countdown"}, "decode": {"system": "x"}})
-    with pytest.raises(ConfigError, match="put the split sizes and pins in task.countdown"):
+    with pytest.raises(ConfigError, match="GSM8K's block is task.gsm8k now"):
         validate({"task": {"kind": "countdown"}, "gsm8k": {"n_train": 4}})
     with pytest.raises(ConfigError, match="unknown task kind|task.kind"):
         validate({"task": {"kind": "chess"}})

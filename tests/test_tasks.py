@@ -250,16 +250,16 @@ def test_score_answers_names_the_file_and_line_of_a_bad_row_and_warns_on_an_empt
 
 
 def test_ask_scores_given_completions_with_the_runs_task_and_votes_as_the_vote_stage():
-    """randopt.stages.ask's answers, rewards and vote (randopt/ensemble/finished_run.py) on given completions of a
+    """randopt.stages.ask's answers, rewards and vote (randopt/result/finished_run.py) on given completions of a
     Countdown run (no engine): Countdown's extraction and reward, its problems rendered from their fields,
     members pooled by value, the winner's own reward; a question without a reference is not rewarded,
     and one whose reward needs a field it lacks is an error naming it. (Through the engine, on a real
     run: tests/test_tasks_workflow.py.)"""
-    from randopt.ensemble.finished_run import ensemble, rewards, run_task, user_turns
+    from randopt.result.finished_run import ensemble, rewards, run_task, user_turns
     record = {"config": validate({"task": {"kind": "countdown"}})}
     task = run_task(record)
     assert task.kind == "countdown"
-    assert run_task({"config": {"gsm8k": {}}}).kind == "gsm8k"  # a record from before tasks
+    assert run_task({"config": validate({})}).kind == "gsm8k"
     problem = {"numbers": [3, 4, 10], "target": 7, "answer": "10 - 3"}
     assert user_turns(task, [problem, {"question": "as is"}, "a string"]) == \
         ["Numbers: 3, 4, 10. Target: 7.", "as is", "a string"]

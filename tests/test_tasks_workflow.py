@@ -40,7 +40,7 @@ def test_ask_answers_and_rewards_with_the_runs_task(task_runs_started, tmp_path)
 
     import pandas as pd
 
-    from randopt.ensemble.finished_run import ask, default_model_dir
+    from randopt.result.finished_run import ask, default_model_dir
     from randopt.io import read_json, read_jsonl
     from randopt.keys import run_keys
     from randopt.paths import layout

@@ -30,7 +30,6 @@ def rounds_config(model_dir, questions, **distill) -> dict:
         population={"n_seeds": 2, "sigmas": [0.01], "shard_size": 2}, topk={"fractions": [0.5, 1.0]},
         distill={"enabled": True, "rounds": 2, "lora": {"rank": 4, "target_modules": ["q_proj", "v_proj"]},
                  "train": {"epochs": 1, "max_length": 64, "lr": 1e-4}, "control": {"samples_per_problem": 2}} | distill)
-    del config["gsm8k"]  # a JSONL task (randopt/config.py: no gsm8k block beside another task)
     config["run_name"] = "tiny-rounds"
     return config
 

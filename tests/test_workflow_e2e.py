@@ -232,7 +232,7 @@ def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
 
 
 def test_the_export_target_writes_the_best_member(targets):
-    """`snakemake export` writes the ranking's best member as a model dir (randopt/model/export.py)."""
+    """`snakemake export` writes the ranking's best member as a model dir (randopt/result/export.py)."""
     workdir, proc = targets["workdir"], targets["export"]
     assert jobs_run(proc) == {"export_member": 1, "export": 1}   # export gathers, export_member writes
     best = read_record(workdir)["topk"][0]["members"][0]
@@ -245,7 +245,7 @@ def test_the_export_target_writes_the_best_member(targets):
 def test_ask_gives_the_vote_stages_answers_for_the_test_problems(finished_run):
     """python -m randopt.stages.ask on the run's own test questions: every member's completion is the one
     evaluate_members wrote, and the majority is the vote's."""
-    from randopt.ensemble.finished_run import ask, default_model_dir
+    from randopt.result.finished_run import ask, default_model_dir
     from randopt.ensemble.majority_vote import majority_vote
     workdir, _ = finished_run
     record_path = workdir / "results" / "record.json"

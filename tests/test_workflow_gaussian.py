@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_gaussian_run_records_exports_and_asks_with_its_noise(gaussian_run_started, tiny_model_dir):
     from randopt.kernels.noise_ref import reconstruct_reference_
-    from randopt.ensemble.finished_run import ask, default_model_dir
+    from randopt.result.finished_run import ask, default_model_dir
 
     tmp_path, proc = gaussian_run_started.result()
     assert jobs_run(proc)["evaluate_shard"] == 1 and jobs_run(proc)["export_member"] == 1

@@ -54,7 +54,7 @@ def prepare_inputs(config: dict, model_dir: Path | None, workdir: Path) -> tuple
         m = config["model"]
         model_dir = workdir / "model"
         model_prep.save_from_gguf(model_prep.find_gguf(m["wheel_module"], m["gguf_file"]), model_dir, m["dtype"])
-    g = config["gsm8k"]
+    g = config["task"]["gsm8k"]
     train, _, _ = freeze_splits(task_spec(config), g["n_train"], g["n_test"], g["selection_seed"])
     return model_dir, train
 

@@ -109,10 +109,10 @@ def randopt_overlay(name: str, model: str, data_dir: str, engines, model_dir: st
         "run_name": name,
         "engine": {"kind": "vllm", "device": "cuda", "tensor_parallel_size": 1, "batch_size": MAX_NUM_SEQS,
                    "engines_per_gpu": "auto" if n is None else n},
-        "gsm8k": {"source": "jsonl", "jsonl": {"path": str(Path(data_dir).resolve())},
-                  "n_train": N_TRAIN, "n_test": N_TEST},
         # FlashOpt's prompt is the user turn alone (no system line, no worked example) and no stop strings
-        "decode": {"max_tokens": MAX_TOKENS, "stop": [], "system": None, "examples": []},
+        "task": {"gsm8k": {"source": "jsonl", "jsonl": {"path": str(Path(data_dir).resolve())},
+                           "n_train": N_TRAIN, "n_test": N_TEST, "stop": [], "system": None, "examples": []}},
+        "decode": {"max_tokens": MAX_TOKENS},
         "heldout": {"synthetic": {"n_docs": 4}},
         "population": {"n_seeds": N_SEEDS, "sigmas": SIGMAS,
                        "shard_size": SHARD_SIZE.get(n, SHARD_SIZE_SIDE_BY_SIDE)},

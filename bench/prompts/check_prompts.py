@@ -41,7 +41,7 @@ def run_config(task: str, style: str, gsm8k_dir: str, max_tokens: int | None, co
     task, its style and the data, as --configfile overlays merge; validated."""
     overlay = {"task": {"kind": task, "prompt_style": style}}
     if task == "gsm8k":
-        overlay["gsm8k"] = {"source": "jsonl", "jsonl": {"path": gsm8k_dir}}
+        overlay["task"]["gsm8k"] = {"source": "jsonl", "jsonl": {"path": gsm8k_dir}}
     if max_tokens:
         overlay["decode"] = {"max_tokens": max_tokens}
     config = load_yaml(REPO / "config" / "config.yaml")

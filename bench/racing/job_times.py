@@ -5,7 +5,7 @@ from the jobs' own logs (logs/evaluate_shard/**.log, logs/race_slice/**.log) of 
 
 A search's seconds after its engines are up are its members' calls, so a job's seconds from its engine's
 readiness (or its start, where it reused a loaded engine) to its end, over its members, is the member call
-that selection.mode auto's call-cost curve models (randopt/selection/auto.py): here measured with the jobs
+that selection.mode auto's call-cost curve models (randopt/plan/auto_selection.py): here measured with the jobs
 side by side as the run placed them. --problems gives a full evaluation shard's problems (its log does not name
 them); a race_slice log names its own. The racing bench's logs tarballs (bench/racing/racing_qwen15b_h200.sh)
 hold these directories.

@@ -40,7 +40,7 @@ SMK="python3 -m snakemake --cores 32"
 RACE_TAG=${RACE_TAG:-racing_h200x2}   # the racing parts' output names (bench/results/<tag>.json, <tag>_<arm>_record.json)
 RACE_GPUS=${RACE_GPUS:-2}             # --resources gpu=N of the racing parts (1 on a single H200)
 # RACE_KNOBS: racing's knobs over the overlay's, a JSON object (bench/racing/racing.py --racing), e.g. {"first_slice": 32, "growth": 4.0}
-# RACE_SET: a variant of the overlay for both arms, a JSON object (bench/racing/racing.py --set), e.g. {"gsm8k": {"n_train": 512}}
+# RACE_SET: a variant of the overlay for both arms, a JSON object (bench/racing/racing.py --set), e.g. {"task": {"gsm8k": {"n_train": 512}}}
 
 # A prepared model dir, by its manifest: SmolLM2 from the wheel, or the padded model (source local).
 prepared() {

@@ -125,10 +125,10 @@ def switch_under_graphs(vllm, prompts, sigma) -> dict:
 
 
 def default_protocol_timing(vllm, n_seeds=16) -> dict:
-    from randopt.config import load_yaml, validate  # the embedded default, schema defaults filled
+    from randopt.config import decode_for, load_yaml, validate  # the embedded default, schema defaults filled
     config = validate(load_yaml(REPO / "config" / "config.yaml"))
-    problems = [dict(p, id=f"train-{i}") for i, p in enumerate(generate_problems(config["gsm8k"]["n_train"], 1, "easy"))]
-    spec = DecodeSpec.from_config(config["decode"])
+    problems = [dict(p, id=f"train-{i}") for i, p in enumerate(generate_problems(config["task"]["gsm8k"]["n_train"], 1, "easy"))]
+    spec = DecodeSpec.from_config(decode_for(config))
     prompts = build_prompts(vllm, problems, spec)
     evaluate_weights(vllm, prompts, problems, spec, 0, 0.002)  # warm-up
     start = time.perf_counter()

@@ -191,4 +191,4 @@ def source_input(source: Mapping) -> Input | None:
     if source["kind"] != "jsonl":
         return None
     root = Path(source["path"])
-    return Input("gsm8k.jsonl.path", {f"{split}.jsonl": root / f"{split}.jsonl" for split in POOLS})
+    return Input("task.gsm8k.jsonl.path", {f"{split}.jsonl": root / f"{split}.jsonl" for split in POOLS})

@@ -3,7 +3,7 @@ members one model choice stands for (the base, one member, or a top-k ensemble).
 
 Every fact comes from where the run keeps it: the paths from randopt/paths.py over the record's own
 config, k from randopt/population.py, the top-k cut from randopt/selection/ranking.py, a rank's member
-from randopt/model/export.py, the engine's options and the model check from randopt/ensemble/finished_run.py.
+from randopt/result/export.py, the engine's options and the model check from randopt/result/finished_run.py.
 All of it is read and checked before any engine loads, so bad input costs one line and no model load.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from randopt.ensemble.finished_run import check_model_dir, engine_options
+from randopt.result.finished_run import check_model_dir, engine_options
 from randopt.io import InputError, read_json, sha256_file
 from randopt.population import BASE, Member, Population, sigma_label
 from randopt.schema import task_kind
@@ -107,7 +107,7 @@ class Run:
         "train_reward"}; the base is one member with seed BASE."""
         import pandas as pd
 
-        from randopt.model.export import member_at_rank
+        from randopt.result.export import member_at_rank
         from randopt.selection.ranking import top_k
         ranked = pd.read_parquet(self.ranking_path)
         if choice.kind == "base":

@@ -1,5 +1,5 @@
 """Where a run's engines go on its host: the GPUs an engine job takes, the engines side by side on each device
-(engine.engines_per_gpu; randopt/runtime/engine_slots.py), CUDA MPS for them (engine.cuda_mps;
+(engine.engines_per_gpu; randopt/plan/engine_slots.py), CUDA MPS for them (engine.cuda_mps;
 randopt/runtime/cuda_mps.py), and what the engine stages' command lines, threads and resources then are.
 
 None of it changes a result: a seed means the same weights in every engine, and each member is answered by
@@ -15,7 +15,7 @@ from randopt.population import Population
 from randopt.runtime import cuda_mps
 from randopt.engines.memory import (CARD_BYTES, alongside_kv_cache, card_name, check_fit, gguf_weight_bytes,
                                     weight_bytes)
-from randopt.runtime.engine_slots import MOST_ENGINES, EngineLayout, idle_engines_note, resolve
+from randopt.plan.engine_slots import MOST_ENGINES, EngineLayout, idle_engines_note, resolve
 
 GPU_LOCK_DIR = ".snakemake/gpu-locks"
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
-from randopt.config import ConfigError, check_inputs, decode_for, problems_block, problems_key, validate
+from randopt.config import (ConfigError, check_inputs, decode_for, heldout_source, problems_block, problems_key,
+                            round_knobs, task_spec, validate)
 from randopt.engines.base import DEFAULT_MAX_MODEL_LEN
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.io import verify_against_manifest
 from randopt.keys import round_keys, run_keys, short_key
+from randopt.plan import blocks as config_blocks
 from randopt.plan.engines import EnginePlan, plan_engines
 from randopt.plan.host import Host, PlanError
 from randopt.plan.rounds import Rounds
@@ -25,7 +28,7 @@ from randopt.population import SHARD_STEM, Population, topk_size
 from randopt.scoring.answer_blocks import block_size
 from randopt.scoring.member_work import fewest_items
 from randopt.paths import RACE_CHUNK_STEM, layout, race_chunk_stem, race_survivors
-from randopt.selection.auto import SelectionChoice
+from randopt.plan.auto_selection import SelectionChoice
 from randopt.selection.plan import RacePlan
 from randopt.specs import Specs
 
@@ -37,12 +40,13 @@ class RunPlan:
     rounds: Rounds
     population: Population
     task: str                     # task.kind
-    problems: dict                # the task's block: split sizes, pins (GSM8K's: the gsm8k block)
+    problems: dict                # the task block (task.<kind>): split sizes, pins
     decode: dict                  # the decode block with the task's prompt
     compute_dtype: str            # auto resolved on this host: jobs get a concrete dtype, the one in the keys
     compute_dtype_why: str
     engines: EnginePlan
     race: RacePlan | None         # selection.mode racing: the rounds, known at DAG build
+    specs: Specs                  # the engine's and perturbation's knobs, each saying whether it changes answers
     notes: tuple[str, ...] = field(default=())   # right, but slower than it could be: printed, never an error
     selection: SelectionChoice | None = None     # selection.mode auto: what it took and why (config holds the mode)
 
@@ -64,9 +68,10 @@ class RunPlan:
         population = Population.from_config(config)
         problems, decode = problems_block(config), decode_for(config)
         dtype, why = compute_dtype_for_config(config)
+        specs = Specs.from_config(config, dtype)  # once: the keys and every engine stage's options read them
         # The engines come before the keys: selection.mode auto is decided from them, and the mode is in the keys
         # under racing. The prepared model's folder, where they read the model's size, has a key without it.
-        model_dir = f"{layout(run_keys(with_mode(config, 'full'), inputs=inputs))['model']}/model"
+        model_dir = f"{layout(run_keys(with_mode(config, 'full'), inputs=inputs, specs=specs))['model']}/model"
         engines = plan_engines(config, host, population, problems=problems["n_train"],
                                max_tokens=decode["max_tokens"], model_dir=model_dir,
                                racing=config["selection"]["mode"] == "racing")
@@ -77,7 +82,7 @@ class RunPlan:
         if selection and racing:  # from here an auto run that races is a racing run: its engines sized as racing's
             engines = plan_engines(config, host, population, problems=problems["n_train"],
                                    max_tokens=decode["max_tokens"], model_dir=model_dir, racing=True)
-        rounds = Rounds(tuple(round_keys(config, inputs=inputs)))
+        rounds = Rounds(tuple(round_keys(config, inputs=inputs, specs=specs)))
         if config["distill"]["enabled"]:
             check_lora_targets(config, rounds)
         notes = list(engines.notes())
@@ -88,7 +93,7 @@ class RunPlan:
                          f"one answer block (engine.batch_size {block_size(config['engine'])}, torch engine). Lower "
                          f"them, or use selection.mode full.")
         return cls(config, inputs, rounds, population, config["task"]["kind"], problems, decode, dtype, why,
-                   engines, race, tuple(notes), selection)
+                   engines, race, specs, tuple(notes), selection)
 
     # ---- keys and folders ----------------------------------------------------------------------------
     @property
@@ -147,7 +152,7 @@ class RunPlan:
         changes its inputs and reruns it."""
         if not self.racing:
             return {}
-        folder = layout(run_keys(with_mode(self.config, "full"), inputs=self.inputs))["rank"]
+        folder = layout(run_keys(with_mode(self.config, "full"), inputs=self.inputs, specs=self.specs))["rank"]
         files = {"full_ranking": f"{folder}/ranking.parquet", "full_topk": f"{folder}/topk.json"}
         return files if all(Path(path).is_file() for path in files.values()) else {}
 
@@ -196,10 +201,10 @@ class RunPlan:
         """The torch engine's fixed answer blocks (randopt/scoring/answer_blocks.py); None (vLLM): one block."""
         return block_size(self.config["engine"])
 
-    @property
-    def specs(self) -> Specs:
-        """The engine, perturbation and decode knobs, each saying whether it changes answers (randopt/specs.py)."""
-        return Specs.from_config(self.config, self.compute_dtype)
+    @cached_property
+    def blocks(self):
+        """The validated config as typed, read-only blocks (randopt/plan/blocks.py): what the rules read."""
+        return config_blocks.build(self.config)
 
     def engine_options(self, generating: bool = True) -> dict:
         """--engine-options of the stage CLIs: what the engine is built with, by the knobs' schema names."""
@@ -217,6 +222,39 @@ class RunPlan:
         window = self.config["heldout"]["max_context"]
         return {"max_context": window} if self.config["engine"]["kind"] == "vllm" and \
             window + 1 > DEFAULT_MAX_MODEL_LEN else {}
+
+    # ---- what the rules read of the config, through the plan ---------------------------------------------------
+    @property
+    def task_spec(self) -> dict:
+        """freeze_problems' --task-json: the task's kind and block (randopt/config.py task_spec)."""
+        return task_spec(self.config)
+
+    @property
+    def heldout_source(self) -> dict:
+        """fetch_fineweb's --source-json: the selected held-out source (randopt/config.py heldout_source)."""
+        return heldout_source(self.config)
+
+    def block_json(self, path: str):
+        """A config block as plain JSON-ready data (a copy), at its dotted path: for a stage that takes a whole block."""
+        node = self.config
+        for part in path.split("."):
+            node = node[part]
+        return json.loads(json.dumps(node))
+
+    def round_knobs(self, r: int) -> dict:
+        """Round r's distillation knobs (randopt/config.py round_knobs)."""
+        return round_knobs(self.config, r)
+
+    def threads(self, cores: int | None, gpu_stage: bool = True) -> int:
+        """A heavy stage's threads (randopt/plan/engines.py); cores: the run's --cores, None on a cluster."""
+        return self.engines.threads(self.config, cores, gpu_stage)
+
+    def resources(self, stage: str, gpu_stage: bool = True) -> dict:
+        """A heavy stage's job resources, as the SLURM executor plugin names them (randopt/plan/engines.py)."""
+        return self.engines.resources(self.config, stage, gpu_stage)
+
+    def distill_resources(self) -> dict:
+        return self.engines.distill_resources(self.config)
 
     # ---- distillation (distill.enabled, rules/distill.smk) ---------------------------------------------------
     DISTILL_ARMS = ("distilled", "control")
@@ -262,7 +300,6 @@ def check_lora_targets(config: dict, rounds: Rounds) -> None:
     """distill.enabled: a LoRA target module the model lacks (read from config.json, no weights) is an error at
     DAG build, not after the search; each round's targets (a later round's model has round 1's modules). A model
     not prepared yet is checked when distill_train loads it."""
-    from randopt.config import round_knobs
     from randopt.distill.lora import check_model_dir
     m = config["model"]
     model_dir = m["path"] if m["source"] == "local" else f"{rounds.paths(1)['model']}/model"

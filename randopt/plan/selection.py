@@ -1,13 +1,13 @@
 """selection.mode auto in the run's plan: full evaluation or racing, decided from the engines the run has on its
-host (randopt/plan/engines.py) and the measurements randopt/selection/auto.py holds, before the run's keys, which
+host (randopt/plan/engines.py) and the measurements randopt/plan/auto_selection.py holds, before the run's keys, which
 hold the mode under racing. A mode the config gives is kept as it is."""
 from __future__ import annotations
 
 from randopt.config import ConfigError, validate
 from randopt.plan.engines import EnginePlan, model_weight_bytes
 from randopt.population import Population
-from randopt.runtime.engine_slots import gains
-from randopt.selection.auto import SearchShape, SelectionChoice, choose, engine_start_s
+from randopt.plan.engine_slots import gains
+from randopt.plan.auto_selection import SearchShape, SelectionChoice, choose, engine_start_s
 from randopt.selection.plan import RacePlan
 
 

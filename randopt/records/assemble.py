@@ -65,12 +65,9 @@ def switch_summary(switch: str, timings: list[dict]) -> dict:
 
 
 def data_fields(kind: str, problems: dict, heldout: dict, scored: dict) -> dict:
-    """record["data"]: the frozen splits' and the held-out slice's hashes and sizes. GSM8K's split
-    fields keep their names (gsm8k_train_sha256, ...), so its records read as before tasks existed; any
-    other task's are train_sha256 and test_sha256, and synthetic_parts names the task."""
-    prefix = "gsm8k_" if kind == "gsm8k" else ""
+    """record["data"]: the frozen splits' and the held-out slice's hashes and sizes; synthetic_parts names the task."""
     return {
-        f"{prefix}train_sha256": problems["train"]["sha256"], f"{prefix}test_sha256": problems["test"]["sha256"],
+        "train_sha256": problems["train"]["sha256"], "test_sha256": problems["test"]["sha256"],
         "n_train": problems["train"]["n"], "n_test": problems["test"]["n"],
         "heldout_sha256": heldout["sha256"], "heldout_bytes": scored["n_bytes"], "heldout_docs": scored["n_docs"],
         "synthetic": bool(problems["synthetic"] or heldout["synthetic"]),
@@ -173,7 +170,7 @@ def records_row(record: dict) -> tuple[str, str]:
     seeds_per_s = record["throughput"]["seeds_per_s"]
     rate = f"{seeds_per_s:.4f}" if seeds_per_s is not None else "n/a (cached search)"
     kind = task_kind(record)
-    run = record["run_name"] + (f" ({kind})" if kind != "gsm8k" else "")  # GSM8K's rows read as before tasks
+    run = f"{record['run_name']} ({kind})"
     if "not_a_result" in record["accuracy"]:  # a shape model's row says its accuracies are no result
         run += f" ({record['accuracy']['not_a_result']})"
     row = (f"| {record['created_utc']} | {run} | {record['model']['id']} | "

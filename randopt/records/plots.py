@@ -27,10 +27,8 @@ def _figure(width: float = 6.4, height: float = 4.0) -> Figure:
 
 
 def _problems(record: dict) -> str:
-    """'problems', or 'countdown problems' for a task other than GSM8K: the figures say what was asked
-    (a GSM8K record's labels read as before tasks)."""
-    kind = task_kind(record)
-    return "problems" if kind == "gsm8k" else f"{kind} problems"
+    """'gsm8k problems', 'countdown problems': the figures say what was asked."""
+    return f"{task_kind(record)} problems"
 
 
 def _cut_label(cut: dict) -> str:

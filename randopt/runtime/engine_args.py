@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from randopt.stages._args import json_arg
+from randopt.io import json_object
 from randopt.runtime.log import log
 from randopt.schema import check_engine_options
 from randopt.runtime import resident
@@ -21,7 +21,7 @@ from randopt.runtime.job_engines import engine_makers
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-dir", required=True)
     p.add_argument("--engine", default="torch", choices=["torch", "vllm"])
-    p.add_argument("--engine-options", type=json_arg, default={}, help="JSON: device, batch_size, ...")
+    p.add_argument("--engine-options", type=lambda text: json_object(text, "--engine-options"), default={}, help="JSON: device, batch_size, ...")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--gpu-slots", type=int, default=None, metavar="N",
                    help="share N GPUs of this host with other jobs: claim this engine's GPUs (tensor_parallel_size, "
@@ -32,7 +32,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-wait", type=float, default=600.0, help="seconds to wait for a free GPU group")
     p.add_argument("--engines-per-gpu", type=int, default=1, metavar="E",
                    help="engines side by side on each GPU group (or the CPU): claim one of its E engine slots "
-                        "(randopt/runtime/engine_slots.py); the workflow passes engine.engines_per_gpu on a local run")
+                        "(randopt/plan/engine_slots.py); the workflow passes engine.engines_per_gpu on a local run")
     p.add_argument("--keep-loaded-s", type=float, default=0.0, metavar="S",
                    help="use this device's resident engine (randopt/runtime/resident/), started if there is none, and keep "
                         "it loaded S idle seconds for the next job; 0: load an engine for this job only. The workflow "

@@ -17,7 +17,7 @@ next to each other, so {0,1}, {2,3}, {0..3}, {4..7} are the well-connected group
 machine (HGX H100/H200) every group is equally connected and alignment costs nothing. Alignment also
 keeps free GPUs in whole groups for later claims of the same size, so N GPUs always hold N / size jobs.
 
-Engines side by side (engine.engines_per_gpu E > 1; randopt/runtime/engine_slots.py): each GPU
+Engines side by side (engine.engines_per_gpu E > 1; randopt/plan/engine_slots.py): each GPU
 group then has E slots, and a claim takes one slot of a group (lock files gpu<i>.e<s>.lock; slot 0
 is gpu<i>.lock, as with one engine a GPU). Claims fill slot 0 of every group before slot 1, so
 engines spread over the GPUs before they share one. The CPU has E slots too (cpu.e<s>.lock), for the

@@ -1,7 +1,7 @@
 """A train-scoring job's progress, one structured line a finished seed in its log, and the reader of them.
 
 A line is `seed-done {"seed": 3, "sigma": 0.001, "reward": 0.5, "seconds": 1.2}` after the logger's prefix
-(time, stage, level): JSON after a fixed marker, so `make status` (randopt/runtime/status.py) reads the
+(time, stage, level): JSON after a fixed marker, so `make status` (randopt/stages/status.py) reads the
 numbers without a pattern over prose, and a person reading the log still sees them plainly. seconds is
 null for a seed read back from the answer cache (nothing was generated for it).
 """

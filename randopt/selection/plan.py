@@ -180,7 +180,6 @@ class RacePlan:
 
 
 def _split_block(config: dict) -> dict:
-    """The block with the run's n_train: gsm8k, or task.<kind> for another task (as randopt/config.py's
-    problems_block, which this module does not import: the config's checks are no racing code)."""
-    kind = task_kind(config)
-    return config["gsm8k"] if kind == "gsm8k" else config["task"][kind]
+    """The block with the run's n_train, task.<kind> (as randopt/config.py's problems_block, which this module
+    does not import: the config's checks are no racing code)."""
+    return config["task"][task_kind(config)]

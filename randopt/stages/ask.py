@@ -1,11 +1,11 @@
 """ask: a finished run's top-k ensemble answers new questions (majority answer and every member's),
 through the run's own engine, prompt, decoding and task: its extraction, and its reward where a
-question comes with its reference (randopt/ensemble/finished_run.py). A tool, no rule of the workflow."""
+question comes with its reference (randopt/result/finished_run.py). A tool, no rule of the workflow."""
 from __future__ import annotations
 
 import json
 
-from randopt.ensemble.finished_run import ask, default_model_dir, read_questions
+from randopt.result.finished_run import ask, default_model_dir, read_questions
 from randopt.io import write_text_atomic
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser

@@ -1,12 +1,12 @@
 """export_member: one member (seed, sigma) of a search as a Hugging Face model dir, rebuilt bit-exact
 from the prepared base (safetensors in the checkpoint dtype, config, tokenizer, randopt_member.json;
-randopt/model/export.py). Prints what it wrote, as JSON."""
+randopt/result/export.py). Prints what it wrote, as JSON."""
 from __future__ import annotations
 
 import json
 
 from randopt.kernels.noise_kinds import KINDS, RADEMACHER
-from randopt.model.export import export_member, export_rank
+from randopt.result.export import export_member, export_rank
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser
 

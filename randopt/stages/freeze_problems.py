@@ -3,13 +3,12 @@ from the task's source, as canonical JSONL and a manifest naming the task (rando
 write_frozen, randopt/data/splits.py).
 
     python -m randopt.stages.freeze_problems \
-        --task-json '{"kind": "gsm8k", "source": {"kind": "jsonl", "path": "../shared/data/gsm8k"}}' \
+        --task-json '{"kind": "gsm8k", "source": "jsonl", "jsonl": {"path": "../shared/data/gsm8k"}}' \
         --n-train 200 --n-test 200 --selection-seed 0 \
         --out-train data/problems/mine/train.jsonl --out-test data/problems/mine/test.jsonl \
         --manifest data/problems/mine/manifest.json
 
---task-json is the run's task (randopt/config.py task_spec): {"kind": "gsm8k", "source": the gsm8k
-block's selected source} for GSM8K, the config's task.<kind> block with its kind for any other task
+--task-json is the run's task (randopt/config.py task_spec): the config's task.<kind> block with its kind
 (docs/tasks.md). All outputs are written together or not at all; a bad input exits 2 with "error: ...".
 """
 from __future__ import annotations

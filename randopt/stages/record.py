@@ -16,7 +16,7 @@ from randopt.selection.recall import recall_of_full_run
 from randopt.distill.summary import distill_round
 from randopt.model.shape import NOT_A_RESULT, shape_weights
 from randopt.runtime.cli import run_stage
-from randopt.schema import task_kind
+from randopt.schema import decode_for, task_kind
 from randopt.stages._args import json_arg, stage_parser
 
 
@@ -121,7 +121,7 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         "perturbation": rec.switch_summary(config["perturbation"]["switch"], shards + [members]),
         "population": {"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],
                        "size": population},
-        "decode": config["decode"],
+        "decode": decode_for(config),
         # What the selection spent: problems per member, drops per round, slots and tokens against full;
         # under racing, its recall of a full evaluation's top-k lists where one exists (else null); under
         # selection.mode auto, what auto chose and why.

@@ -8,7 +8,6 @@ from functools import partial
 
 import pandas as pd
 
-from randopt.data.gsm8k import extract_answer
 from randopt.population import BASE
 from randopt.io import InputError, read_json, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.records.statistics import control_results, per_problem_results
@@ -31,11 +30,11 @@ def run(*, answers: str, base_compositions: str, topk: str, test: str, out: str)
     table = pd.read_parquet(answers)
     table["answer"] = table["answer"].astype(object).where(table["answer"].notna(), None)
     task = registry.of_split(test)
-    gsm8k = task.kind == "gsm8k"
     rows = read_jsonl(test, required=("id", "answer"))
-    references = {p["id"]: extract_answer(p["answer"]) if gsm8k else p["answer"] for p in rows}
-    if not gsm8k:  # another task: members pool their answers by its vote key (randopt/ensemble/majority_vote.py)
-        table["answer"] = [task.vote_key(a) for a in table["answer"]]
+    references = {p["id"]: p["answer"] for p in rows}
+    # members pool their answers by the task's vote key, and a vote is right where its winner's answer was
+    # (randopt/ensemble/majority_vote.py)
+    table["answer"] = [task.vote_key(a) for a in table["answer"]]
     base = table[table["seed"] == BASE]
     result = {"stage": "vote", "n_test": len(references),
               "base_test": float(base["correct"].mean()), "ensemble_test": {}, "member_mean_test": {}}
@@ -43,7 +42,7 @@ def run(*, answers: str, base_compositions: str, topk: str, test: str, out: str)
     lists = ranked["topk"]
     # Per-problem correctness, member test accuracies and the k-curve: what the record's statistics
     # need, so that they are computed from this stage's own votes.
-    details = per_problem_results(table, lists, references, BASE, by_winner=not gsm8k)
+    details = per_problem_results(table, lists, references, BASE, by_winner=True)
     for lst in lists:
         members = [(m["seed"], m["sigma"]) for m in lst["members"]]
         key = repr(lst["fraction"])
@@ -52,7 +51,7 @@ def run(*, answers: str, base_compositions: str, topk: str, test: str, out: str)
         result["member_mean_test"][key] = float(chosen["correct"].mean())
     result |= details
     if ranked.get("controls"):
-        result |= control_results(table, ranked["controls"], references, by_winner=not gsm8k)
+        result |= control_results(table, ranked["controls"], references, by_winner=True)
         result["control_members"] = {repr(c["fraction"]): [{"seed": m["seed"], "sigma": m["sigma"]} for m in c["members"]]
                                      for c in ranked["controls"]}
     compositions = read_json(base_compositions)

@@ -1,7 +1,6 @@
 """GSM8K as a task: its extraction and scoring are randopt/data/gsm8k.py's (the first number after the
-last "####", compared as exact decimals). Its problems come from the config's gsm8k block's source and are
-frozen as every task's are (randopt/tasks/freeze.py); its prompt is the decode block's system line and
-examples, as before tasks existed, so the embedded default's prompt and record stay what they were."""
+last "####", compared as exact decimals). Its problems come from the source task.gsm8k selects and are
+frozen as every task's are (randopt/tasks/freeze.py); its prompt is task.gsm8k's system line, examples and stop."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -19,12 +18,12 @@ class GSM8K(Task):
 
     @property
     def source(self) -> dict:
-        """The block's source, {"kind": generated | jsonl | hub, **its keys}, checked against the schema."""
-        source = self.block.get("source")
-        if not isinstance(source, Mapping):
-            raise InputError('task gsm8k: no source; give {"kind": "gsm8k", "source": {"kind": ..., ...}} '
-                             "(randopt/config.py task_spec builds it from the config's gsm8k block)")
-        return check_source("gsm8k", dict(source))
+        """The selected source, {"kind": generated | jsonl | hub, **its block}, checked against the schema."""
+        kind = self.block.get("source")
+        if not isinstance(kind, str) or not isinstance(self.block.get(kind), Mapping):
+            raise InputError('task gsm8k: no source; give {"kind": "gsm8k", "source": "jsonl", "jsonl": {"path": ...}} '
+                             "(task.gsm8k's keys: config/schema.yaml)")
+        return check_source("gsm8k", {"kind": kind, **self.block[kind]})
 
     @property
     def synthetic(self) -> bool:
@@ -36,9 +35,6 @@ class GSM8K(Task):
 
     def render(self, problem: Mapping[str, Any]) -> str:
         return problem["question"]
-
-    def prompt(self) -> dict:
-        return {}  # the decode block's system line and examples
 
     def extract(self, completion: str) -> str | None:
         return gsm8k.extract_answer(completion)

@@ -27,14 +27,13 @@ def task_from_arg(text: str) -> Task:
         raise InputError(f"--task must be a kind or a JSON object with a 'kind', got {text!r}")
     registry.module_name(spec["kind"])  # an unknown kind is an error naming the known ones
     block = {k: v for k, v in spec.items() if k != "kind"}
-    if spec["kind"] != "gsm8k":
-        if spec["kind"] == "jsonl":
-            block.setdefault("path", None)  # the problems come from --problems here
-        try:
-            validate_block(block, {"$ref": f"#/definitions/task_{spec['kind']}"},
-                           lambda path: f"--task key '{'.'.join(map(str, path))}'" if path else "--task")
-        except ConfigError as err:
-            raise InputError(str(err)) from None
+    if spec["kind"] == "jsonl":
+        block.setdefault("path", None)  # the problems come from --problems here
+    try:
+        validate_block(block, {"$ref": f"#/definitions/task_{spec['kind']}"},
+                       lambda path: f"--task key '{'.'.join(map(str, path))}'" if path else "--task")
+    except ConfigError as err:
+        raise InputError(str(err)) from None
     return registry.make({"kind": spec["kind"], **block})
 
 

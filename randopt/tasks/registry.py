@@ -1,8 +1,7 @@
 """A task by its kind: the config's task.kind, or the "task" a frozen split's manifest names.
 
-GSM8K is imported here (it is the default, and a manifest written before tasks existed names none);
-the other tasks are imported only when asked for, so their code enters only their own runs' keys
-(randopt/keys.py adds it): editing Countdown must not rerun a GSM8K search.
+A task is imported only when asked for, so its code enters only its own runs' keys (randopt/keys.py adds
+it): editing Countdown must not rerun a GSM8K search.
 """
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from pathlib import Path
 
 from randopt.io import InputError, read_json
 from randopt.schema import task_kind
-from randopt.tasks import gsm8k
 from randopt.tasks.base import Task
 
 KINDS = ("gsm8k", "countdown", "math", "code", "jsonl")
@@ -27,13 +25,13 @@ def module_name(kind: str) -> str:
 def make(spec: Mapping) -> Task:
     """The task of a spec {"kind": ..., **its block}."""
     kind = spec.get("kind") if isinstance(spec, Mapping) else None
-    module = gsm8k if kind == "gsm8k" else importlib.import_module(module_name(kind))
+    module = importlib.import_module(module_name(kind))
     return module.TASK_CLASS({k: v for k, v in spec.items() if k != "kind"})
 
 
 def of_split(split_path: str | Path) -> Task:
-    """The task a frozen split belongs to, from the manifest.json beside it; a split with no manifest, or
-    one frozen before GSM8K's manifests named their task, is of the default kind (GSM8K)."""
+    """The task a frozen split belongs to, from the manifest.json beside it (randopt/tasks/freeze.py writes it);
+    a JSONL file given by hand with no manifest is of the schema's default task kind."""
     manifest = Path(split_path).parent / "manifest.json"
     written = read_json(manifest) if manifest.is_file() else {}
     return make(written.get("task") or {"kind": task_kind(written)})

@@ -26,7 +26,6 @@ SPLITS = {"n_train": 3, "n_test": 4}
 def task_config(model_dir, kind: str, block: dict) -> dict:
     config = tiny_config(model_dir, task={"kind": kind, kind: {**SPLITS, **block}},
                          population={"n_seeds": 2, "sigmas": [0.01], "shard_size": 2}, topk={"fractions": [0.5, 1.0]})
-    del config["gsm8k"]  # GSM8K's block: an error beside another task (randopt/config.py says what to write)
     config["run_name"] = f"tiny-{kind}"
     return config
 

@@ -30,14 +30,16 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
         "run_name": "tiny",
         "model": {"source": "local", "id": "tiny-random-qwen2", "path": str(model_dir)},
         "engine": {"kind": "torch", "device": "cpu", "batch_size": 8},
-        "gsm8k": {**gsm8k, "n_train": 4, "n_test": 6, "selection_seed": 0},
+        "task": {"gsm8k": {**gsm8k, "n_train": 4, "n_test": 6, "selection_seed": 0}},
         "heldout": {"source": "synthetic", "synthetic": {"n_docs": 4, "seed": 1}, "max_context": 64},
         "decode": {"max_tokens": 8},
         "population": {"n_seeds": 4, "sigmas": [0.01, 0.02], "shard_size": 2},
         "topk": {"fractions": [0.25, 0.5]},
     }
     for key, value in overrides.items():
-        config[key] = value if not isinstance(value, dict) else {**config.get(key, {}), **value}
+        # gsm8k=...: keys of the GSM8K task's block (task.gsm8k), merged over the tiny run's
+        into, key = (config["task"], "gsm8k") if key == "gsm8k" else (config, key)
+        into[key] = value if not isinstance(value, dict) else {**into.get(key, {}), **value}
     return config
 
 
@@ -93,7 +95,7 @@ class FinishedRun:
 def effective_config(overlay: dict) -> dict:
     """The config Snakemake runs: config/config.yaml with the overlay deep-merged over it (as
     --configfile does), validated. Keys computed from the overlay alone would miss the default file's
-    values (e.g. gsm8k.generated.difficulty) and name other paths than the workflow's."""
+    values (e.g. task.gsm8k.generated.difficulty) and name other paths than the workflow's."""
     from snakemake.utils import update_config
 
     from randopt.config import validate
@@ -218,3 +220,8 @@ def targets_after_a_finished_run(dest: Path, run: FinishedRun) -> dict:
                                           "--configfile", str(workdir / "tiny.yaml"), "--report", str(done["report"])],
                                          capture_output=True, text=True, timeout=600)
     return done
+
+
+def gsm8k_task(source: dict) -> dict:
+    """The GSM8K task spec (randopt/config.py task_spec) of one source {"kind": ..., **its block}."""
+    return {"kind": "gsm8k", "source": source["kind"], source["kind"]: {k: v for k, v in source.items() if k != "kind"}}

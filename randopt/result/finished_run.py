@@ -19,7 +19,7 @@ from pathlib import Path
 
 from collections.abc import Mapping, Sequence
 
-from randopt.config import decode_for, task_kind, task_spec
+from randopt.config import decode_for, task_spec
 from randopt.engines.factory import make_engine
 from randopt.scoring.scorer import DecodeSpec
 from randopt.specs import Specs
@@ -63,9 +63,8 @@ def check_model_dir(record: dict, model_dir: Path) -> None:
 
 
 def run_task(record: dict) -> Task:
-    """The run's task, as its config names it; a record from before tasks existed is GSM8K's."""
-    config = record["config"]
-    return registry.make(task_spec(config) if "task" in config else {"kind": task_kind(config)})
+    """The run's task, as its config names it."""
+    return registry.make(task_spec(record["config"]))
 
 
 def user_turns(task: Task, questions: Sequence[str | Mapping]) -> list[str]:
@@ -77,8 +76,6 @@ def user_turns(task: Task, questions: Sequence[str | Mapping]) -> list[str]:
             turns.append(q)
         elif "question" in q:
             turns.append(str(q["question"]))
-        elif task.kind == "gsm8k":
-            raise InputError(f"question {n}: {dict(q)} has no 'question'; a GSM8K question is its text")
         else:
             turns.append(task.render(q))
     return turns

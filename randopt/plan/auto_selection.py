@@ -11,8 +11,8 @@ whose real answers make a long call cheap (bench/racing/README.md).
 So auto estimates both searches' seconds at DAG build and takes racing only where its estimate is below
 full's by more than MARGIN:
 
-- a member's call on m problems, c(m): vLLM: randopt/runtime/engine_slots.py vllm_call_seconds, the one
-  estimate engines per GPU take too: the measured call-cost curve (randopt/runtime/call_cost.py, relative to
+- a member's call on m problems, c(m): vLLM: randopt/plan/engine_slots.py vllm_call_seconds, the one
+  estimate engines per GPU take too: the measured call-cost curve (randopt/plan/call_cost.py, relative to
   128 problems) times one member's seconds on 128 problems at the run's max_tokens; past engine.batch_size
   prompts (vLLM's max_num_seqs) the call runs in waves. torch: whole answer blocks, each TORCH_S_PER_PROBLEM_TOKEN x
   batch_size x max_tokens;
@@ -33,31 +33,23 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from randopt.runtime import engine_slots
-from randopt.runtime.call_cost import relative_call
+from randopt.plan import engine_slots
+from randopt.plan.call_cost import relative_call
+from randopt.plan.measurements import section
 from randopt.selection.chunks import chunk_sizes
 from randopt.selection.plan import RacePlan
 
 
-# torch: seconds of one problem x max_tokens in an answer block, SmolLM2 in bf16: the 2-core Zen 4 CPU's full arm
-# (bench/results/racing_cpu_epyc_zen4_wide128.json: 1,368 s for 64 members x 128 problems, blocks of 16, 32 tokens)
-# and one member alone on the H200 (engines_per_gpu_member_batch_h200_smollm2.json: 11.3 s, 128 problems x 512).
-# Racing and full answer the same blocks, so these only weigh the jobs' own seconds against the answering.
-TORCH_S_PER_PROBLEM_TOKEN = {"cpu": 1368.24 / (64 * 128 * 32), "cuda": 11.28 / (128 * 512)}
-TORCH_START_S = 10.0      # a torch engine's start where none stays loaded (8.5 s on the H200 host)
-# A job's own seconds with a loaded engine (process, imports, the cache read, its table written), and a racing
-# decision job's: the H200 run at 512 problems (racing_h200_n512*.json) spent 15 s in its 4 jobs beyond the
-# engine start, switches and generation, and 5.8 s between the jobs (3 decisions).
-JOB_S = 4.0
-DECISION_S = 2.0
-# The share of the racing members each decision kept, in the measured races (bench/results/racing_*.json, and
-# issue 48's real 1.5B, whose 17,984 of 24,576 slots over 20/40/80/128 mean ~0.84 a decision): 0.36-0.88,
-# median 0.63. A population of near ties keeps more, a broken one less (the real 1.5B's race at 64/128 kept
-# 85 of 192, 0.44: its sigma-2e-3 third was clearly worse).
-KEEP_SHARE = 0.63
-# Racing is taken only where its estimate beats full's by more than this: the estimate ranked the measured
-# runs right where they differed by more (tests/test_auto.py); closer, the survivors (KEEP_SHARE) decide.
-MARGIN = 0.10
+# Measured (speed_measurements.yaml): the torch engine's seconds of one problem x max_tokens in an answer block
+# (racing and full answer the same blocks, so these only weigh the jobs' own seconds against the answering) and its
+# start where none stays loaded; a job's own seconds with a loaded engine and a racing decision job's; the share of
+# the members a decision keeps (a population of near ties keeps more, a broken one less); and the margin racing's
+# estimate must beat full's by (closer, the survivors decide).
+TORCH_S_PER_PROBLEM_TOKEN = {device: seconds / problem_tokens
+                             for device, (seconds, problem_tokens) in section("torch")["s_per_problem_token"].items()}
+TORCH_START_S = float(section("torch")["start_s"])
+JOB_S, DECISION_S, KEEP_SHARE, MARGIN = (float(section("racing")[k]) for k in ("job_s", "decision_s", "keep_share",
+                                                                                "margin"))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What one member's call costs on a vLLM engine against its problems: the measured call-cost curves (a call on m
 prompts over one on 128), and the rule that reads a model's value between the measured models. One place for
-both users: engines per GPU (randopt/runtime/engine_slots.py) and selection.mode auto (randopt/selection/auto.py).
+both users: engines per GPU (randopt/plan/engine_slots.py) and selection.mode auto (randopt/plan/auto_selection.py).
 
 Why a curve and not a line: a vLLM call decodes its prompts together and lasts as long as its longest answer, so
 a call on 16 problems costs about half of one on 128, not an eighth (bench/vllm/README.md), and the real 1.5B's
@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from randopt.plan.measurements import section
 
 
 def between(weight_bytes: float, points: list) -> tuple:
@@ -41,24 +43,11 @@ class CallCost:
     relative: dict[int, float]
 
 
-CALL_COSTS = (
-    # bench/results/vllm_h200_call_cost_smollm2.json (8-256 prompts, 64 tokens) and, past 256, _smollm2_to512.json
-    # joined at 256 (its 384 and 512 relative to its own 256, times this curve's)
-    CallCost("SmolLM2-135M-Instruct", 0.27e9, {8: 0.4782, 16: 0.5205, 32: 0.6046, 64: 0.7492, 128: 1.0, 256: 1.6047,
-                                              384: 2.7010, 512: 3.2490}),
-    # The real Qwen2.5-Coder-1.5B, the one real model measured: to 128 prompts bench/results/
-    # vllm_h100_call_cost_qwen15b.json (one engine alone on an H100, every answer to 512 tokens); past 128 its
-    # real answers in the workflow, three engines under MPS on an H100 (racing_qwen15b_512_h100_together_jobs.json:
-    # a member's call on 256 and 512 problems over one on 128, the jobs side by side). Past 128 a fixed-length
-    # curve prices every extra prompt at max_tokens: this model's answers average ~120 of 512 tokens, so 512
-    # problems cost 1.97x of 128, not the ~3.2x of the curves either side, and the interpolation between them
-    # made racing at 512 problems look 1.22x faster where it measured 1.02x (docs/racing.md).
-    CallCost("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, {8: 0.4917, 16: 0.4849, 20: 0.5114, 32: 0.5868, 40: 0.6277,
-                                                    48: 0.6626, 64: 0.6726, 96: 0.8549, 128: 1.0, 256: 1.2387,
-                                                    512: 1.9663}),
-    # bench/results/vllm_h200_call_cost_qwen7b.json: the random Qwen2.5-7B shape, 256 tokens
-    CallCost("Qwen2.5-7B shape", 15.2e9, {8: 0.6799, 16: 0.6935, 32: 0.7332, 64: 0.8083, 128: 1.0, 256: 1.5855}),
-)
+# The measured curves (speed_measurements.yaml, with their sources). Past 128 prompts the real 1.5B's curve is its
+# real answers in the workflow: a fixed-length curve prices every extra prompt at max_tokens, and interpolating
+# between the curves either side made racing at 512 problems look 1.22x faster where it measured 1.02x.
+CALL_COSTS = tuple(CallCost(c["name"], float(c["weight_bytes"]), {int(m): float(v) for m, v in c["relative"].items()})
+                   for c in section("call_costs"))
 REFERENCE_PROMPTS = 128   # the curves' 1.0, and engine_slots' member seconds are quoted on 128 problems
 
 

@@ -1,6 +1,6 @@
 """Where a run stands: each shard's seeds done out of its total, and an ETA for the whole search.
 
-    python -m randopt.runtime.status [--directory RUN_DIR] [--configfile my.yaml ...]   (or: make status)
+    python -m randopt.stages.status [--directory RUN_DIR] [--configfile my.yaml ...]   (or: make status)
 
 Works during a run or after it, from what the run leaves on disk: a shard whose table exists is
 done; a shard still running (or stopped) counts the seeds its log reports finished (evaluate_shard
@@ -105,7 +105,7 @@ def racing_report(run_dir: Path, config: dict) -> str:
 
 def as_run(run_dir: Path, config: dict) -> dict:
     """The config with the mode the run took: selection.mode auto is decided at the workflow's DAG build
-    (randopt/selection/auto.py), and a run that races has its rounds' folder; else it is full evaluation."""
+    (randopt/plan/auto_selection.py), and a run that races has its rounds' folder; else it is full evaluation."""
     if config["selection"]["mode"] != "auto":
         return config
     racing = config | {"selection": config["selection"] | {"mode": "racing"}}
@@ -142,7 +142,7 @@ def report(run_dir: Path, config: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m randopt.runtime.status", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m randopt.stages.status", description=__doc__.split("\n\n")[0])
     p.add_argument("--directory", default=".", help="the run's working directory (snakemake --directory)")
     p.add_argument("--configfile", action="append", default=[], help="the run's --configfile files, in order")
     args = p.parse_args(argv)

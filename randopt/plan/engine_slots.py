@@ -3,21 +3,15 @@ share of the card: randopt/engines/memory.py).
 
 A small model leaves a GPU idle between its decode steps (most of a step is fixed host cost), so several engines
 on one GPU, each answering its own members, raise members/s; a large model's steps already keep the GPU busy, and
-a second engine buys nothing. What was measured on one H200 with vLLM 0.25 (MEASURED;
-bench/engines_per_gpu/README.md): SmolLM2-135M (0.27 GB of bf16 weights) 1.57x one engine's members/s with 2
-engines and 1.76x with 3 time-sliced, 2.26x and 2.36x with 3 and 4 under CUDA MPS; the real Qwen2.5-Coder-1.5B
-(3.1 GB) under MPS 1.37x, 1.56x and 1.59x with 2, 3 and 4 (on an H100, whose rows replace the H200's for a run
-there: 1.32x, 1.50x and 1.53x, medians of its readings); a 7B shape (15 GB) 0.97x with 2 and 3. Each further
-engine starts after the one before (30-48 s), unless they start together (vLLM engines each with a fixed KV cache:
-all up ~7 s later for each further engine, and none answering before). So `auto` takes the number of engines that
-finishes the members soonest (search_seconds; the starts overlap the work of the engines already up, and whole
-shards are handed out as the workflow hands them: scheduled_seconds), at the gains of the measured models either
-side of the model's weight bytes (interpolated on log bytes: gains) and a member's time scaled from theirs by
-max_tokens and, on vLLM, along the measured call-cost curve to the run's train problems (vllm_call_seconds: a call
-lasts as long as its longest answer, so 16 problems cost about half of 128, not an eighth; the torch engine's
-answer blocks scale with the problems: member_seconds). Past the 7B shape the gains stay below 1, so auto takes 1
-there, never slower than one engine. Under CUDA MPS (engine.cuda_mps; randopt/runtime/cuda_mps.py) the engines'
-kernels share the SMs, and the gains and the shorter starts are MPS's.
+a second engine buys nothing. `auto` takes the number of engines that finishes the members soonest
+(search_seconds; the starts overlap the work of the engines already up, and whole shards are handed out as the
+workflow hands them: scheduled_seconds), at the gains of the measured models either side of the model's weight
+bytes (interpolated on log bytes: gains) and a member's time scaled from theirs by max_tokens and, on vLLM, along
+the measured call-cost curve to the run's train problems (vllm_call_seconds: a call lasts as long as its longest
+answer; the torch engine's answer blocks scale with the problems: member_seconds). Past the largest measured model
+the gains stay below 1, so auto takes 1 there. Under CUDA MPS (engine.cuda_mps) the engines' kernels share the
+SMs, and the gains and the shorter starts are MPS's. Every number it reads is a measurement in
+speed_measurements.yaml, with the committed files it came from (the readings: bench/engines_per_gpu/README.md).
 
 The number never changes a result: a seed means the same weights in every engine, and each member
 is answered by one engine. It is in no key and no rule's params (rules/common.smk passes it in the
@@ -28,15 +22,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from randopt.runtime.call_cost import REFERENCE_PROMPTS, between, relative_call
+from randopt.plan.call_cost import REFERENCE_PROMPTS, between, relative_call
+from randopt.plan.measurements import section
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One model's engines side by side on one card with vLLM 0.25 (bench/engines_per_gpu/README.md): its
-    bf16 weight bytes a GPU; one member's seconds on one engine alone at `work` (train problems x max_tokens of
-    that protocol); members/s against one engine's for 1.. engines, time-sliced (gain) and under CUDA MPS
-    (gain_mps), None where not measured; and the card (randopt/engines/memory.py CARD_BYTES' name)."""
+    """One model's engines side by side on one card: its bf16 weight bytes a GPU; one member's seconds on one engine
+    alone at `work` (train problems x max_tokens of that protocol); members/s against one engine's for 1.. engines,
+    time-sliced (gain) and under CUDA MPS (gain_mps), None where not measured; and the card
+    (randopt/engines/memory.py CARD_BYTES' name)."""
     name: str
     weight_bytes: float
     member_s: float
@@ -46,53 +41,24 @@ class Measured:
     card: str = "h200"
 
 
-MEASURED = (
-    # 128 GSM8K prompts, the short-answer prompt, 256 tokens (time-sliced); 512 tokens under MPS, against a warm
-    # engine's 0.916 members/s, the 4th engine on a second machine of the same kind
-    Measured("SmolLM2-135M-Instruct", 0.27e9, 1 / 1.548, 128 * 256, {1: 1.0, 2: 1.57, 3: 1.76},
-             {1: 1.0, 2: 1.75, 3: 2.26, 4: 2.36}),
-    # 128 real GSM8K train prompts, the reasoning prompt (answers of 133 tokens on average, none cut), 512 tokens,
-    # under MPS (bench/results/engines_per_gpu_h200_qwen15b_mps.json; the GPU busy 92 % with one engine already)
-    Measured("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, 1 / 0.689, 128 * 512, None, {1: 1.0, 2: 1.37, 3: 1.56, 4: 1.59}),
-    # a random Qwen2.5-7B shape, 128 prompts x 256 tokens, time-sliced. Not measured under MPS: a GPU its one
-    # engine keeps busy has no idle SMs for MPS to fill, so its time-sliced gains bound MPS's too
-    Measured("Qwen2.5-7B shape", 15.2e9, 1 / 0.479, 128 * 256, {1: 1.0, 2: 0.97, 3: 0.97}, {1: 1.0, 2: 0.97, 3: 0.97}),
-)
+def _measured(row: dict) -> Measured:
+    problems, max_tokens = row["work"]
+    return Measured(row["name"], float(row["weight_bytes"]), 1 / row["members_per_s"], problems * max_tokens,
+                    row["gain"], row["gain_mps"], row["card"])
+
+
+# The measured rows (speed_measurements.yaml, with their sources): each model's H200 row is the reference, and a
+# row on another card replaces it for a run on that card (measured_on). A model with no row for the run's card,
+# or a card that is neither, takes the H200's rows, and the record says so.
+MEASURED = tuple(_measured(row) for row in section("engines") if row["card"] == "h200")
+ON_OTHER_CARDS = tuple(_measured(row) for row in section("engines") if row["card"] != "h200")
 # The most engines side by side auto weighs: the most measured
 MOST_ENGINES = max(max(g) for m in MEASURED for g in (m.gain, m.gain_mps) if g)
-# The same models measured on another card, in place of their H200 rows there: the real 1.5B on an H100, the
-# protocol of its H200 row (128 GSM8K train problems, the reasoning prompt, 512 tokens). Nine one-engine readings
-# across five leases spread 0.529-0.682 members/s (a 25-40 s window), where three engines read 0.917-0.941 in all
-# seven: one engine leaves the GPU 76-94 % busy, by how fast the lease's host feeds it, and three fill it whatever
-# the host. The row takes each count's median over every bench/results/engines_per_gpu_h100_qwen15b_*.json of that
-# protocol: one engine 0.624 members/s, 2, 3 and 4 engines 1.32x, 1.50x and 1.53x (2026-12-07;
-# tests/test_engine_slots.py derives them). The first row, from one lease, said 1.55x, 1.73x and 1.76x against its
-# own one engine's 0.541, a low reading; the workflow's own jobs agree with the medians: 0.52-0.63 members/s on one
-# engine, 0.91-0.93 on three once up, over two leases (engines_per_gpu_h100_qwen15b_workflow_*jobs.json). A model
-# with no row for the run's card, or a card that is neither, takes the H200's rows: the reference, and the record
-# says so.
-ON_OTHER_CARDS = (
-    Measured("Qwen2.5-Coder-1.5B-Instruct", 3.09e9, 1 / 0.624, 128 * 512, None, {1: 1.0, 2: 1.32, 3: 1.50, 4: 1.53},
-             card="h100"),
-)
-START_S = 40.0                      # a further engine's start, time-sliced (47.5 s and 31.9 s measured)
-# A further engine's start under MPS, as the workflow's jobs see it: 29-31 s each in the bench's own process
-# (warm compile cache), 33-43 s apart in the workflow's shard jobs (bench/peers/README.md, the same-lease run of
-# 2026-12-03: the job's process start and the start lock's hand-off come on top); 35 s put auto's estimates for
-# 2 and 4 engines at 67 and 115 s against the 81 and 121 s measured there, where 30 s gave 62 and 100 s.
-# The real 1.5B's engines started 32-34 s apart in the bench (2026-12-04), the start lock holding only the build.
-START_S_MPS = 35.0
-# Engines that start together (vLLM on one GPU each, a fixed KV cache each: VllmEngine.start_alongside) take no
-# turns: they are all up at once, each further engine delaying them all by START_S_TOGETHER: the median of five
-# pairs on an H100 with the real 1.5B, compile cache warm (2026-12-07), one engine alone against three together,
-# 8.0, 0.8, 8.8, 6.6 and 3.4 s a further engine (peers_h100_qwen15b_together_jobs.json: 31.7 s against 47.7 s; the
-# enginecheck workflow: 32.5 against 34.1 s, and in a later lease 42.1 against 55.3 s and 45.9 against 52.7 s; the
-# engines bench, kv12_n1_warm against kv12_n3_after_n1: 34.9 against 52.4 s).
-# In turn, the three had been up at 43, 58 and 73 s (racing_qwen15b_512_h100_together_jobs.json's lease, at 1b26620).
-START_S_TOGETHER = 6.6
-# Estimates this close to each other are one: SmolLM2's 3 to 8 engines gave 2.72-2.83 members/s, a 4 % spread
-# over what is one plateau (bench/engines_per_gpu/README.md), and the real 1.5B's 3 and 4 engines 1.56x and 1.59x.
-NOISE = 0.04
+# A further engine's start: taking turns time-sliced, under MPS, and started together (vLLM engines with a fixed
+# KV cache each, all up at once, each further engine delaying them all)
+START_S, START_S_MPS, START_S_TOGETHER = (float(section("engine_start_s")[k]) for k in ("time_sliced", "mps", "together"))
+# Estimates this close to each other are one
+NOISE = float(section("estimate_noise"))
 
 
 @dataclass(frozen=True)
@@ -142,7 +108,7 @@ def member_seconds(weight_bytes: float, work: int, card: str | None = None) -> f
 def vllm_call_seconds(weight_bytes: float, problems: int, max_tokens: int, batch_size: int,
                       card: str | None = None) -> float:
     """One member's seconds on `problems` on a vLLM engine alone: member_seconds on 128 problems at max_tokens,
-    along the call-cost curve (randopt/runtime/call_cost.py) to the call's own problems; past batch_size prompts
+    along the call-cost curve (randopt/plan/call_cost.py) to the call's own problems; past batch_size prompts
     (vLLM's max_num_seqs) the call runs in waves of batch_size."""
     one = member_seconds(weight_bytes, REFERENCE_PROMPTS * max_tokens, card)
     within, waves = call_waves(problems, batch_size)
