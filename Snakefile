@@ -37,11 +37,13 @@
 # (lm-eval); plan/ decides the run from its config (and holds the speed model); runtime/ is how jobs run.
 # No room imports one that imports it back (tests/test_import_graph.py).
 #
-# snakemake --lint (tests/test_lint.py runs it): three lints remain, each justified where it stands.
+# snakemake --lint (tests/test_lint.py runs it): four lints remain, each justified where it stands.
 #   lint: no rule has a conda: environment or container. The software is pinned in envs/ and installed
 #   once (make env; docs/gpu.md for vLLM); no conda channel is reachable where this is built and tested,
 #   so a conda: directive could be neither resolved nor tested here.
-#   lint: LOCAL_ENGINE in the engine stages' commands (rules/common.smk says why).
+#   lint: LOCAL_ENGINE in the engine stages' commands (rules/common.smk says why); DISTILL_LOCAL, its
+#   twin, in distillation's GPU commands when distill.enabled (rules/distill.smk).
+#   lint: JOB_ENGINES in the train-scoring commands, evaluate_shard and race_slice (rules/common.smk says why).
 #   lint: PY in every stage's command (rules/common.smk says why).
 # snakefmt formats this file and rules/ (its line length: pyproject.toml; tests/test_snakefmt.py checks it).
 import os

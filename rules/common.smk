@@ -43,8 +43,11 @@ if ENGINES.side_by_side:  # jobs are scheduled over this host's engine slots (GP
 # finished jobs; a shell.prefix function would make the commands `snakemake -p` prints unrunnable by hand.
 PY = f"PYTHONPATH={shlex.quote(workflow.basedir)}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(sys.executable)} -m"
 # The engine stages' flags for sharing this host (randopt/plan/engines.py): in the shell command, not in params,
-# since they change no result (`snakemake --lint` reports them, on purpose). LOCAL_ENGINE is empty on a cluster,
-# JOB_ENGINES (engines side by side inside a cluster job) empty on a local run.
+# since they change no result (`snakemake --lint` reports them, on purpose): in params, a run moved between a
+# local host and a cluster, or given another engine layout, would rerun every job it had finished. LOCAL_ENGINE
+# is empty on a cluster, JOB_ENGINES (engines side by side inside a cluster job) empty on a local run. They are
+# two names, not one, since only the train-scoring stages (evaluate_shard, race_slice) start engines of their own
+# inside a job; the other engine stages would accept --engines-in-job and ignore it.
 MPS_DIR = mps_daemon.DEFAULT_DIR
 LOCAL_ENGINE = ENGINES.local_flags(RESIDENT_DIR, MPS_DIR)
 JOB_ENGINES = ENGINES.job_flags()

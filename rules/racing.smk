@@ -43,7 +43,7 @@ rule race_slice:
         cache=PATHS["answer_cache"],
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
+    # lint: JOB_ENGINES comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"

@@ -30,7 +30,7 @@ rule evaluate_shard:
         member_batch=(f"--member-batch {CONFIG.engine.member_batch}" if CONFIG.engine.member_batch > 1 else ""),
         code=key_code("eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
-    # lint: JOB_ENGINES comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no answer).
+    # lint: JOB_ENGINES comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
     # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
     shell:

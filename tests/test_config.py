@@ -445,7 +445,7 @@ def test_the_embedded_default_dry_runs_through_snakemake(default_dry_run):
                                               "evaluate_shard": shards, "rank": 1, "evaluate_members": 1, "vote": 1,
                                               "score_bpb": 1, "record": 1}
     (freeze,) = commands_of(out, "freeze_problems")
-    assert '"kind": "generated"' in freeze and f"--n-train {default['task']['gsm8k']['n_train']}" in freeze
+    assert '"source": "generated"' in freeze and f"--n-train {default['task']['gsm8k']['n_train']}" in freeze
     (fetch,) = commands_of(out, "fetch_fineweb")
     assert '"kind": "synthetic"' in fetch
     assert all("--engine torch" in c for c in commands_of(out, "evaluate_shard"))
@@ -485,7 +485,7 @@ def test_the_default_on_vllm_dry_runs_through_snakemake(tmp_path):
     assert jobs["evaluate_shard"] == 2  # 32 seeds x 2 sigmas in shards of 32
     assert all("--engine vllm" in c for c in commands_of(out, "evaluate_shard"))
     (freeze,) = commands_of(out, "freeze_problems")
-    assert '"kind": "generated"' in freeze  # the same data as the CPU default
+    assert '"source": "generated"' in freeze  # the same data as the CPU default
 
 
 def subprocess_like(out: str):

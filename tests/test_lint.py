@@ -1,8 +1,8 @@
-"""`snakemake --lint` on the workflow: no lint but the three justified where they stand (Snakefile:
+"""`snakemake --lint` on the workflow: no lint but the four justified where they stand (Snakefile:
 no conda: environment, whose channels cannot be reached here; rules/common.smk: PY in every stage's
 command, LOCAL_ENGINE in the GPU stages' commands and JOB_ENGINES in the train-scoring ones, all kept out of params
-on purpose). Any other lint, or one of these on a rule without
-its justifying comment, fails."""
+on purpose). Any other lint, one of these on a rule without its justifying comment, or one the Snakefile's
+header does not list, fails."""
 from __future__ import annotations
 
 import re
@@ -56,7 +56,11 @@ def test_only_the_justified_lints_remain():
         if titles - allowed:
             unjustified[where] = sorted(titles - allowed)
     assert not unjustified, f"lints with no justification: {unjustified}"
-    assert "lint: no rule has a conda: environment" in (REPO / "Snakefile").read_text()
+    header = (REPO / "Snakefile").read_text()
+    assert "four lints remain" in header
+    assert "lint: no rule has a conda: environment" in header
+    for name in ("PY", "LOCAL_ENGINE", "JOB_ENGINES"):
+        assert f"#   lint: {name} in " in header, f"the Snakefile's header does not justify {name}"
     for rule, titles in found.items():
         if PY in titles:
             assert "# lint: PY comes from outside the rule on purpose" in rule_source(rule), rule
