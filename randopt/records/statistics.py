@@ -176,13 +176,16 @@ def control_results(answers: pd.DataFrame, controls: list[dict], references: Map
                     by_winner: bool = False) -> dict:
     """The vote stage's controls.random_vote results: per control list (keyed like ensemble_test) its vote's
     per-problem correctness and accuracy and its members' mean test accuracy, voted exactly as the top-k
-    lists are (members in their drawn order); control_k_curve: the k-curve of the random draw (the lists nest), for
+    lists are (members in their drawn order); control_member_test: each drawn member's test accuracy; control_k_curve: the k-curve of the random draw (the lists nest), for
     k up to the largest control list, beside the top-k lists' own."""
     answers_of, correct_of, accuracy = _by_member(answers)
     drawn = _nested(controls, answers_of, "control", "control ")
     drawn_answers = [answers_of[m] for m in drawn]
     drawn_correct = [correct_of[m] for m in drawn] if by_winner else None
-    out = {"control_correct": {}, "control_test": {}, "control_member_mean_test": {}}
+    out = {"control_correct": {}, "control_test": {}, "control_member_mean_test": {},
+           # every drawn member's own test accuracy, in drawn order: the record's per-problem block carries it
+           "control_member_test": [{"seed": int(s), "sigma": float(g), "test_accuracy": float(accuracy[(s, g)])}
+                                   for s, g in drawn]}
     for lst in controls:
         key, k = repr(lst["fraction"]), lst["k"]
         out["control_correct"][key] = _vote(drawn_answers[:k], references, drawn_correct)
