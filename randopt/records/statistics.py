@@ -10,6 +10,8 @@
   vote stage votes (randopt.ensemble.majority_vote).
 - random_vote (controls.random_vote): the vote of k members drawn at random against the base, and the top-k
   vote's gain over it: what the selection adds to voting.
+- random_expectation (controls.random_members): the mean and spread of many σ-matched random k-subset votes, and
+  the top-k vote against that mean (randopt/records/random_expectation.py).
 - base_spread (controls.base_compositions): the base's test accuracy in each batch composition, and how many
   problems change their result between them: the noise a single base evaluation carries.
 
@@ -266,6 +268,10 @@ def record_statistics(vote: dict, ranking: pd.DataFrame, base_train_reward: floa
             "control_vs_base": versus_base[fraction],
             "selection_gain": selection_gain[fraction],
         } for fraction in drawn}
+    if vote.get("random_expectation"):   # controls.random_members only
+        # imported here: random_expectation reads this module's bootstrap settings
+        from randopt.records.random_expectation import expectation_statistics
+        controls["random_expectation"] = expectation_statistics(vote)
     if len(vote.get("base_compositions", [])) > 1:   # controls.base_compositions above 1 only
         controls["base_spread"] = base_spread(vote["base_compositions"])
     return {

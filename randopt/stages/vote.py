@@ -1,6 +1,6 @@
 """vote: majority vote of each top-k list on the test split; base accuracy with the same extraction; the
 per-problem results and the k-curve that the record's statistics are computed from (randopt/records/statistics.py);
-the controls' votes (controls.random_vote) and the base's batch compositions (controls.base_compositions)."""
+the controls' votes (controls.random_vote, and controls.random_members' random k-subsets) and the base's batch compositions (controls.base_compositions)."""
 from __future__ import annotations
 
 import time
@@ -11,6 +11,7 @@ import pandas as pd
 from randopt.data.gsm8k import extract_answer
 from randopt.population import BASE
 from randopt.io import InputError, read_json, read_jsonl, verify_against_manifest, write_json_atomic
+from randopt.records.random_expectation import random_expectation
 from randopt.records.statistics import control_results, per_problem_results
 from randopt.tasks import registry
 from randopt.runtime.cli import run_stage
@@ -55,6 +56,8 @@ def run(*, answers: str, base_compositions: str, topk: str, test: str, out: str)
         result |= control_results(table, ranked["controls"], references, by_winner=not gsm8k)
         result["control_members"] = {repr(c["fraction"]): [{"seed": m["seed"], "sigma": m["sigma"]} for m in c["members"]]
                                      for c in ranked["controls"]}
+    if ranked.get("random_pool"):   # controls.random_members
+        result |= random_expectation(table, lists, ranked["random_pool"], references, by_winner=not gsm8k)
     compositions = read_json(base_compositions)
     if compositions["problem_ids"] != details["problem_ids"] or \
             compositions["compositions"][0]["correct"] != details["base_correct"]:
