@@ -56,3 +56,17 @@ def test_an_older_or_torn_vote_output_is_refused():
     vote["ensemble_correct"]["0.25"] = vote["ensemble_correct"]["0.25"][:-1]
     with pytest.raises(InputError, match="not all of its problem_ids"):
         per_problem_block(vote)
+
+
+def test_comparisons_recompute_every_paired_statistic_of_the_record():
+    from randopt.records.comparisons import comparisons
+    vote = vote_output(controls=True)
+    vote |= {"sc_correct": {"0.25": [False, True, True, False]}, "sc_test": {"0.25": 0.5}, "sc_k": {"0.25": 2},
+             "sc_not_sampled": ["0.5"], "sc_k_curve": [], "sc_sampling": {"samples": 2}}
+    stats = record_statistics(vote, RANKING, 0.5)
+    got = comparisons({"per_problem": per_problem_block(vote)})
+    assert got["topk_vs_base"] == stats["ensemble_gain"]
+    assert got["random_vs_base"]["0.25"] == stats["random_vote"]["0.25"]["control_vs_base"]
+    assert got["topk_vs_random"]["0.25"] == stats["random_vote"]["0.25"]["selection_gain"]
+    assert got["sc_vs_base"]["0.25"] == stats["self_consistency"]["by_fraction"]["0.25"]["sc_vs_base"]
+    assert got["topk_vs_sc"]["0.25"] == stats["self_consistency"]["by_fraction"]["0.25"]["topk_vs_sc"]

@@ -164,6 +164,7 @@ class RunPlan:
         for r in range(1, self.rounds.count + 1):
             stages = ["rank", "evaluate_members", "vote", "score_bpb"] + (["round_base"] if r > 1 else [])
             stages += ["distill_data"] if self.distill else []
+            stages += ["self_consistency"] if self.config["controls"]["self_consistency"]["samples"] else []
             files += [f"{name}={self.rounds.at(patterns[name], r)}" for name in stages]
             if self.distill:  # each arm's fine-tune and its evaluation (rules/distill.smk)
                 files += [f"{name}={self.rounds.at(patterns[name], r).replace('{arm}', arm)}"

@@ -1,6 +1,8 @@
 """Every paired comparison a record makes, recomputed from its own per-problem vectors (record["per_problem"]):
-each top-k vote against the base, and under controls.random_vote the random vote against the base and the
-top-k vote against the random vote. What bench/RESULTS.md lists for each committed record, and how a reader
+each top-k vote against the base, under controls.random_vote the random vote against the base and the top-k
+vote against the random vote, and under controls.self_consistency SC@k against the base and the top-k vote
+against SC@k. (controls.random_members' comparison is with an expectation, not a 0/1 vector: its own
+statistics recompute it from random_expected_correct.) What bench/RESULTS.md lists for each committed record, and how a reader
 checks a record's statistics without trusting them."""
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ def has_vectors(record: dict) -> bool:
 def comparisons(record: dict) -> dict[str, dict[str, dict]]:
     """{comparison: {fraction: ensemble_gain's result with p_holm (Holm over the fractions)}} from
     record["per_problem"]; comparisons "topk_vs_base", and with a random-vote control "random_vs_base" and
-    "topk_vs_random". The gain is always the first named side's minus the second's."""
+    "topk_vs_random", with self-consistency "sc_vs_base" and "topk_vs_sc". The gain is always the first named
+    side's minus the second's."""
     block = record["per_problem"]
     base, topk = block["base_correct"], block["ensemble_correct"]
     out = {"topk_vs_base": with_holm({f: ensemble_gain(base, correct) for f, correct in topk.items()})}
@@ -25,6 +28,10 @@ def comparisons(record: dict) -> dict[str, dict[str, dict]]:
     if drawn:
         out["random_vs_base"] = with_holm({f: ensemble_gain(base, correct) for f, correct in drawn.items()})
         out["topk_vs_random"] = with_holm({f: ensemble_gain(correct, topk[f]) for f, correct in drawn.items()})
+    sampled = block.get("sc_correct") or {}
+    if sampled:   # controls.self_consistency
+        out["sc_vs_base"] = with_holm({f: ensemble_gain(base, correct) for f, correct in sampled.items()})
+        out["topk_vs_sc"] = with_holm({f: ensemble_gain(correct, topk[f]) for f, correct in sampled.items()})
     return out
 
 

@@ -12,6 +12,8 @@
   vote's gain over it: what the selection adds to voting.
 - random_expectation (controls.random_members): the mean and spread of many σ-matched random k-subset votes, and
   the top-k vote against that mean (randopt/records/random_expectation.py).
+- self_consistency (controls.self_consistency): SC@k, the vote of the base's own first k samples, against the
+  base and against the top-k vote (randopt/records/self_consistency.py).
 - base_spread (controls.base_compositions): the base's test accuracy in each batch composition, and how many
   problems change their result between them: the noise a single base evaluation carries.
 
@@ -268,6 +270,9 @@ def record_statistics(vote: dict, ranking: pd.DataFrame, base_train_reward: floa
             "control_vs_base": versus_base[fraction],
             "selection_gain": selection_gain[fraction],
         } for fraction in drawn}
+    if "sc_correct" in vote:   # controls.self_consistency only
+        from randopt.records.self_consistency import sc_statistics   # it reads this module's tests: imported here
+        controls["self_consistency"] = sc_statistics(vote)
     if vote.get("random_expectation"):   # controls.random_members only
         # imported here: random_expectation reads this module's bootstrap settings
         from randopt.records.random_expectation import expectation_statistics

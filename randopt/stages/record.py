@@ -141,6 +141,8 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         "per_problem": per_problem_block(voted),
         # controls.random_vote only: the same curve for the members drawn at random
         **({"k_curve_random": voted["control_k_curve"]} if voted.get("control_k_curve") else {}),
+        # controls.self_consistency only: SC@k of the base's own samples for k = 1 .. K
+        **({"k_curve_sc": voted["sc_k_curve"]} if voted.get("sc_k_curve") else {}),
         "bpb": {"base": scored["base"], "ensemble": scored["ensemble"], "members": scored["members"]},
         "timings_s": timings,
         "throughput": {
