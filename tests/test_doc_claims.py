@@ -62,8 +62,8 @@ def test_readme_headline_and_controls_each_name_their_own_record():
             f"{100 * acc['base_test']:.1f} %, **{points(gain['gain'])} points, 95 % interval {interval(gain)}**") in readme
     own = H100["statistics"]["ensemble_gain"]["0.1"]
     control = H100["statistics"]["random_vote"]["0.1"]
-    assert f"one H100, where the top-10 % vote gained {points(own['gain'])} {interval(own)}" in readme
-    assert f"19 members drawn at random gained {points(control['control_vs_base']['gain'])} " \
+    assert f"one H100, top-10 % vote {points(own['gain'])} {interval(own)}" in readme
+    assert f"19 members drawn at random gain {points(control['control_vs_base']['gain'])} " \
            f"{interval(control['control_vs_base'])}" in readme
     selection = control["selection_gain"]
     assert f"the selection adds {points(selection['gain'])} {interval(selection)}, exact p " \
