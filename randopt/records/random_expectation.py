@@ -103,7 +103,8 @@ def random_expectation(answers: pd.DataFrame, topk_lists: list[dict], pool: dict
     rng = np.random.default_rng(seed)
     accuracy = answers.groupby(["seed", "sigma"])["correct"].mean()
     out = {"random_pool_member_test": [{"seed": s, "sigma": g, "test_accuracy": float(accuracy[(s, g)])} for s, g in members],
-           "random_expectation": {}}
+           # the pool's size at each σ as drawn (below M where a σ has fewer seeds than its share)
+           "random_pool_per_sigma": pool.get("per_sigma", {}), "random_expectation": {}}
     for lst in topk_lists:
         sigmas = [float(m["sigma"]) for m in lst["members"]]
         votes = subset_votes(codes, right, stratified_subsets(sigmas, [g for _, g in members], n_subsets, rng))
@@ -145,7 +146,8 @@ def expectation_statistics(vote: dict) -> dict:
         subset_test = np.asarray(draw["subset_test"], dtype=np.float64)
         out[fraction] = {
             "k": draw["k"], "sigma_counts": draw["sigma_counts"], "n_subsets": draw["n_subsets"],
-            "pool_members": len(vote["random_pool_member_test"]), "pool_member_mean_test": pool_mean,
+            "pool_members": len(vote["random_pool_member_test"]), "pool_per_sigma": vote.get("random_pool_per_sigma", {}),
+            "pool_member_mean_test": pool_mean,
             "mean_test": float(subset_test.mean()), "sd_test": float(subset_test.std(ddof=1)),
             "range95": [float(np.quantile(subset_test, 0.025)), float(np.quantile(subset_test, 0.975))],
             "topk_vs_mean": versus_expectation(vote["ensemble_correct"][fraction], draw["expected_correct"])}
