@@ -79,3 +79,15 @@ def test_other_protocols_and_records_without_vectors_are_refused(tmp_path, capsy
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text())
     assert printed["pooled"]["topk_vs_base"]["0.1"]["gain"] == pytest.approx(0.25)
+
+
+def test_self_consistency_pools_like_the_other_comparisons():
+    first = record(BASE, {"0.1": [True, True, False, False]})
+    first["per_problem"]["sc_correct"] = {"0.1": [True, False, True, False]}
+    second = record(BASE, {"0.1": [True, True, True, False]})
+    second["per_problem"]["sc_correct"] = {"0.1": [True, False, False, False]}
+    pooled = pool({"a": first, "b": second})["pooled"]
+    # top-k minus SC: 0,1,-1,0 and 0,1,1,0: per problem 0, 1, 0, 0
+    assert pooled["topk_vs_sc"]["0.1"]["gain"] == pytest.approx(0.25)
+    # SC minus base: 0,0,1,0 and 0,0,0,0: per problem 0, 0, 0.5, 0
+    assert pooled["sc_vs_base"]["0.1"]["gain"] == pytest.approx(0.125)

@@ -10,7 +10,7 @@ from randopt.keys import run_keys
 from randopt.records.per_problem import per_problem_block
 from randopt.records.random_expectation import (encode, expectation_statistics, random_expectation, stratified_subsets,
                                                 subset_votes, versus_expectation)
-from randopt.records.statistics import _vote
+from randopt.records.statistics import vote_correct
 from randopt.selection.random_pool import pool_sizes, random_pool, sigma_counts
 from randopt.selection.ranking import top_k
 from tests.conftest import REPO
@@ -79,7 +79,7 @@ def test_subset_votes_are_the_vote_stages_votes():
             drawn = [pool[i] for i in row]
             expected = (ensemble_correct_by_winner([by_member[m] for m in drawn], [right_of[m] for m in drawn],
                                                    list(references)) if by_winner
-                        else _vote([by_member[m] for m in drawn], references))
+                        else vote_correct([by_member[m] for m in drawn], references))
             assert vote.tolist() == expected
 
 
@@ -101,7 +101,7 @@ def test_the_record_gives_the_mean_its_spread_and_the_top_k_vote_against_it():
     draw = vote["random_expectation"]["0.25"]
     assert draw["sigma_counts"] == {"0.01": 2, "0.02": 1} and len(draw["subset_test"]) == 300
     assert np.mean(draw["subset_test"]) == pytest.approx(np.mean(draw["expected_correct"]))
-    vote["ensemble_correct"] = {"0.25": _vote([dict(zip(f["problem_id"], f["answer"])) for _, f in
+    vote["ensemble_correct"] = {"0.25": vote_correct([dict(zip(f["problem_id"], f["answer"])) for _, f in
                                                table[table["seed"].isin([0, 1, 6])].groupby("seed")], references)}
     vote["problem_ids"], vote["base_correct"], vote["member_test"] = list(references), [False] * 40, []
     stats = expectation_statistics(vote)["0.25"]

@@ -43,11 +43,11 @@ def same_protocol(records: dict[str, dict]) -> dict:
 
 def differences(record: dict, comparison: str, fraction: str) -> dict[str, int] | None:
     """{problem id: first side right - second side right} of one comparison of one record's vectors; None where
-    the record has no such vectors (a control it did not run). comparison: topk_vs_base, random_vs_base or
-    topk_vs_random."""
+    the record has no such vectors (a control it did not run). comparison: topk_vs_base, random_vs_base,
+    topk_vs_random, sc_vs_base or topk_vs_sc."""
     block = record["per_problem"]
     sides = {"topk": block["ensemble_correct"], "random": block.get("control_correct") or {},
-             "base": {fraction: block["base_correct"]}}
+             "sc": block.get("sc_correct") or {}, "base": {fraction: block["base_correct"]}}
     first, second = (sides[side].get(fraction) for side in comparison.split("_vs_"))
     if first is None or second is None:
         return None
@@ -76,7 +76,7 @@ def pool(records: dict[str, dict]) -> dict:
     common = same_protocol(records)
     fractions = [repr(float(f)) for f in common["fractions"]]
     replicates, pooled = {name: {} for name in records}, {}
-    for comparison in ("topk_vs_base", "random_vs_base", "topk_vs_random"):
+    for comparison in ("topk_vs_base", "random_vs_base", "topk_vs_random", "sc_vs_base", "topk_vs_sc"):
         for fraction in fractions:
             found = {name: differences(record, comparison, fraction) for name, record in records.items()}
             if any(diffs is None for diffs in found.values()):

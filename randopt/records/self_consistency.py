@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from randopt.io import InputError
-from randopt.records.statistics import _vote, ensemble_gain, k_curve, with_holm
+from randopt.records.statistics import vote_correct, ensemble_gain, k_curve, with_holm
 
 
 def sc_results(samples: pd.DataFrame, topk_lists: list[dict], references: Mapping[str, str], sampling: dict,
@@ -34,7 +34,7 @@ def sc_results(samples: pd.DataFrame, topk_lists: list[dict], references: Mappin
     answers = [dict(zip(frame.index, frame["answer"])) for frame in by_sample.values()]
     correct = [dict(zip(frame.index, frame["correct"].astype(bool))) for frame in by_sample.values()] if by_winner else None
     covered = [lst for lst in topk_lists if lst["k"] <= n]
-    out = {"sc_correct": {repr(lst["fraction"]): _vote(answers[:lst["k"]], references, correct) for lst in covered}}
+    out = {"sc_correct": {repr(lst["fraction"]): vote_correct(answers[:lst["k"]], references, correct) for lst in covered}}
     out["sc_test"] = {key: sum(v) / len(v) for key, v in out["sc_correct"].items()}
     out["sc_k"] = {repr(lst["fraction"]): lst["k"] for lst in covered}
     out["sc_not_sampled"] = [repr(lst["fraction"]) for lst in topk_lists if lst["k"] > n]

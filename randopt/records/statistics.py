@@ -135,11 +135,13 @@ def k_curve(answers_in_rank_order: Sequence[Mapping[str, str | None]], reference
     own correctness, answers being vote keys)."""
     if not references:
         raise ValueError("k_curve needs at least one test problem")
-    return [{"k": k, "ensemble_test": float(np.mean(_vote(answers_in_rank_order[:k], references, correct_in_rank_order)))}
+    return [{"k": k, "ensemble_test": float(np.mean(vote_correct(answers_in_rank_order[:k], references, correct_in_rank_order)))}
             for k in range(1, len(answers_in_rank_order) + 1)]
 
 
-def _vote(answers, references, correct=None) -> list[bool]:
+def vote_correct(answers, references, correct=None) -> list[bool]:
+    """Per problem (references' order), whether the vote of these members (answers: one {problem_id: answer} each,
+    in vote order) is right: by the answers (GSM8K), or, correct given, by the winning member's own correctness."""
     if correct is None:
         return ensemble_correct(answers, references)
     return ensemble_correct_by_winner(answers, correct[:len(answers)], list(references))
@@ -168,7 +170,7 @@ def per_problem_results(answers: pd.DataFrame, topk_lists: list[dict], reference
     return {
         "problem_ids": list(references),
         "base_correct": [bool(base[p]) for p in references],
-        "ensemble_correct": {repr(lst["fraction"]): _vote(member_answers[:lst["k"]], references, member_correct)
+        "ensemble_correct": {repr(lst["fraction"]): vote_correct(member_answers[:lst["k"]], references, member_correct)
                              for lst in topk_lists},
         "member_test": [{"seed": int(s), "sigma": float(g), "rank": i + 1, "test_accuracy": float(accuracy[(s, g)])}
                         for i, (s, g) in enumerate(ranked)],
@@ -192,7 +194,7 @@ def control_results(answers: pd.DataFrame, controls: list[dict], references: Map
                                    for s, g in drawn]}
     for lst in controls:
         key, k = repr(lst["fraction"]), lst["k"]
-        out["control_correct"][key] = _vote(drawn_answers[:k], references, drawn_correct)
+        out["control_correct"][key] = vote_correct(drawn_answers[:k], references, drawn_correct)
         out["control_test"][key] = float(np.mean(out["control_correct"][key]))
         out["control_member_mean_test"][key] = float(np.mean([accuracy[m] for m in drawn[:k]]))
     out["control_k_curve"] = k_curve(drawn_answers, references, drawn_correct)
