@@ -3,8 +3,9 @@
 The base samples every test problem K times at a temperature (randopt/stages/self_consistency.py). SC@k votes
 a problem's first k samples with the vote stage's own rule (randopt/ensemble/majority_vote.py: the most frequent
 answer, a tie to the earliest sample; under a task other than GSM8K, right when the winning sample is), for the
-k of each top-k list that K covers. The first k samples of K are the samples a run of K = k would draw first, so
-SC@k nests: one sampling serves every k. The record compares each top-k vote with SC@k of the same k on the
+k of each top-k list that K covers. Every SC@k votes a prefix of the same K samples, so the SC@k nest and one
+sampling serves every k (a run with another K draws other samples: the torch engine's seeds go by batch of rows,
+and vLLM's n is part of its request). The record compares each top-k vote with SC@k of the same k on the
 same problems (McNemar's exact test), at the same test-time cost of k answers a problem.
 """
 from __future__ import annotations
