@@ -62,6 +62,10 @@ def test_readme_headline_and_controls_each_name_their_own_record():
             f"{100 * acc['base_test']:.1f} %, **{points(gain['gain'])} points, 95 % interval {interval(gain)}**") in readme
     own = H100["statistics"]["ensemble_gain"]["0.1"]
     control = H100["statistics"]["random_vote"]["0.1"]
+    exponent = f"{gain['p_value']:.0e}"   # 3e-06 -> "3·10⁻⁶"
+    mantissa, power = exponent.split("e")
+    superscript = str(int(power)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    assert f"interval {interval(gain)}**, p = {mantissa}·10{superscript}." in readme
     assert f"one H100, top-10 % vote {points(own['gain'])} {interval(own)}" in readme
     assert f"19 members drawn at random gain {points(control['control_vs_base']['gain'])} " \
            f"{interval(control['control_vs_base'])}" in readme
@@ -70,9 +74,20 @@ def test_readme_headline_and_controls_each_name_their_own_record():
            f"{selection['p_value']:.2f}" in readme
     tested = H100["distill"]["rounds"][0]["test_accuracy"]
     assert f"({100 * tested['distilled']:.1f} % vs {100 * tested['control']:.1f} %)" in readme
-    assert "distilled from the vote" not in readme   # the data are the top-k members' correct answers
+    assert "distilled from the vote" not in readme and "out of the top-k vote" not in readme   # the data are the
+    # top-k members' correct train answers
     gains = [g["gain"] for g in COUNTDOWN["statistics"]["ensemble_gain"].values()]
     assert f"Countdown gains {points(min(gains))} to {points(max(gains))}" in readme
+
+
+def test_readme_embedded_default():
+    default = record("cpu_default_epyc_zen4_record.json")
+    gains = default["statistics"]["ensemble_gain"].values()
+    assert len({(g["gain"], tuple(g["ci95"])) for g in gains}) == 1   # "both votes" alike
+    gain = next(iter(gains))
+    low, high = gain["ci95"]
+    expected = f"both votes gain {gain['gain']:+.3f}, interval [{low:+.3f}, {high:+.3f}]".replace("-", "−")
+    assert expected in text("README.md")
 
 
 def test_distillation_is_described_by_its_data_rule():
