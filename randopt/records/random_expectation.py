@@ -26,7 +26,7 @@ from randopt.records.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 N_SUBSETS = 1000
 # Fixed, so that the same answers always give the same expectation.
 SUBSET_SEED = 2
-# Elements of one chunk's pairwise answer comparison (problems x subsets x k x k): bounds the memory.
+# Elements of one chunk's arrays (problems x subsets x k, and x distinct answers): bounds the memory.
 CHUNK_ELEMENTS = 16_000_000
 
 
@@ -53,12 +53,16 @@ def subset_votes(codes: np.ndarray, right: np.ndarray, subsets: np.ndarray) -> n
     answer is right. The winner is the most frequent key, a tie going to the subset's first member among the tied."""
     n_problems, (n_subsets, k) = codes.shape[0], subsets.shape
     out = np.empty((n_subsets, n_problems), dtype=bool)
-    step = max(1, CHUNK_ELEMENTS // (n_subsets * k * k))
+    width = int(codes.max()) + 2   # a slot for "no answer" (-1) and one per distinct answer
+    step = max(1, CHUNK_ELEMENTS // (n_subsets * max(k, width)))
     for start in range(0, n_problems, step):
         keys = codes[start:start + step][:, subsets]                    # problems x subsets x k
         valid = keys >= 0
-        counts = ((keys[..., :, None] == keys[..., None, :]) & valid[..., None, :]).sum(-1)
-        counts = np.where(valid, counts, 0)
+        rows = keys.shape[0] * n_subsets
+        # each subset's count of each answer, by one bincount over (problem, subset, answer) slots
+        slots = np.arange(rows).reshape(keys.shape[0], n_subsets, 1) * width + keys + 1
+        by_answer = np.bincount(slots.ravel(), minlength=rows * width).reshape(keys.shape[0], n_subsets, width)
+        counts = np.where(valid, np.take_along_axis(by_answer, keys + 1, axis=-1), 0)   # each member's answer's count
         best = counts.max(-1)
         winner = np.argmax(counts == best[..., None], axis=-1)        # the first among the tied
         won = np.take_along_axis(right[start:start + step][:, subsets], winner[..., None], axis=-1)[..., 0]
