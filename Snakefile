@@ -23,6 +23,7 @@
 #   race_round        racing.smk    randopt/stages/race_round.py
 #   evaluate_members_part ensemble.smk randopt/stages/evaluate_members_part.py (several engine slots: a share each)
 #   evaluate_members  ensemble.smk  randopt/stages/evaluate_members.py
+#   self_consistency  ensemble.smk  randopt/stages/self_consistency.py (controls.self_consistency: the base's samples)
 #   vote              ensemble.smk  randopt/stages/vote.py
 #   score_bpb         ensemble.smk  randopt/stages/score_bpb.py
 #   record            record.smk    randopt/stages/record.py

@@ -8,7 +8,9 @@ Machine, commit and date come from each file's own fields ('machine', 'hardware'
 'env.device', 'commit', 'created_utc', 'date'). METADATA below fills in, marked †, what a file does
 not record. The figures are read by the first FIGURES entry whose keys the file has. A file that no
 entry reads, or that METADATA does not know, still gets a row (its top-level numbers), so a new result
-joins the table without a code change. tests/test_bench_results.py fails when RESULTS.md is stale.
+joins the table without a code change. A second table lists every run record's paired comparisons,
+recomputed from its per-problem vectors, or says that it has none. tests/test_bench_results.py fails when
+RESULTS.md is stale.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 from randopt.records.assemble import slots_from_cache  # noqa: E402  (the record's own rule, for older files too)
+from randopt.records.comparisons import NO_VECTORS, cell, comparisons, has_vectors  # noqa: E402
 
 # What a file does not record itself (or records only in part: a CPU without its model), from the
 # notes of the session that measured it (the topic READMEs). Where it names a value, that value is
@@ -497,7 +500,31 @@ def results_table(results: Path = BENCH / "results") -> str:
              "numbers mean, and the command that measured them: each topic's README.", "",
              "| topic | file | machine | commit | date | headline figures |", "| --- | --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for _, _, cells in sorted(rows)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + records_section(results)) + "\n"
+
+
+def records_section(results: Path) -> list[str]:
+    """The second table: every run record's paired comparisons, recomputed from its per-problem vectors
+    (randopt/records/comparisons.py), or a line saying the record has none."""
+    lines = ["", "## Run records: every comparison, recomputed from the record's per-problem vectors", "",
+             "Each cell: problems only the first side gets right / only the second, the gain [95 % paired bootstrap]",
+             "(* where fewer than 10 problems are discordant: the interval is then no test), McNemar's exact p (the",
+             "primary test), Holm's p over the record's top-k fractions, and the smallest gain the design detects with",
+             "80 % power (docs/report.md says how). Recomputed here from `per_problem`, not copied from `statistics`.",
+             "", "| file | test problems | comparison | per top-k fraction |", "| --- | --- | --- | --- |"]
+    for path in sorted(results.glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not ("statistics" in record and "accuracy" in record and "topk" in record):
+            continue   # not a run record
+        link = f"[{path.name}](results/{path.name})"
+        if not has_vectors(record):
+            lines.append(f"| {link} | {record.get('data', {}).get('n_test', 'not recorded')} | — | {NO_VECTORS} |")
+            continue
+        n_test = len(record["per_problem"]["problem_ids"])
+        for name, by_fraction in comparisons(record).items():
+            lines.append(f"| {link} | {n_test} | {name.replace('_', ' ')} | "
+                         + "; ".join(f"{f}: {cell(gain)}" for f, gain in by_fraction.items()) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

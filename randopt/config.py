@@ -269,11 +269,17 @@ def round_knobs(config: dict, round_index: int) -> dict:
 
 
 def _check_controls(config: dict) -> None:
-    """controls.random_vote repeats top-k votes, so each of its fractions must be one of them."""
+    """controls.random_vote repeats top-k votes, so each of its fractions must be one of them; controls.random_members
+    must hold a k-subset of the largest top-k list."""
     unknown = [f for f in config["controls"]["random_vote"] if f not in config["topk"]["fractions"]]
     if unknown:
         raise ConfigError(f"config key 'controls.random_vote': {unknown} not in topk.fractions "
                           f"{config['topk']['fractions']}; give fractions of topk.fractions (their random-k controls)")
+    pool = config["controls"].get("random_members", 0)
+    largest = max(topk_size(f, population_size(config)) for f in config["topk"]["fractions"])
+    if 0 < pool < largest:
+        raise ConfigError(f"config key 'controls.random_members': {pool} is below the largest top-k list's {largest} "
+                          f"members; give 0 (off) or at least {largest}")
 
 
 def _check_distill(config: dict) -> None:

@@ -116,8 +116,12 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     # racing: full evaluation's keys stay as they were).
     # The controls (random-k votes, the base's batch compositions) add answers and votes to the ensemble's
     # outputs, so they key the population too (only when on: runs without them keep their keys).
-    controls = config.get("controls") or {}
-    controls_on = bool(controls.get("random_vote")) or controls.get("base_compositions", 1) != 1
+    # random_members and self_consistency off leave the key of a run with the other controls as it was before
+    # they existed
+    controls = {k: v for k, v in (config.get("controls") or {}).items()
+                if not (k == "random_members" and not v) and not (k == "self_consistency" and not v.get("samples"))}
+    controls_on = (bool(controls.get("random_vote")) or controls.get("base_compositions", 1) != 1
+                   or bool(controls.get("random_members")) or "self_consistency" in controls)
     # The task's code keys the votes too: the vote pools answers by the task's vote key, from the module the
     # registry imports by name (outside every stage's import graph).
     population = short_key({"n_seeds": config["population"]["n_seeds"], "sigmas": config["population"]["sigmas"],

@@ -77,22 +77,53 @@ rule evaluate_members:
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings}{params.parts} 2> {log}"
 
 
+# controls.self_consistency only: the base samples the test split K times a problem, from an engine of the job's own
+# (as distillation's control samples: a resident engine cannot sample), and the vote votes SC@k from them.
+rule self_consistency:
+    input:
+        model=round_path("model", "manifest.json"),
+        test=f"{PATHS['problems']}/test.jsonl",
+    output:
+        samples=f"{ROUND['members']}/{KEYS['population']}/self_consistency/samples.parquet",
+        summary=f"{ROUND['members']}/{KEYS['population']}/self_consistency/summary.json",
+    log:
+        "logs/self_consistency/{ekey}.log",
+    benchmark:
+        f"{PATHS['benchmarks']}/self_consistency/{{ekey}}/{KEYS['population']}.tsv"
+    threads: job_threads()
+    resources:
+        **PLAN.distill_resources(),
+    params:
+        engine=round_engine_args(generating=False),
+        decode=q_text(DECODE),
+        sampling=q(PLAN.block_json("controls.self_consistency")),
+        code=code_version("self_consistency"),
+    # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
+    # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
+    shell:
+        "{PY} randopt.stages.self_consistency {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode}"
+        " --test {input.test} --sampling {params.sampling} --out {output.samples} --summary {output.summary} 2> {log}"
+
+
 rule vote:
     input:
         answers=rules.evaluate_members.output.answers,
         base_compositions=rules.evaluate_members.output.base_compositions,
         topk=rules.rank.output.topk,
         test=f"{PATHS['problems']}/test.jsonl",
+        sc=rules.self_consistency.output if PLAN.self_consistency else [],
     output:
         vote=f"{ROUND['vote']}/vote.json",
     log:
         "logs/vote/{ekey}.log",
     benchmark:
         f"{PATHS['benchmarks']}/vote/{{ekey}}/{KEYS['population']}.tsv"
+    params:
+        sc=lambda wildcards, input: f" --self-consistency {input.sc[0]} {input.sc[1]}" if input.sc else "",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.vote --answers {input.answers} --base-compositions {input.base_compositions}"
-        " --topk {input.topk} --test {input.test}"
+        " --topk {input.topk} --test {input.test}{params.sc}"
         " --out {output.vote} 2> {log}"
 
 

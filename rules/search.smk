@@ -59,8 +59,9 @@ rule rank:
         # full evaluation: only the mode, so that racing knobs left in a config rerun nothing
         selection=q(PLAN.block_json("selection") if PLAN.racing else {"mode": "full"}),
         random_vote=" ".join(map(repr, CONFIG.controls.random_vote)),
+        random_members=CONFIG.controls.random_members,
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
-        " --fractions {params.fractions} --random-vote {params.random_vote} --n-train {params.n_train} --selection {params.selection}"
+        " --fractions {params.fractions} --random-vote {params.random_vote} --random-members {params.random_members} --n-train {params.n_train} --selection {params.selection}"
         " --rounds {input.rounds} --ranking {output.ranking} --topk {output.topk} 2> {log}"

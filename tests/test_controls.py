@@ -12,6 +12,7 @@ from randopt.config import ConfigError, load_yaml, validate
 from randopt.keys import run_keys
 from randopt.records.statistics import base_spread, record_statistics
 from randopt.scoring.base_compositions import composition_batches
+from randopt.selection.random_pool import random_pool
 from randopt.selection.ranking import random_k, rank_population
 from tests.conftest import REPO
 from tests.test_stage_clis import dry_run
@@ -76,10 +77,10 @@ def test_controls_key_the_population_only_when_on():
 
 
 def test_controls_reach_rank_and_evaluate_members_at_dag_build(tmp_path):
-    proc = dry_run(tmp_path, {"controls": {"random_vote": [0.25], "base_compositions": 3}})
+    proc = dry_run(tmp_path, {"controls": {"random_vote": [0.25], "base_compositions": 3, "random_members": 16}})
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert any("randopt.stages.rank " in line and "--random-vote 0.25 " in line for line in lines)
+    assert any("randopt.stages.rank " in line and "--random-vote 0.25 --random-members 16 " in line for line in lines)
     assert any("randopt.stages.evaluate_members " in line and "--base-compositions 3 " in line for line in lines)
 
 
@@ -103,7 +104,8 @@ def test_controls_are_answered_voted_and_reported(tmp_path, tiny_model_dir):
         {"seed": int(r.seed), "sigma": float(r.sigma), "train_reward": float(r.train_reward), "rank": int(r.rank)}
         for r in population.head(2).itertuples()]}]
     controls = random_k(population, [0.5])
-    (tmp_path / "topk.json").write_text(json.dumps({"topk": top, "controls": controls}))
+    pool = random_pool(population, top, 3)   # controls.random_members: 3 members, k-subsets of 2
+    (tmp_path / "topk.json").write_text(json.dumps({"topk": top, "controls": controls, "random_pool": pool}))
     out = tmp_path / "members"
     evaluate = ["--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options", json.dumps({"device": "cpu"}),
                 "--decode", json.dumps({"max_tokens": 6}), "--test", test, "--train", train,
@@ -112,7 +114,7 @@ def test_controls_are_answered_voted_and_reported(tmp_path, tiny_model_dir):
                 "--base-compositions", 3, "--base-compositions-out", out / "compositions.json"]
     run_stage("evaluate_members", *evaluate)
     answers = pd.read_parquet(out / "answers.parquet")
-    wanted = {(-1, 0.0)} | {(m["seed"], m["sigma"]) for lst in top + controls for m in lst["members"]}
+    wanted = {(-1, 0.0)} | {(m["seed"], m["sigma"]) for lst in top + controls + [pool] for m in lst["members"]}
     assert set(zip(answers["seed"], answers["sigma"])) == wanted
     compositions = json.loads((out / "compositions.json").read_text())
     assert [c["calls"] for c in compositions["compositions"]] == [1, 2, 3]
@@ -136,5 +138,8 @@ def test_controls_are_answered_voted_and_reported(tmp_path, tiny_model_dir):
     assert control["k"] == 2 and [(m["seed"], m["sigma"]) for m in control["members"]] == drawn
     assert control["selection_gain"]["gain"] == pytest.approx(vote["ensemble_test"]["0.5"] - vote["control_test"]["0.5"])
     assert control["control_vs_base"]["gain"] == pytest.approx(vote["control_test"]["0.5"] - vote["base_test"])
+    expectation = stats["random_expectation"]["0.5"]
+    assert expectation["k"] == 2 and expectation["pool_members"] == 3 and expectation["n_subsets"] == 1000
+    assert expectation["mean_test"] == pytest.approx(np.mean(vote["random_expectation"]["0.5"]["expected_correct"]))
     spread = stats["base_spread"]
     assert spread["accuracies"][0] == vote["base_test"] and len(spread["accuracies"]) == 3

@@ -131,3 +131,18 @@ def test_k_curve_draws_the_controls_where_the_record_has_them():
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "ensemble of k members drawn at random (controls.random_vote)" in labels
     assert "base model in 2 batch compositions: 0.050 to 0.900" in labels
+
+
+def test_k_curve_draws_self_consistency_and_the_random_expectation_where_the_record_has_them():
+    """controls.self_consistency's SC@k curve and controls.random_members' means with their 95 % ranges, inside the
+    y-range and named in the legend."""
+    record, _, _ = constructed_run()
+    record["k_curve_sc"] = [{"k": k, "ensemble_test": 0.97} for k in range(1, 5)]
+    record["statistics"]["self_consistency"] = {"sampling": {"samples": 4, "temperature": 0.7, "seed": 0}}
+    record["statistics"]["random_expectation"] = {"0.25": {"k": 3, "mean_test": 0.5, "range95": [0.01, 0.6]}}
+    fig = k_curve(record)
+    low, high = fig.axes[0].get_ylim()
+    assert low < 0.01 and high > 0.97
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "self-consistency: the base's first k samples (T = 0.7)" in labels
+    assert any(text.startswith("random k-vote, σ-matched: mean and 95 % range") for text in labels), labels

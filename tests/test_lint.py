@@ -1,8 +1,8 @@
 """`snakemake --lint` on the workflow: no lint but the four justified where they stand (Snakefile:
 no conda: environment, whose channels cannot be reached here; rules/common.smk: PY in every stage's
-command, LOCAL_ENGINE in the GPU stages' commands and JOB_ENGINES in the train-scoring ones, all kept out of params
-on purpose). Any other lint, one of these on a rule without its justifying comment, or one the Snakefile's
-header does not list, fails."""
+command, LOCAL_ENGINE in the GPU stages' commands, JOB_ENGINES in the train-scoring ones and DISTILL_LOCAL in the
+sampling ones, all kept out of params on purpose). Any other lint, one of these on a rule without its justifying
+comment, or one the Snakefile's header does not list, fails."""
 from __future__ import annotations
 
 import re
@@ -15,8 +15,11 @@ CONDA = "Specify a conda environment or container for each rule."
 LOCAL_ENGINE = "Shell command directly uses variable LOCAL_ENGINE from outside of the rule"
 PY = "Shell command directly uses variable PY from outside of the rule"
 JOB_ENGINES = "Shell command directly uses variable JOB_ENGINES from outside of the rule"
+DISTILL_LOCAL = "Shell command directly uses variable DISTILL_LOCAL from outside of the rule"
 GPU_RULES = {"evaluate_shard", "evaluate_members", "evaluate_members_part", "score_bpb"}
 TRAIN_SCORING_RULES = {"evaluate_shard", "race_slice"}
+# the rules that sample from an engine of their own (distillation's are included only when it is on)
+SAMPLING_RULES = {"self_consistency", "distill_data"}
 
 
 def lints() -> dict[str, set[str]]:
@@ -52,7 +55,8 @@ def test_only_the_justified_lints_remain():
     unjustified = {}
     for where, titles in found.items():
         allowed = {CONDA, PY} | ({LOCAL_ENGINE} if where in GPU_RULES else set()) \
-            | ({JOB_ENGINES} if where in TRAIN_SCORING_RULES else set())
+            | ({JOB_ENGINES} if where in TRAIN_SCORING_RULES else set()) \
+            | ({DISTILL_LOCAL} if where in SAMPLING_RULES else set())
         if titles - allowed:
             unjustified[where] = sorted(titles - allowed)
     assert not unjustified, f"lints with no justification: {unjustified}"
@@ -70,3 +74,6 @@ def test_only_the_justified_lints_remain():
     for rule in TRAIN_SCORING_RULES & set(found):
         if JOB_ENGINES in found[rule]:
             assert "# lint: JOB_ENGINES comes from outside the rule on purpose" in rule_source(rule), rule
+    for rule in SAMPLING_RULES & set(found):
+        if DISTILL_LOCAL in found[rule]:
+            assert "# lint: DISTILL_LOCAL comes from outside the rule on purpose" in rule_source(rule), rule

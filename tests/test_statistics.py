@@ -14,7 +14,9 @@ from randopt.ensemble.majority_vote import answers_match, majority_vote
 
 def test_identical_members_give_no_gain_a_zero_interval_and_p_one():
     correct = [True, False, True, True, False, False, True]
-    assert ensemble_gain(correct, correct) == {"gain": 0.0, "ci95": [0.0, 0.0], "p_value": 1.0, "n_test": 7}
+    assert ensemble_gain(correct, correct) == {"gain": 0.0, "ci95": [0.0, 0.0], "p_value": 1.0, "n_test": 7,
+                                               "discordant": {"gained": 0, "lost": 0}, "few_discordant": True,
+                                               "detectable_gain_80": None}
 
 
 def test_sign_test_of_nine_to_one_discordant_problems():
@@ -25,6 +27,19 @@ def test_sign_test_of_nine_to_one_discordant_problems():
     assert result["p_value"] == pytest.approx(0.021484375, abs=1e-12)
     assert result["gain"] == pytest.approx(8 / 20)
     assert result["n_test"] == 20
+    assert result["discordant"] == {"gained": 9, "lost": 1}
+    assert result["few_discordant"] is False   # 10 discordant: the bootstrap interval is not flagged
+
+
+def test_bootstrap_interval_is_flagged_where_it_excludes_zero_but_the_exact_test_does_not():
+    # 4 discordant problems, all won: the percentile interval excludes 0, the exact p is 2 / 2**4 = 0.125.
+    base = [False] * 4 + [True] * 20 + [False] * 20
+    ensemble = [True] * 4 + [True] * 20 + [False] * 20
+    result = ensemble_gain(base, ensemble)
+    assert result["ci95"][0] > 0
+    assert result["p_value"] == pytest.approx(0.125)
+    assert result["few_discordant"] is True
+    assert result["detectable_gain_80"] is None   # no count of 4 reaches p <= 0.05
 
 
 def test_sign_test_is_two_sided():
@@ -156,6 +171,12 @@ def test_record_statistics_ties_the_parts_together():
     assert out["ensemble_gain"]["0.5"]["gain"] == pytest.approx(0.75 - 0.25)
     assert out["members_vs_base"]["0.01"]["frac_at_or_above_base"] == 0.75
     assert out["selection"]["n_members"] == 4
+    # each fraction's exact p, Holm-adjusted over the record's fractions
+    gains = out["ensemble_gain"]
+    ordered = sorted(gains, key=lambda f: gains[f]["p_value"])
+    assert gains[ordered[-1]]["p_holm"] == pytest.approx(max(min(1.0, (len(gains) - i) * gains[f]["p_value"])
+                                                             for i, f in enumerate(ordered)))
+    assert all(g["p_holm"] >= g["p_value"] for g in gains.values())
     # test accuracies 0.5, 0.5, 0.5, 0.25 against train 1, .75, .5, .25: ties average, rho = 3 / sqrt(5 * 3).
     assert out["selection"]["spearman_train_test"] == pytest.approx(3 / math.sqrt(15))
     with pytest.raises(InputError, match="rerun vote"):

@@ -272,7 +272,8 @@ def test_record_statistics_are_consistent_with_the_record(finished_run):
     assert set(stats) == {"ensemble_gain", "members_vs_base", "selection"}
     assert set(stats["ensemble_gain"]) == set(accuracy["ensemble_test"])
     for fraction, gain in stats["ensemble_gain"].items():
-        assert set(gain) == {"gain", "ci95", "p_value", "n_test"}
+        assert set(gain) == {"gain", "ci95", "p_value", "p_holm", "n_test", "discordant", "few_discordant",
+                             "detectable_gain_80"}
         assert math.isclose(gain["gain"], accuracy["ensemble_test"][fraction] - accuracy["base_test"], abs_tol=1e-12)
         low, high = gain["ci95"]
         assert isinstance(low, float) and isinstance(high, float) and low <= gain["gain"] <= high
@@ -287,6 +288,17 @@ def test_record_statistics_are_consistent_with_the_record(finished_run):
     largest = max(t["k"] for t in record["topk"])
     rho = stats["selection"]["spearman_train_test"]
     assert stats["selection"]["n_members"] == largest and (rho is None or -1 <= rho <= 1)
+
+
+def test_record_statistics_are_recomputed_from_its_per_problem_vectors(finished_run):
+    from randopt.records.comparisons import comparisons
+    workdir, _ = finished_run
+    record = read_record(workdir)
+    block = record["per_problem"]
+    assert len(block["problem_ids"]) == record["data"]["n_test"] == len(block["base_correct"])
+    assert np.mean(block["base_correct"]) == record["accuracy"]["base_test"]
+    assert comparisons(record)["topk_vs_base"] == record["statistics"]["ensemble_gain"]
+    assert [m["rank"] for m in block["member_test"]] == list(range(1, max(t["k"] for t in record["topk"]) + 1))
 
 
 def test_k_curve_meets_the_vote_at_every_cut(finished_run):

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 
-def _numeric_key(answer: str | None):
+def numeric_key(answer: str | None):
+    """The key answers are pooled and matched by: a number as an exact Fraction (so 3, 3.0 and 6/2 agree), else the text."""
     if answer is None:
         return None
     try:
@@ -27,7 +28,7 @@ def _numeric_key(answer: str | None):
 
 def majority_vote(answers_in_rank_order: Sequence[str | None]) -> str | None:
     """The ensemble's answer from member answers listed best-ranked first."""
-    keys = [_numeric_key(a) for a in answers_in_rank_order]
+    keys = [numeric_key(a) for a in answers_in_rank_order]
     counts = Counter(k for k in keys if k is not None)
     if not counts:
         return None
@@ -39,7 +40,7 @@ def majority_vote(answers_in_rank_order: Sequence[str | None]) -> str | None:
 
 
 def answers_match(answer: str | None, reference: str | None) -> bool:
-    return answer is not None and reference is not None and _numeric_key(answer) == _numeric_key(reference)
+    return answer is not None and reference is not None and numeric_key(answer) == numeric_key(reference)
 
 
 def ensemble_correct(answers_in_rank_order: Sequence[Mapping[str, str | None]],

@@ -110,6 +110,11 @@ class RunPlan:
         return self.race is not None
 
     @property
+    def self_consistency(self) -> bool:
+        """controls.self_consistency on: the base samples the test split, and the vote reads SC@k from it."""
+        return bool(self.config["controls"]["self_consistency"]["samples"])
+
+    @property
     def distill(self) -> bool:
         return bool(self.config["distill"]["enabled"])
 
@@ -169,6 +174,7 @@ class RunPlan:
         for r in range(1, self.rounds.count + 1):
             stages = ["rank", "evaluate_members", "vote", "score_bpb"] + (["round_base"] if r > 1 else [])
             stages += ["distill_data"] if self.distill else []
+            stages += ["self_consistency"] if self.self_consistency else []
             files += [f"{name}={self.rounds.at(patterns[name], r)}" for name in stages]
             if self.distill:  # each arm's fine-tune and its evaluation (rules/distill.smk)
                 files += [f"{name}={self.rounds.at(patterns[name], r).replace('{arm}', arm)}"

@@ -94,6 +94,20 @@ def k_curve(record: dict) -> Figure:
         ax.plot([p["k"] for p in record["k_curve_random"]], random_curve, marker=".", markersize=3, linestyle="--",
                 color="0.45", label="ensemble of k members drawn at random (controls.random_vote)")
         ends += random_curve
+    if record.get("k_curve_sc"):   # controls.self_consistency: the base's own first k samples voted
+        sc_curve = [p["ensemble_test"] for p in record["k_curve_sc"]]
+        sampling = record["statistics"]["self_consistency"]["sampling"]
+        ax.plot([p["k"] for p in record["k_curve_sc"]], sc_curve, marker="^", markersize=3, linestyle=":",
+                color="tab:green", label=f"self-consistency: the base's first k samples (T = {sampling['temperature']})")
+        ends += sc_curve
+    expectation = record["statistics"].get("random_expectation")
+    if expectation:   # controls.random_members: the mean of σ-matched random k-subset votes, with its 95 % range
+        cuts = sorted(expectation.values(), key=lambda e: e["k"])
+        ax.errorbar([e["k"] for e in cuts], [e["mean_test"] for e in cuts],
+                    yerr=[[e["mean_test"] - e["range95"][0] for e in cuts], [e["range95"][1] - e["mean_test"] for e in cuts]],
+                    fmt="D", color="0.45", capsize=3, markersize=4,
+                    label="random k-vote, σ-matched: mean and 95 % range of 1,000 draws (controls.random_members)")
+        ends += [e["range95"][0] for e in cuts] + [e["range95"][1] for e in cuts]
     spread = record["statistics"].get("base_spread")
     if spread:
         ax.axhspan(spread["min"], spread["max"], color="0.85", zorder=0,

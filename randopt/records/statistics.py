@@ -10,6 +10,10 @@
   vote stage votes (randopt.ensemble.majority_vote).
 - random_vote (controls.random_vote): the vote of k members drawn at random against the base, and the top-k
   vote's gain over it: what the selection adds to voting.
+- random_expectation (controls.random_members): the mean and spread of many σ-matched random k-subset votes, and
+  the top-k vote against that mean (randopt/records/random_expectation.py).
+- self_consistency (controls.self_consistency): SC@k, the vote of the base's own first k samples, against the
+  base and against the top-k vote (randopt/records/self_consistency.py).
 - base_spread (controls.base_compositions): the base's test accuracy in each batch composition, and how many
   problems change their result between them: the noise a single base evaluation carries.
 
@@ -26,6 +30,7 @@ import pandas as pd
 from randopt.population import sigma_label
 from randopt.io import InputError
 from randopt.ensemble.majority_vote import ensemble_correct, ensemble_correct_by_winner
+from randopt.records.paired import FEW_DISCORDANT, detectable_gain, discordant, holm, mcnemar_exact_p
 
 BOOTSTRAP_RESAMPLES = 10_000
 # Fixed, so that the same per-problem results always give the same interval.
@@ -55,7 +60,11 @@ def ensemble_gain(base_correct: Sequence[bool], ensemble_correct: Sequence[bool]
     paired bootstrap resamples of the test problems (a resample draws problems with replacement and
     keeps each problem's base and ensemble result together). p_value: exact two-sided binomial test of
     the discordant problems (ensemble right and base wrong vs. the reverse) against 1/2, which is
-    McNemar's exact test; 1.0 when the two never disagree.
+    McNemar's exact test (the primary test); 1.0 when the two never disagree. discordant: {"gained": problems
+    the ensemble gets right and the base wrong, "lost": the reverse}. few_discordant: fewer than 10 discordant
+    problems, where the bootstrap interval is not to be read as a test. detectable_gain_80: the smallest gain
+    this design (n_test, the discordant count) detects with 80 % power at two-sided 0.05 (randopt/records/paired.py),
+    None where none is.
     """
     base = _bool_vector(base_correct, "base_correct")
     ensemble = _bool_vector(ensemble_correct, "ensemble_correct")
@@ -74,11 +83,12 @@ def ensemble_gain(base_correct: Sequence[bool], ensemble_correct: Sequence[bool]
         result = stats.bootstrap((diff,), np.mean, n_resamples=n_resamples, method="percentile",
                                  confidence_level=0.95, rng=np.random.default_rng(seed), batch=1000)
         low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    only_ensemble = int(np.sum(ensemble & ~base))
-    only_base = int(np.sum(base & ~ensemble))
-    discordant = only_ensemble + only_base
-    p_value = 1.0 if discordant == 0 else float(stats.binomtest(only_ensemble, discordant, 0.5).pvalue)
-    return {"gain": gain, "ci95": [low, high], "p_value": min(p_value, 1.0), "n_test": int(base.size)}
+    gained, lost = discordant(base, ensemble)
+    return {"gain": gain, "ci95": [low, high], "p_value": mcnemar_exact_p(gained, lost), "n_test": int(base.size),
+            "discordant": {"gained": gained, "lost": lost},
+            # the percentile interval misleads on few discordant problems: read the exact p there
+            "few_discordant": gained + lost < FEW_DISCORDANT,
+            "detectable_gain_80": detectable_gain(int(base.size), gained + lost)}
 
 
 def members_vs_base(ranking: pd.DataFrame, base_train_reward: float) -> dict:
@@ -125,11 +135,13 @@ def k_curve(answers_in_rank_order: Sequence[Mapping[str, str | None]], reference
     own correctness, answers being vote keys)."""
     if not references:
         raise ValueError("k_curve needs at least one test problem")
-    return [{"k": k, "ensemble_test": float(np.mean(_vote(answers_in_rank_order[:k], references, correct_in_rank_order)))}
+    return [{"k": k, "ensemble_test": float(np.mean(vote_correct(answers_in_rank_order[:k], references, correct_in_rank_order)))}
             for k in range(1, len(answers_in_rank_order) + 1)]
 
 
-def _vote(answers, references, correct=None) -> list[bool]:
+def vote_correct(answers, references, correct=None) -> list[bool]:
+    """Per problem (references' order), whether the vote of these members (answers: one {problem_id: answer} each,
+    in vote order) is right: by the answers (GSM8K), or, correct given, by the winning member's own correctness."""
     if correct is None:
         return ensemble_correct(answers, references)
     return ensemble_correct_by_winner(answers, correct[:len(answers)], list(references))
@@ -158,7 +170,7 @@ def per_problem_results(answers: pd.DataFrame, topk_lists: list[dict], reference
     return {
         "problem_ids": list(references),
         "base_correct": [bool(base[p]) for p in references],
-        "ensemble_correct": {repr(lst["fraction"]): _vote(member_answers[:lst["k"]], references, member_correct)
+        "ensemble_correct": {repr(lst["fraction"]): vote_correct(member_answers[:lst["k"]], references, member_correct)
                              for lst in topk_lists},
         "member_test": [{"seed": int(s), "sigma": float(g), "rank": i + 1, "test_accuracy": float(accuracy[(s, g)])}
                         for i, (s, g) in enumerate(ranked)],
@@ -170,16 +182,19 @@ def control_results(answers: pd.DataFrame, controls: list[dict], references: Map
                     by_winner: bool = False) -> dict:
     """The vote stage's controls.random_vote results: per control list (keyed like ensemble_test) its vote's
     per-problem correctness and accuracy and its members' mean test accuracy, voted exactly as the top-k
-    lists are (members in their drawn order); control_k_curve: the k-curve of the random draw (the lists nest), for
+    lists are (members in their drawn order); control_member_test: each drawn member's test accuracy; control_k_curve: the k-curve of the random draw (the lists nest), for
     k up to the largest control list, beside the top-k lists' own."""
     answers_of, correct_of, accuracy = _by_member(answers)
     drawn = _nested(controls, answers_of, "control", "control ")
     drawn_answers = [answers_of[m] for m in drawn]
     drawn_correct = [correct_of[m] for m in drawn] if by_winner else None
-    out = {"control_correct": {}, "control_test": {}, "control_member_mean_test": {}}
+    out = {"control_correct": {}, "control_test": {}, "control_member_mean_test": {},
+           # every drawn member's own test accuracy, in drawn order: the record's per-problem block carries it
+           "control_member_test": [{"seed": int(s), "sigma": float(g), "test_accuracy": float(accuracy[(s, g)])}
+                                   for s, g in drawn]}
     for lst in controls:
         key, k = repr(lst["fraction"]), lst["k"]
-        out["control_correct"][key] = _vote(drawn_answers[:k], references, drawn_correct)
+        out["control_correct"][key] = vote_correct(drawn_answers[:k], references, drawn_correct)
         out["control_test"][key] = float(np.mean(out["control_correct"][key]))
         out["control_member_mean_test"][key] = float(np.mean([accuracy[m] for m in drawn[:k]]))
     out["control_k_curve"] = k_curve(drawn_answers, references, drawn_correct)
@@ -221,14 +236,22 @@ def base_spread(compositions: list[dict]) -> dict:
             "problems_changing": int(np.sum(correct.any(axis=0) & ~correct.all(axis=0)))}
 
 
+def with_holm(gains: dict[str, dict]) -> dict[str, dict]:
+    """ensemble_gain's results of one comparison over the top-k fractions, each with "p_holm": its exact p
+    adjusted by Holm's method over the family (a record tests every fraction; one p below 0.05 among three
+    is weaker evidence than one test's)."""
+    adjusted = holm({key: gain["p_value"] for key, gain in gains.items()})
+    return {key: gain | {"p_holm": adjusted[key]} for key, gain in gains.items()}
+
+
 def record_statistics(vote: dict, ranking: pd.DataFrame, base_train_reward: float) -> dict:
     """record["statistics"] from the vote stage's output (per_problem_results' keys), rank's ranking
     table and the base model's train reward."""
     for key in ("base_correct", "ensemble_correct", "member_test"):
         if key not in vote:
             raise InputError(f"the vote output has no {key!r}: it was written by an older vote stage; rerun vote")
-    gains = {fraction: ensemble_gain(vote["base_correct"], correct)
-             for fraction, correct in vote["ensemble_correct"].items()}
+    gains = with_holm({fraction: ensemble_gain(vote["base_correct"], correct)
+                       for fraction, correct in vote["ensemble_correct"].items()})
     rewards = ranking.set_index(["seed", "sigma"])["train_reward"]
     members = [(m["seed"], m["sigma"]) for m in vote["member_test"]]
     unknown = [m for m in members if m not in rewards.index]
@@ -237,14 +260,25 @@ def record_statistics(vote: dict, ranking: pd.DataFrame, base_train_reward: floa
                          f"the vote and rank outputs come from different runs")
     controls = {}
     if vote.get("control_correct"):   # controls.random_vote only: other records keep their statistics' keys
+        drawn = vote["control_correct"]
+        # each comparison is a family over the fractions, corrected as one (Holm)
+        versus_base = with_holm({f: ensemble_gain(vote["base_correct"], correct) for f, correct in drawn.items()})
+        # the top-k vote against the random-k vote of the same k: what the selection adds to voting
+        selection_gain = with_holm({f: ensemble_gain(correct, vote["ensemble_correct"][f]) for f, correct in drawn.items()})
         controls["random_vote"] = {fraction: {
             "k": len(vote["control_members"][fraction]), "members": vote["control_members"][fraction],
             "control_test": vote["control_test"][fraction],
             "control_member_mean_test": vote["control_member_mean_test"][fraction],
-            "control_vs_base": ensemble_gain(vote["base_correct"], correct),
-            # the top-k vote against the random-k vote of the same k: what the selection adds to voting
-            "selection_gain": ensemble_gain(correct, vote["ensemble_correct"][fraction]),
-        } for fraction, correct in vote["control_correct"].items()}
+            "control_vs_base": versus_base[fraction],
+            "selection_gain": selection_gain[fraction],
+        } for fraction in drawn}
+    if "sc_correct" in vote:   # controls.self_consistency only
+        from randopt.records.self_consistency import sc_statistics   # it reads this module's tests: imported here
+        controls["self_consistency"] = sc_statistics(vote)
+    if vote.get("random_expectation"):   # controls.random_members only
+        # imported here: random_expectation reads this module's bootstrap settings
+        from randopt.records.random_expectation import expectation_statistics
+        controls["random_expectation"] = expectation_statistics(vote)
     if len(vote.get("base_compositions", [])) > 1:   # controls.base_compositions above 1 only
         controls["base_spread"] = base_spread(vote["base_compositions"])
     return {

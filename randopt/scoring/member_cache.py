@@ -29,6 +29,12 @@ def plan_members(topk_lists: list[dict], cache_dir: str | Path, suffix: str) -> 
     return members, todo
 
 
+def lists_answering_test(ranked: dict) -> list[dict]:
+    """The lists of rank's topk.json whose members answer the test split: the top-k lists, the random-vote
+    controls (controls.random_vote) and the random pool (controls.random_members)."""
+    return ranked["topk"] + ranked.get("controls", []) + ([ranked["random_pool"]] if ranked.get("random_pool") else [])
+
+
 def union_members(topk_lists: list[dict]) -> list[Member]:
     """Every member of any list, once, best-ranked first."""
     seen: dict[tuple[int, float], int] = {}

@@ -19,7 +19,7 @@ from randopt.engines.base import Engine
 from randopt.scoring.scorer import DecodeSpec
 from randopt.io import atomic_path, read_json, write_json_atomic
 from randopt.scoring.base_compositions import composition_path, summary as compositions_summary
-from randopt.scoring.member_cache import member_path, plan_members
+from randopt.scoring.member_cache import lists_answering_test, member_path, plan_members
 from randopt.scoring.member_evaluation import Splits, Tally, evaluate_items
 from randopt.scoring.member_work import Item, work_items
 from randopt.population import BASE
@@ -51,7 +51,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, test: str, train: st
     start = time.perf_counter()
     splits = Splits.read(test, train)
     lists = read_json(topk)
-    members, _ = plan_members(lists["topk"] + lists.get("controls", []), cache_dir, ".parquet")
+    members, _ = plan_members(lists_answering_test(lists), cache_dir, ".parquet")
     done = [read_json(path) for path in parts]
     mine = evaluate_items(work_items(members, base_compositions), make_engine, DecodeSpec.from_config(decode),
                           splits, cache_dir)

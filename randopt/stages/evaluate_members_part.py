@@ -17,7 +17,7 @@ from randopt.io import read_json, write_json_atomic
 from randopt.runtime.cli import run_stage
 from randopt.runtime.engine_args import add_engine_args, engine_from_args, stage_kwargs
 from randopt.runtime.log import log
-from randopt.scoring.member_cache import plan_members
+from randopt.scoring.member_cache import lists_answering_test, plan_members
 from randopt.scoring.member_evaluation import Splits, evaluate_items
 from randopt.scoring.member_work import deal, work_items
 from randopt.scoring.scorer import DecodeSpec
@@ -43,7 +43,7 @@ def run(*, make_engine: Callable[[], Engine], decode: dict, test: str, train: st
     started_at, start = time.time(), time.perf_counter()
     splits = Splits.read(test, train)
     lists = read_json(topk)
-    members, _ = plan_members(lists["topk"] + lists.get("controls", []), cache_dir, ".parquet")
+    members, _ = plan_members(lists_answering_test(lists), cache_dir, ".parquet")
     items = work_items(members, base_compositions)
     share = deal(items, parts, splits.sizes())[part]
     log.info("part %d of %d: %d of the %d items", part + 1, parts, len(share), len(items))

@@ -12,6 +12,7 @@ import pandas as pd
 
 from randopt.io import InputError, atomic_path, read_json, write_json_atomic
 from randopt.selection.summary import selection_summary
+from randopt.selection.random_pool import random_pool
 from randopt.selection.ranking import random_k, rank_population, top_k
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import json_arg, stage_parser
@@ -25,6 +26,9 @@ def parse_args(argv=None):
     p.add_argument("--fractions", type=float, nargs="+", required=True)
     p.add_argument("--random-vote", type=float, nargs="*", default=[],
                    help="controls.random_vote: fractions whose vote is repeated with k members drawn at random")
+    p.add_argument("--random-members", type=int, default=0,
+                   help="controls.random_members: members drawn at random, σ-stratified like the top-k lists, whose "
+                        "k-subsets' votes give the random vote's expectation (0: none)")
     p.add_argument("--n-train", type=int, required=True, help="problems in the frozen train split")
     p.add_argument("--selection", type=json_arg, required=True, help="JSON: the config's selection block")
     p.add_argument("--rounds", nargs="*", default=[],
@@ -35,7 +39,8 @@ def parse_args(argv=None):
 
 
 def run(*, shards: list[str], n_seeds: int, sigmas: list[float], fractions: list[float], n_train: int,
-        selection: dict, rounds: list[str], ranking: str, topk: str, random_vote: list[float] = ()) -> None:
+        selection: dict, rounds: list[str], ranking: str, topk: str, random_vote: list[float] = (),
+        random_members: int = 0) -> None:
     start = time.perf_counter()
     racing = selection["mode"] == "racing"
     if racing != bool(rounds):
@@ -55,6 +60,7 @@ def run(*, shards: list[str], n_seeds: int, sigmas: list[float], fractions: list
         ranked.to_parquet(tmp, index=False)
     write_json_atomic(topk, {"stage": "rank", "population": len(ranked), "n_seeds": n_seeds, "sigmas": sigmas,
                              "topk": lists, **({"controls": random_k(ranked, random_vote)} if random_vote else {}),
+                             **({"random_pool": random_pool(ranked, lists, random_members)} if random_members else {}),
                              "selection": selection_summary(ranked, n_train, selection, reports),
                              "seconds": time.perf_counter() - start})
 

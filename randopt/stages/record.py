@@ -11,6 +11,7 @@ from randopt.kernels.noise_kinds import definition
 from randopt.records import assemble as rec
 from randopt.population import population_size
 from randopt.io import read_json, write_json_atomic
+from randopt.records.per_problem import per_problem_block
 from randopt.records.statistics import record_statistics
 from randopt.selection.recall import recall_of_full_run
 from randopt.distill.summary import distill_round
@@ -136,8 +137,12 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
         # Did it work: the gain's interval and p-value, the members against the base, train-test rho.
         "statistics": record_statistics(voted, pd.read_parquet(ranking), base["accuracy"]) | not_a_result,
         "k_curve": voted["k_curve"],
+        # the vectors the statistics above are computed from: any claim can be recomputed from this file
+        "per_problem": per_problem_block(voted),
         # controls.random_vote only: the same curve for the members drawn at random
         **({"k_curve_random": voted["control_k_curve"]} if voted.get("control_k_curve") else {}),
+        # controls.self_consistency only: SC@k of the base's own samples for k = 1 .. K
+        **({"k_curve_sc": voted["sc_k_curve"]} if voted.get("sc_k_curve") else {}),
         "bpb": {"base": scored["base"], "ensemble": scored["ensemble"], "members": scored["members"]},
         "timings_s": timings,
         "throughput": {

@@ -1,6 +1,6 @@
 """vote: majority vote of each top-k list on the test split; base accuracy with the same extraction; the
 per-problem results and the k-curve that the record's statistics are computed from (randopt/records/statistics.py);
-the controls' votes (controls.random_vote) and the base's batch compositions (controls.base_compositions)."""
+the controls' votes (controls.random_vote, and controls.random_members' random k-subsets) and the base's batch compositions (controls.base_compositions)."""
 from __future__ import annotations
 
 import time
@@ -10,6 +10,8 @@ import pandas as pd
 
 from randopt.population import BASE
 from randopt.io import InputError, read_json, read_jsonl, verify_against_manifest, write_json_atomic
+from randopt.records.random_expectation import random_expectation
+from randopt.records.self_consistency import sc_results
 from randopt.records.statistics import control_results, per_problem_results
 from randopt.tasks import registry
 from randopt.runtime.cli import run_stage
@@ -20,11 +22,15 @@ def parse_args(argv=None):
     p = stage_parser("vote", __doc__, "--topk", "--test")
     p.add_argument("--answers", required=True, help="evaluate_members parquet")
     p.add_argument("--base-compositions", required=True, help="evaluate_members' base_compositions.json")
+    p.add_argument("--self-consistency", nargs=2, default=None, metavar=("SAMPLES", "SUMMARY"),
+                   help="controls.self_consistency: the self_consistency stage's samples (parquet) and summary (JSON); "
+                        "SC@k is voted for each top-k list's k")
     p.add_argument("--out", required=True, help="JSON")
     return p.parse_args(argv)
 
 
-def run(*, answers: str, base_compositions: str, topk: str, test: str, out: str) -> None:
+def run(*, answers: str, base_compositions: str, topk: str, test: str, out: str,
+        self_consistency: list[str] | None = None) -> None:
     start = time.perf_counter()
     verify_against_manifest(test)
     table = pd.read_parquet(answers)
@@ -54,6 +60,14 @@ def run(*, answers: str, base_compositions: str, topk: str, test: str, out: str)
         result |= control_results(table, ranked["controls"], references, by_winner=True)
         result["control_members"] = {repr(c["fraction"]): [{"seed": m["seed"], "sigma": m["sigma"]} for m in c["members"]]
                                      for c in ranked["controls"]}
+    if self_consistency:   # controls.self_consistency
+        samples = pd.read_parquet(self_consistency[0])
+        # pooled by the task's vote key, as the members' answers are
+        samples["answer"] = [task.vote_key(a) for a in samples["answer"].astype(object).where(samples["answer"].notna(), None)]
+        sampling = read_json(self_consistency[1])["sampling"]
+        result |= sc_results(samples, lists, references, sampling, by_winner=True)
+    if ranked.get("random_pool"):   # controls.random_members
+        result |= random_expectation(table, lists, ranked["random_pool"], references, by_winner=True)
     compositions = read_json(base_compositions)
     if compositions["problem_ids"] != details["problem_ids"] or \
             compositions["compositions"][0]["correct"] != details["base_correct"]:
