@@ -1,0 +1,96 @@
+"""Plain data across the sandbox's wall: values of exactly the built-in types (no subclass, no object of
+the program's own), as one line of JSON, with tags where JSON would lose the type.
+
+    None, bool, int, float, str: themselves (NaN and infinities as JSON's NaN/Infinity)
+    list: a JSON array;  tuple, set, frozenset, bytes, complex, dict: {"<tag>": ...}
+
+The sandboxed side encodes (a value that is not plain data is refused: an object whose __eq__ says
+True to anything cannot cross); the judge decodes, building the values itself, so it compares
+built-in values with built-in ==. This module imports only the standard library: the sandbox
+imports it from a read-only view of this file.
+"""
+import json
+import math
+
+MAX_DEPTH = 64
+_SCALARS = (type(None), bool, int, str)
+
+
+class NotPlain(ValueError):
+    """A value that is not plain data, or a line that is not an encoding of one."""
+
+
+def _to_json(value, depth: int):
+    if depth > MAX_DEPTH:
+        raise NotPlain(f"nested deeper than {MAX_DEPTH}")
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if kind is list:
+        return [_to_json(v, depth + 1) for v in value]
+    if kind in (tuple, set, frozenset):
+        items = [_to_json(v, depth + 1) for v in value]
+        return {kind.__name__: items}
+    if kind is dict:
+        return {"dict": [[_to_json(k, depth + 1), _to_json(v, depth + 1)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    if kind is complex:
+        return {"complex": [_to_json(value.real, depth + 1), _to_json(value.imag, depth + 1)]}
+    raise NotPlain(f"a {kind.__module__}.{kind.__qualname__} object is not plain data")
+
+
+def encode(value) -> str:
+    """One line of JSON; NotPlain for anything but plain data."""
+    try:
+        return json.dumps(_to_json(value, 0), separators=(",", ":"))
+    except ValueError as err:  # an int past Python's digit limit
+        raise NotPlain(str(err)) from None
+
+
+_TAGS = {"tuple": tuple, "set": set, "frozenset": frozenset}
+
+
+def _from_json(value, depth: int):
+    if depth > MAX_DEPTH:
+        raise NotPlain(f"nested deeper than {MAX_DEPTH}")
+    kind = type(value)
+    if kind in _SCALARS or kind is float:
+        return value
+    if kind is list:
+        return [_from_json(v, depth + 1) for v in value]
+    if kind is not dict or len(value) != 1:
+        raise NotPlain("not an encoding of plain data")
+    (tag, body), = value.items()
+    try:
+        if tag in _TAGS and type(body) is list:
+            return _TAGS[tag](_from_json(v, depth + 1) for v in body)
+        if tag == "dict" and type(body) is list:
+            return {_from_json(k, depth + 1): _from_json(v, depth + 1) for k, v in body}
+        if tag == "float" and body in ("nan", "inf", "-inf"):
+            return float(body)
+        if tag == "bytes" and type(body) is str:
+            return bytes.fromhex(body)
+        if tag == "complex" and type(body) is list and len(body) == 2:
+            return complex(_from_json(body[0], depth + 1), _from_json(body[1], depth + 1))
+    except (TypeError, ValueError) as err:  # an unhashable key or member, a bad pair
+        raise NotPlain(f"not an encoding of plain data ({err})") from None
+    raise NotPlain(f"not an encoding of plain data (tag {tag!r})")
+
+
+def from_json(value) -> object:
+    """The value a parsed encoding stands for (a line of encode() after json.loads)."""
+    try:
+        return _from_json(value, 0)
+    except RecursionError:
+        raise NotPlain("not an encoding of plain data (too deep)") from None
+
+
+def decode(line) -> object:
+    """The value a line of encode() stands for, built from built-in types only."""
+    try:
+        return _from_json(json.loads(line), 0)
+    except (ValueError, RecursionError) as err:
+        raise NotPlain(f"not an encoding of plain data ({type(err).__name__})") from None
