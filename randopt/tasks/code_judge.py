@@ -87,19 +87,65 @@ class _Run:
         return err.read().decode("utf-8", "replace")
 
     def __exit__(self, *exc):
-        for proc in self.procs:  # the session holds bwrap, and the sandbox's PID namespace dies with it
+        # bwrap's session, and the sandbox's PID namespace, whose first process is bwrap's child in a
+        # session of its own: killing it ends every process in the namespace. Waited for to the last,
+        # so no process of this run outlives it.
+        inner = [pid for proc in self.procs for pid in _descendants(proc.pid)]
+        for pid in inner:
+            _kill(pid)
+        for proc in self.procs:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         for proc in self.procs:
             proc.wait()
+        for pid in inner:
+            _wait_gone(pid)
         for fd in self.fds:
             os.close(fd)
         for err in self.errs:
             err.close()
         for scratch in self.dirs:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """pid's children, theirs and so on (/proc/PID/task/TID/children), nearest first."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop(0)
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                children = [int(c) for c in Path(f"/proc/{parent}/task/{tid}/children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
+    """Until a process that is not this one's child has ended (its pidfd turns readable)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        select.select([pidfd], [], [], timeout_s)
+    finally:
+        os.close(pidfd)
 
 
 def _exchange(write_fd: int | None, data: bytes, read_fd: int, deadline: float, until_eof: bool) -> bytes | None:

@@ -31,6 +31,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from randopt.io import InputError
 from randopt.tasks import seccomp_filter
 
 HERE = Path(__file__).resolve().parent
@@ -41,8 +42,9 @@ SANDBOX_UID = 65534
 OPT_IN = "task.code.unsandboxed: true"
 
 
-class SandboxUnavailable(RuntimeError):
-    """The OS sandbox cannot start here, and running untrusted code without it was not asked for."""
+class SandboxUnavailable(InputError):
+    """The OS sandbox cannot start here, and running untrusted code without it was not asked for (an
+    InputError, so a stage says it in one line: randopt/runtime/cli.py)."""
 
 
 def python() -> str:
