@@ -17,8 +17,7 @@ import os
 import resource
 import sys
 
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # last: randopt/tasks holds a math.py
-import plain_data  # noqa: E402  (beside this file, in the sandbox's read-only /judge)
+plain_data = None  # the module beside this file, imported by main() (importing this module does nothing)
 
 MAX_REPLY = 16 << 20  # bytes of one answer
 
@@ -71,6 +70,9 @@ def stand_in(to_fd: int, from_fd: int):
 
 
 def main() -> None:
+    global plain_data
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # last: randopt/tasks holds a math.py
+    import plain_data  # beside this file, in the sandbox's read-only /judge
     program, entry_point, memory_mb, cpu_s, to_fd, from_fd, report_fd = sys.argv[1:8]
     limit(int(memory_mb), int(cpu_s))
     candidate = stand_in(int(to_fd), int(from_fd))

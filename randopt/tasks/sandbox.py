@@ -32,7 +32,8 @@ import sysconfig
 from pathlib import Path
 
 from randopt.io import InputError
-from randopt.tasks import seccomp_filter
+from randopt.tasks import judge_child, sandbox_child, seccomp_filter  # noqa: F401  the scripts it runs:
+# imported (which does nothing) so that the code key of the scorer holds them
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ("sandbox_child.py", "judge_child.py", "plain_data.py")  # bound at /judge, read-only

@@ -22,8 +22,7 @@ import os
 import resource
 import sys
 
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # last: randopt/tasks holds a math.py
-import plain_data  # noqa: E402  (beside this file, in the sandbox's read-only /judge)
+plain_data = None  # the module beside this file, imported by main() (importing this module does nothing)
 
 
 def limit(memory_mb: int, cpu_s: int) -> None:
@@ -62,6 +61,9 @@ def write_line(fd: int, line: str) -> None:
 
 
 def main() -> None:
+    global plain_data
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # last: randopt/tasks holds a math.py
+    import plain_data  # beside this file, in the sandbox's read-only /judge
     program, entry_point, memory_mb, cpu_s, in_fd, out_fd = sys.argv[1:7]
     in_fd, out_fd = int(in_fd), int(out_fd)
     limit(int(memory_mb), int(cpu_s))
