@@ -300,7 +300,8 @@ def test_plain_data_crosses_exactly_and_nothing_else_does():
     for bad in (object(), [1, iter([])], {"a": lambda: 0}, range(3), __import__("fractions").Fraction(1, 2)):
         with pytest.raises(plain_data.NotPlain):
             plain_data.encode(bad)
-    for line in ('{"eval": "1"}', '{"tuple": 1}', '{"set": [[1]]}', "[" * 100 + "]" * 100, "{", '{"a": 1, "b": 2}'):
+    colliding = '{"set": [%s]}' % ",".join(str(i * (2 ** 61 - 1)) for i in range(plain_data.MAX_HASHED + 1))
+    for line in (colliding, '{"eval": "1"}', '{"tuple": 1}', '{"set": [[1]]}', "[" * 100 + "]" * 100, "{", '{"a": 1, "b": 2}'):
         with pytest.raises(plain_data.NotPlain):
             plain_data.decode(line)
 

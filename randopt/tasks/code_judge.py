@@ -29,7 +29,7 @@ from typing import Any
 
 from randopt.tasks import humaneval_split, plain_data, sandbox
 
-MAX_REPLY = 16 << 20  # bytes of the candidate's answers, or of a judge's report
+MAX_REPLY = 4 << 20  # bytes of the candidate's answers (HumanEval's largest are a few kB), or of a report
 TAIL = 2000  # characters of a process's stderr kept for the reason
 
 
@@ -218,8 +218,10 @@ def _split_verdict(source: str, problem: Mapping[str, Any], split: humaneval_spl
             return Outcome(False, _ended(run, 0) if len(line) < MAX_REPLY else "answers over the size limit")
     try:
         reply = json.loads(line)
-        values = [plain_data.from_json(v) for v in reply["values"]]
+        values = plain_data.from_json({"tuple": reply["values"]})  # one budget for all the values
         stop = reply["stop"]
+    except plain_data.NotPlain as err:
+        return Outcome(False, f"a malformed answer ({err})")
     except (ValueError, KeyError, TypeError, RecursionError) as err:
         return Outcome(False, f"a malformed answer ({type(err).__name__})")
     if stop is not None or len(values) != len(split.calls):

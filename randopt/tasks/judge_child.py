@@ -19,7 +19,7 @@ import sys
 
 plain_data = None  # the module beside this file, imported by main() (importing this module does nothing)
 
-MAX_REPLY = 16 << 20  # bytes of one answer
+MAX_REPLY = 4 << 20  # bytes of one answer
 
 
 class CandidateFailed(Exception):
