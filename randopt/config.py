@@ -344,7 +344,8 @@ def check_model_files(config: dict) -> None:
 
 
 def check_engine_installed(config: dict) -> None:
-    """engine.kind vllm needs vLLM in the Python that runs the jobs (this one: the stages run as its modules).
+    """engine.kind vllm needs vLLM in the Python that runs the jobs (this one: the stages run as its modules),
+    and engine.device cuda a CUDA device this host's driver shows.
     Found, not imported (importing vLLM takes seconds). The workflow asks only where jobs will run on this host
     (rules/common.smk, check_engine_here): a dry run of a GPU config on a CPU machine is a legitimate use."""
     if config["engine"]["kind"] == "vllm" and importlib.util.find_spec("vllm") is None:
@@ -352,6 +353,13 @@ def check_engine_installed(config: dict) -> None:
                           "install the GPU stack in a venv of its own and run its snakemake (docs/gpu.md: python3 -m "
                           "venv .venv-gpu && .venv-gpu/bin/pip install -r envs/requirements-gpu.txt), or use "
                           "engine.kind torch")
+    device = str(config["engine"]["device"])
+    if device == "cuda" or device.startswith("cuda:"):
+        from randopt.runtime import cuda_driver
+        if not cuda_driver.devices():
+            raise ConfigError(f"config key 'engine.device': {device}, but this host has no usable CUDA device (no CUDA "
+                              f"driver, or none visible under CUDA_VISIBLE_DEVICES); use engine.device auto or cpu "
+                              f"here, or run on a host with a GPU")
 
 
 def model_attention_heads(model_dir: Path) -> int | None:
@@ -379,8 +387,9 @@ def _check_task_keys(config: dict) -> None:
     """Before defaults are filled (so that only what the config itself says counts): a task other
     than GSM8K takes its prompt and splits from task.<kind>, so GSM8K's places for them are errors,
     not silently ignored."""
+    from randopt.tasks.registry import KINDS
     kind = task_kind(config)
-    if kind == "gsm8k" or not isinstance(kind, str):
+    if kind == "gsm8k" or kind not in KINDS:  # an unknown kind is the schema's to name (task.kind), not gsm8k's
         return
     if config.get("gsm8k"):
         raise ConfigError(f"config key 'gsm8k': task.kind is {kind!r}, and the gsm8k block is GSM8K's only; put the "

@@ -51,7 +51,11 @@ def model_input(model: Mapping) -> Input | None:
     read from whatever version of that package is installed: its config is keyed apart); None for a hub
     model (its pinned revision addresses it)."""
     if model["source"] == "local":
-        return Input("model.path", dir_files(Path(model["path"])))
+        path = Path(model["path"])
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise InputError(f"config key 'model.path': {path} is not a Hugging Face model dir (no config.json); give "
+                             f"the dir that holds config.json and the weights")
+        return Input("model.path", dir_files(path))
     if model["source"] in ("gguf_wheel", "gguf"):
         return gguf_source.gguf_input(model)
     if model["source"] == "shape":
