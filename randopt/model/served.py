@@ -1,5 +1,6 @@
 """What an engine serves, by its bytes: the files of the model dir it loads, hashed as they are now, and
-checked against the manifest prepare_model wrote beside that dir (<key>/model and <key>/manifest.json).
+checked against the manifest written beside that dir (<key>/model and <key>/manifest.json: prepare_model's,
+or distill_train's for a fine-tuned arm).
 
 Every engine checks before it loads (randopt/engines/factory.py, the resident server), and a resident
 engine is reused only by a job whose model dir hashes to the same bytes (randopt/runtime/resident/
@@ -51,9 +52,11 @@ def check_manifest(model_dir: Path, shas: dict[str, str]) -> None:
     manifest_path = model_dir.parent / MANIFEST
     if not manifest_path.is_file():
         return
-    expected = read_json(manifest_path).get("weights_sha256")
+    written = read_json(manifest_path)
+    # prepare_model's manifest names them weights_sha256, distill_train's (a fine-tuned arm) weights
+    expected = written.get("weights_sha256", written.get("weights"))
     if not isinstance(expected, dict):
-        return  # not prepare_model's manifest
+        return  # no manifest of a model's weights
     now = {name: sha for name, sha in shas.items() if _is_weights(name)}
     if now != expected:
         changed = sorted(n for n in set(now) | set(expected) if now.get(n) != expected.get(n))
