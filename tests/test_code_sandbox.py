@@ -346,9 +346,10 @@ def test_bwrap_sees_none_of_the_hosts_files(problems, leaves_nothing):
     """What the program's process can list: its scratch, the judge's scripts, Python's library with
     its site-packages empty; not /etc, /home, /work or /root's other files."""
     problem = problems["HumanEval/0"]
-    probe = """    import os
+    probe = """    import os, sys, sysconfig
     listing = sorted(os.listdir('/'))
-    raise RuntimeError(repr((listing, os.getuid(), os.listdir('.'))))
+    packages = os.listdir(sysconfig.get_path('purelib'))
+    raise RuntimeError(repr((listing, os.getuid(), os.listdir('.'), 'packages', packages)))
 """
     got = score(problem, [probe])[0]
     assert got.value == 0.0
@@ -356,6 +357,7 @@ def test_bwrap_sees_none_of_the_hosts_files(problems, leaves_nothing):
     for absent in ("'etc'", "'home'", "'work'", "'var'"):
         assert absent not in listing, listing
     assert "65534" in listing and "'program.py'" in listing, listing
+    assert "'packages', [])" in listing, listing  # the interpreter's site-packages: an empty tmpfs
 
 
 def test_the_judge_agrees_with_human_evals_own_verdicts_on_mutants(problems):
