@@ -69,6 +69,11 @@ class _Run:
             self.fds.remove(fd)
             os.close(fd)
 
+    def hand_over(self, fd: int) -> int:
+        """fd, no longer closed by the run: its new holder closes it."""
+        self.fds.remove(fd)
+        return fd
+
     def start(self, script: str, source: str, entry_point: str, limits: Limits, fds: tuple[int, ...]):
         scratch = Path(tempfile.mkdtemp(prefix="randopt-sandbox-"))
         self.dirs.append(scratch)
@@ -210,8 +215,7 @@ def _split_verdict(source: str, problem: Mapping[str, Any], split: humaneval_spl
         run.start("sandbox_child.py", source, problem["entry_point"], limits, (calls_r, answers_w))
         run.close(calls_r, answers_w)
         request = (plain_data.encode(list(split.calls)) + "\n").encode()
-        run.fds.remove(calls_w)  # _exchange closes it once written
-        line = _exchange(calls_w, request, answers_r, deadline, until_eof=False)
+        line = _exchange(run.hand_over(calls_w), request, answers_r, deadline, until_eof=False)
         if line is None:
             return Outcome(False, f"timed out after {limits.timeout_s:g} s")
         if not line.endswith(b"\n"):
