@@ -319,14 +319,17 @@ def test_157_of_164_tests_split_into_calls_and_the_rest_are_named():
         assert split(test, "f") is None, test
 
 
-def test_without_the_sandbox_untrusted_code_is_refused_unless_opted_in(problems, monkeypatch):
+def test_without_the_sandbox_untrusted_code_is_refused_unless_opted_in(problems, monkeypatch, tmp_path, request):
     """Where bwrap cannot run, scoring refuses with one line that says why and what to do; the opt-in
     runs the same judge as plain processes (the verdict still outside the program)."""
-    monkeypatch.setattr(sandbox, "unavailable_reason", lambda: "bubblewrap (bwrap) is not installed")
+    monkeypatch.setenv("PATH", str(tmp_path))  # a host without bwrap: none on the PATH
+    sandbox.unavailable_reason.cache_clear()
+    request.addfinalizer(sandbox.unavailable_reason.cache_clear)  # asked again once PATH is back
     problem = problems["HumanEval/0"]
     with pytest.raises(sandbox.SandboxUnavailable, match="task.code.unsandboxed: true") as err:
         score(problem, [problem["canonical_solution"]])
     assert "\n" not in str(err.value) and "apt-get install bubblewrap" in str(err.value)
+    assert "bubblewrap (bwrap) is not installed" in str(err.value)
     task = registry.make({"kind": "code", "timeout_s": 5, "memory_mb": 256, "workers": None, "unsandboxed": True})
     always_equal = "    class A:\n        __eq__ = lambda s, o: True\n    return A()\n"
     got = task.score_all([problem["canonical_solution"], always_equal], [reward_problem(problem)] * 2)
