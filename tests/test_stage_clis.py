@@ -168,6 +168,54 @@ def test_a_tensor_parallel_size_under_the_torch_engine_fails_at_dag_build(tmp_pa
     assert not (tmp_path / "results").exists()
 
 
+def test_a_local_model_dir_without_config_json_fails_at_dag_build(tmp_path):
+    model = tmp_path / "weights-only"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 16)
+    proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(model)}})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert f"config key 'model.path': {model} is not a Hugging Face model dir (no config.json)" in out, out[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_gguf_path_to_a_file_that_is_not_gguf_fails_at_dag_build(tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"PK\x03\x04 a zip file under a .gguf name")
+    proc = dry_run(tmp_path, {"model": {"source": "gguf", "gguf": {"path": str(fake)}}})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert f"config key 'model.gguf.path': {fake}: not a GGUF file" in out, out[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_an_unknown_task_kind_beside_a_gsm8k_block_blames_the_kind(tmp_path):
+    proc = dry_run(tmp_path, {"task": {"kind": "cdoe"}, "gsm8k": {"n_train": 8}})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert "config key 'task.kind': must be one of" in out and 'did you mean "code"?' in out, out[-3000:]
+    assert "config key 'gsm8k'" not in out
+
+
+def test_device_cuda_without_cuda_fails_at_the_runs_start_not_under_a_dry_run(tmp_path):
+    """As vLLM missing does (below): a dry run is a legitimate plan for another host; a run stops at its
+    start (onstart), before any job, with the key and the fix, and no traceback."""
+    from randopt.runtime import cuda_driver
+    if cuda_driver.devices():
+        pytest.skip("this host has CUDA: the run would start")
+    overlay = {"engine": {"device": "cuda"}}
+    assert dry_run(tmp_path / "dry", overlay).returncode == 0
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(overlay))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                           str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "--cores", "1"],
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert ("invalid config: config key 'engine.device': cuda, but this host has no usable CUDA device" in out
+            and "use engine.device auto or cpu here" in out), out[-3000:]
+    assert not any((tmp_path / d).exists() for d in ("data", "results", "logs"))  # no job ran
+
+
 def test_vllm_missing_here_fails_at_the_runs_start_not_under_a_dry_run(tmp_path):
     """engine.kind vllm on a host without vLLM (issue 47: it failed only inside evaluate_shard). A dry run of a
     GPU config on a CPU machine stays legitimate; a run that would start engine jobs here stops at its start

@@ -3,6 +3,7 @@ written for these tests; the hub loader offline, as GSM8K's), HumanEval in the s
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -152,20 +153,21 @@ def test_all_164_canonical_solutions_pass_in_parallel(human_eval):
     print(f"164 canonical solutions in {time.perf_counter() - start:.1f} s")
 
 
-BAD = {
+BAD = {  # completion -> its reason; each scores 0 and touches nothing outside its sandbox
     "empty": ("", "empty completion"),
     "wrong": ("    return []\n", "tests failed"),
     "syntax": ("    return (\n", "syntax error"),
     "infinite loop": ("    while True:\n        pass\n", "timed out after 2 s"),
-    "os.system": ("    import os\n    os.system('touch {canary}')\n    return True\n", "sandbox violation: os.system"),
-    "fork": ("    import os\n    os.fork()\n", "sandbox violation: os.fork"),
-    "subprocess": ("    import subprocess\n    subprocess.run(['touch', '{canary}'])\n", "sandbox violation: subprocess"),
-    "reads outside": ("    return open('/etc/hostname').read()\n", "outside the scratch directory"),
-    "writes outside": ("    open('{canary}', 'w').write('x')\n", "outside the scratch directory"),
-    "network": ("    import socket\n    socket.socket().connect(('127.0.0.1', 9))\n", "sandbox violation: socket"),
+    "os.system": ("    import os\n    os.system('touch {canary}')\n    return True\n", "tests failed"),
+    "fork": ("    import os\n    os.fork()\n", "raised PermissionError"),
+    "subprocess": ("    import subprocess\n    subprocess.run(['touch', '{canary}'])\n", "raised PermissionError"),
+    "reads outside": ("    return open('/etc/hostname').read()\n", "raised FileNotFoundError"),
+    "writes outside": ("    open('{canary}', 'w').write('x')\n", "raised FileNotFoundError"),
+    # the host listens on {port}: the sandbox's loopback is another network's
+    "network": ("    import socket\n    socket.socket().connect(('127.0.0.1', {port}))\n", "raised ConnectionRefusedError"),
     "memory": ("    x = bytearray(1 << 31)\n", "memory limit exceeded"),
     "raises its limits": ("    import resource\n    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n",
-                          "sandbox violation: resource.setrlimit"),
+                          "raised ValueError: not allowed to raise maximum limit"),
 }
 
 
@@ -173,9 +175,12 @@ def test_bad_completions_get_0_with_their_reason_and_touch_nothing(human_eval, t
     canary = tmp_path / "canary"
     task = registry.make({"kind": "code", "timeout_s": 2, "memory_mb": 256, "workers": None})
     problem = human_eval[0]
-    texts = [text.replace("{canary}", str(canary)) for text, _ in BAD.values()]
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    texts = [text.replace("{canary}", str(canary)).replace("{port}", str(port)) for text, _ in BAD.values()]
     start = time.perf_counter()
-    rewards = task.score_all(texts, [problem] * len(texts))
+    with listener:
+        rewards = task.score_all(texts, [problem] * len(texts))
     assert time.perf_counter() - start < 30  # the loop is cut at its timeout, in parallel with the rest
     for (name, (_, reason)), got in zip(BAD.items(), rewards):
         assert got.value == 0.0 and reason in got.reason, (name, got)

@@ -26,7 +26,18 @@ def engine_class(kind: str) -> type:
 
 
 def make_engine(kind: str, model_dir: str, **options) -> Engine:
-    return track(engine_class(kind)(model_dir, **options))
+    """The engine, once its model dir's files are checked against the prepared model's manifest, before
+    and after the load (randopt/model/served.py): an engine never serves weights other than the ones
+    the run's keys name."""
+    from randopt.io import InputError
+    from randopt.model.served import served_sha256
+
+    before = served_sha256(model_dir)
+    engine = engine_class(kind)(model_dir, **options)
+    if served_sha256(model_dir) != before:
+        engine.close()
+        raise InputError(f"{model_dir}: the model's files changed while the engine loaded them; run the stage again")
+    return track(engine)
 
 
 def track(engine: Engine) -> Engine:

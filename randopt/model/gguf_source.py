@@ -66,6 +66,9 @@ def package_file(package: str, file: str) -> Path:
     return path
 
 
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file (the format's header)
+
+
 def resolve(spec: Mapping) -> list[Part]:
     """Each part as a file, in order. A part that is not there (a package not installed, a file missing)
     is an error naming the part."""
@@ -88,6 +91,11 @@ def resolve(spec: Mapping) -> list[Part]:
                 raise
             raise InputError(f"{label}: {err}") from None
         parts.append(Part(label, path, item.get("sha256")))
+    with open(parts[0].path, "rb") as fh:  # a GGUF file, or its first part, opens with the format's magic
+        magic = fh.read(len(GGUF_MAGIC))
+    if magic != GGUF_MAGIC:
+        raise InputError(f"{parts[0].label}: not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}); give the "
+                         f"model's .gguf file" + (", parts in order" if len(parts) > 1 else ""))
     if spec.get("sha256") is None and len(parts) > 1:
         raise InputError(f"{len(parts)} parts are joined, and only the whole file's pinned sha256 can tell a part "
                          f"missing from the list; pin it (model.gguf.sha256)")

