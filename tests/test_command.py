@@ -1,0 +1,89 @@
+"""The randopt command (randopt/command.py): what each subcommand runs, and the lm-eval plugin bridge
+(randopt/harness/plugin_bridge.py) that makes `lm_eval --model randopt` resolve on lm-eval 0.4.13."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from randopt.checkout import REPO, SNAKEFILE
+from randopt.command import snakemake_argv, snakemake_env
+from randopt.terminal import RESUME_ENV
+
+
+def test_run_is_snakemake_on_the_packages_snakefile_with_every_core_and_randopts_terminal():
+    argv = snakemake_argv(["-n", "--configfile", "my.yaml"])
+    assert argv[:4] == ["-m", "snakemake", "--snakefile", str(SNAKEFILE)]
+    assert argv[4:] == ["--cores", "all", "--logger", "randopt", "-n", "--configfile", "my.yaml"]
+    assert SNAKEFILE == REPO / "Snakefile"   # a checkout: the Snakefile beside randopt/
+
+
+@pytest.mark.parametrize("cores", [["--cores", "2"], ["-c", "2"], ["-j4"], ["--cores=3"], ["--profile", "profiles/slurm"]])
+def test_a_users_cores_or_profile_replaces_the_default_cores(cores):
+    assert "all" not in snakemake_argv(cores)
+
+
+def test_banners_gives_snakemakes_own_logger_and_a_users_logger_wins():
+    assert "--logger" not in snakemake_argv(["--banners"]) and "--banners" not in snakemake_argv(["--banners"])
+    assert snakemake_argv(["--logger", "rich"]).count("--logger") == 1
+
+
+def test_export_asks_for_the_export_target():
+    assert snakemake_argv(["--configfile", "my.yaml"], "export")[-1] == "export"
+
+
+def test_the_run_env_puts_the_checkouts_plugin_first_and_keeps_a_callers_resume_line():
+    env = snakemake_env(["randopt", "run", "--configfile", "my file.yaml"], {"PYTHONPATH": "/x"})
+    assert env["PYTHONPATH"] == f"{REPO / 'plugins'}{os.pathsep}/x"
+    assert env[RESUME_ENV] == "randopt run --configfile 'my file.yaml'"
+    assert snakemake_env(["randopt", "run"], {RESUME_ENV: "make record"})[RESUME_ENV] == "make record"
+
+
+def run_randopt(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "randopt", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_help_names_every_command_and_an_unknown_one_is_refused():
+    out = run_randopt("--help")
+    assert out.returncode == 0 and all(f"randopt {c}" in out.stdout for c in ("run", "export", "status", "ask", "eval"))
+    bad = run_randopt("frobnicate")
+    assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr
+
+
+def test_status_and_ask_are_their_modules_from_any_directory(tmp_path):
+    status = run_randopt("status", "--directory", str(tmp_path), cwd=tmp_path)
+    assert status.returncode == 0 and "record: not written yet" in status.stdout
+    ask = run_randopt("ask", "--fraction", "0.5", "--record", str(tmp_path / "none.json"), "hi", cwd=tmp_path)
+    assert ask.returncode == 2 and ask.stderr.startswith("error:")
+
+
+def test_run_execs_snakemake_from_any_directory(tmp_path):
+    """`randopt run --version` outside the checkout: Snakemake itself answers, through the plugin path."""
+    out = run_randopt("run", "--version", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip().startswith("9."), out.stderr
+
+
+def test_the_bridge_registers_a_plugins_entry_point_lazily_and_never_over_a_builtin(tmp_path):
+    """A package declaring an "lm_eval.models" entry point (here a stand-in dist-info, as pip writes one): after the
+    bridge, lm-eval's own get_model finds it, imports its class only when asked, and keeps its own models."""
+    dist = tmp_path / "fake_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[lm_eval.models]\nrandopt = randopt.harness.model:RandoptLM\n"
+                                           "hf = somewhere.else:NotHF\n")
+    code = ("import sys, randopt.harness.plugin_bridge as b; b.install(); "
+            "from lm_eval.api.registry import get_model, model_registry; "
+            "hf = get_model('hf'); lazy = 'randopt.harness.model' not in sys.modules; "
+            "print(lazy, model_registry._objs['randopt'], hf.__name__, get_model('randopt').__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True", "randopt.harness.model:RandoptLM", "HFLM", "RandoptLM"]
+
+
+def test_the_pth_line_is_one_import_that_site_runs():
+    """site.py runs a .pth line that starts with "import"; anything else would be read as a path."""
+    (line,) = Path(REPO / "randopt" / "harness" / "randopt-lm-eval.pth").read_text().splitlines()
+    assert line.startswith("import randopt.harness.plugin_bridge")
