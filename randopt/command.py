@@ -19,7 +19,9 @@ import os
 import shlex
 import sys
 
-from randopt.checkout import REPO, SNAKEFILE
+from pathlib import Path
+
+from randopt.checkout import REPO, SNAKEFILE, WORKFLOW
 from randopt.terminal import RESUME_ENV
 
 USAGE = __doc__.split("\n\n")[1]
@@ -35,9 +37,19 @@ def given(args: list[str], flags: tuple[str, ...]) -> bool:
                for a in args for f in flags)
 
 
+def shipped_profile(value: str) -> str:
+    """--profile's value: a folder here as given, else one the package ships (`--profile slurm` anywhere)."""
+    if Path(value).is_dir():
+        return value
+    for candidate in (WORKFLOW / value, WORKFLOW / "profiles" / value):
+        if candidate.is_dir():
+            return str(candidate)
+    return value
+
+
 def snakemake_argv(args: list[str], target: str | None = None) -> list[str]:
     """The Snakemake command line of `randopt run` / `randopt export` (without the interpreter)."""
-    args = list(args)
+    args = [shipped_profile(a) if i and args[i - 1] == "--profile" else a for i, a in enumerate(args)]
     argv = ["-m", "snakemake", "--snakefile", str(SNAKEFILE)]
     if not given(args, CORES_FLAGS):
         argv += ["--cores", "all"]

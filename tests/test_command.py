@@ -29,6 +29,13 @@ def test_banners_gives_snakemakes_own_logger_and_a_users_logger_wins():
     assert snakemake_argv(["--logger", "rich"]).count("--logger") == 1
 
 
+def test_a_shipped_profile_is_found_by_its_name_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert snakemake_argv(["--profile", "slurm"])[-1] == str(REPO / "profiles" / "slurm")
+    (tmp_path / "slurm").mkdir()   # a folder of that name here wins, as Snakemake would read it
+    assert snakemake_argv(["--profile", "slurm"])[-1] == "slurm"
+
+
 def test_export_asks_for_the_export_target():
     assert snakemake_argv(["--configfile", "my.yaml"], "export")[-1] == "export"
 
