@@ -84,6 +84,10 @@ def test_the_verdict_ends_a_finished_run(tmp_path, monkeypatch):
     *_, where, result, controls = out.getvalue().splitlines()
     assert where == ("record: results/record.json, figures in results/figures/; report: randopt run --configfile "
                      "my.yaml --report results/report.html")
+    (path.parent / "figures" / "figures.md").write_text("# figures\n")
+    assert verdict_lines(json.loads(path.read_text()), path.relative_to(tmp_path), path.parent.relative_to(tmp_path) /
+                         "figures")[0].startswith("record: results/record.json, figures with captions in "
+                                                  "results/figures/figures.md; report: snakemake --report")
     # the tie goes to the smaller list; its interval is above 0
     assert result == ("gsm8k test, 200 problems: base 0.500 -> best vote 0.600 (top 0.25, k=2), gain +0.100 "
                       "[+0.020, +0.180] 95% CI: the interval is above 0: a gain")
