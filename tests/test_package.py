@@ -38,6 +38,8 @@ def test_randopt_run_dry_runs_the_default_from_any_directory(installed):
     # the workflow shipped in the package, its profile found beside its Snakefile
     assert re.search(r"profile \S+/site-packages/randopt/workflow/profiles/default", out), out[-4000:]
     assert re.search(r"^evaluate_shard +\d+$", out, re.M) and "This was a dry-run" in out
+    # nothing written into site-packages (the code keys' memo goes to the user's cache there)
+    assert not list(installed["venv"].glob("lib/python3*/site-packages/.snakemake"))
 
 
 def test_lm_evals_own_cli_finds_the_randopt_model(installed):
