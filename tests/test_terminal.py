@@ -163,6 +163,10 @@ def test_progress_comes_from_the_seed_lines_of_a_shard_and_from_a_stages_bar(tmp
     bar = from_bar("test split:  20% 1/5 [00:00<00:03, 13.23item/s]\ntest split:  40% 2/5 [00:01<01:02,  7.46s/item]\n")
     assert (bar.done, bar.total, bar.unit, round(bar.per_s, 3), bar.eta_s) == (2, 5, "items", 0.134, 62.0)
     assert job_progress(tmp_path / "missing.log", {}, 1.0) is None
+    # before a shard's first seed: its bar's total, in members, no rate and no ETA yet
+    log.write_text("sigma 0.004:   0% 0/16 [00:00<?, ?seed/s]\n")
+    early = job_progress(log, {"sigma": "0.004", "first": "0000", "last": "0015"}, elapsed_s=30.0)
+    assert progress_text(early) == "0/16 members"
 
 
 def test_the_running_jobs_progress_is_printed_without_a_terminal_once_a_minute(tmp_path, monkeypatch):

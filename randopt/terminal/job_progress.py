@@ -16,8 +16,10 @@ from randopt.runtime import seed_progress
 
 BAR = re.compile(r"^(?P<desc>[^\n:]+): +(?P<pct>\d+)% (?P<done>\d+)/(?P<total>\d+) "
                  r"\[(?P<elapsed>[^<\]]*)<(?P<remaining>[^,\]]*), *(?P<rate>[^\]]*)\]\s*$", re.M)
-RATE = re.compile(r"^(?P<n>[\d.]+)(?P<unit>[A-Za-z]+)/s$")       # 12.5seed/s
+RATE = re.compile(r"^(?P<n>[\d.]+|\?)(?P<unit>[A-Za-z]+)/s$")   # 12.5seed/s, or ?seed/s before the first
 PERIOD = re.compile(r"^(?P<n>[\d.]+)s/(?P<unit>[A-Za-z]+)$")     # 7.46s/seed
+# A stage's unit as the terminal names it: a seed at its σ is a member of the population.
+UNITS = {"seed": "members"}
 TAIL_BYTES = 256 * 1024   # the end of a log holds its last progress line; a long log is not read whole each second
 
 
@@ -45,7 +47,7 @@ def clock_seconds(text: str) -> float | None:
 def bar_rate(text: str) -> tuple[float | None, str | None]:
     text = text.strip()
     if m := RATE.match(text):
-        return float(m["n"]), m["unit"]
+        return (None if m["n"] == "?" else float(m["n"])), m["unit"]
     if (m := PERIOD.match(text)) and float(m["n"]) > 0:
         return 1 / float(m["n"]), m["unit"]
     return None, None
@@ -66,7 +68,7 @@ def from_bar(text: str) -> JobProgress | None:
     last = bars[-1]
     per_s, unit = bar_rate(last["rate"])
     done, total = int(last["done"]), int(last["total"])
-    return JobProgress(done, total, f"{unit}s" if unit else "items", per_s if done else None,
+    return JobProgress(done, total, UNITS.get(unit, f"{unit}s") if unit else "items", per_s if done else None,
                        clock_seconds(last["remaining"]) if done < total else 0.0)
 
 
