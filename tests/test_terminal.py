@@ -143,10 +143,18 @@ def test_a_failed_job_shows_the_end_of_its_log_and_no_line_is_long(tmp_path, mon
     (tmp_path / "f.log").write_text("".join(f"line {i}\n" for i in range(40)) + "error: " + "y" * 3000 + "\n")
     v, out = view()
     v.handle(record_of(event=LogEvent.JOB_INFO, jobid=5, rule_name="vote", output=[], log=["f.log"], wildcards={}))
+    # in Snakemake's order: the shell command's exception, then the job's error
+    v.handle(record_of(event=LogEvent.ERROR, msg="RuleException:\nCalledProcessError in file rules/x.smk, line 4:\n"
+                       "Command 'set -euo pipefail; python -m randopt.stages.vote ...' returned non-zero exit status 2.",
+                       levelno=logging.ERROR))
     v.handle(record_of(event=LogEvent.JOB_ERROR, jobid=5, rule_name="vote", log=["f.log"], levelno=logging.ERROR))
+    for _ in range(3):
+        v.handle(record_of(msg="Will exit after finishing currently running jobs (scheduler)."))
     v.handle(record_of(event=LogEvent.ERROR, msg="WorkflowError:\n" + "z" * 12000, levelno=logging.ERROR))
     v.close()
     lines = out.getvalue().splitlines()
+    assert not any("set -euo pipefail" in line for line in lines)   # the FAILED line and the log said it
+    assert lines.count("Will exit after finishing currently running jobs (scheduler).") == 1
     failed = next(i for i, line in enumerate(lines) if "FAILED vote (log: f.log)" in line)
     assert lines[failed + 1] == "    line 26" and lines[failed + 15].startswith("    error: yyy")
     assert max(map(len, lines)) <= MAX_CHARS and lines[-1].startswith("zzz") and "more characters" in lines[-1]

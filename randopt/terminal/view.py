@@ -62,6 +62,7 @@ class RunView:
         self.total: int | None = None
         self.interrupted = False
         self.failed = False
+        self.last_message: str | None = None
         self.record_path: str | None = None
         self.lock = threading.RLock()
         self.last_plain = clock()
@@ -106,9 +107,12 @@ class RunView:
                 if self.printshellcmds and not self.dryrun:
                     self.say(getattr(record, "cmd", None) or record.getMessage())
             elif event == LogEvent.ERROR:
-                if not self.interrupted:
+                text = record.getMessage()
+                # A job's failed shell command, logged just before its job error: the FAILED line and the end of its
+                # log say it, where this repeats the whole command (a config as JSON: kilobytes).
+                if not self.interrupted and not (text.startswith("RuleException") and "CalledProcessError" in text):
                     self.failed = True
-                    for line in clip_lines(record.getMessage()):
+                    for line in clip_lines(text):
                         self.say(line)
             elif event is None:
                 self._message(record)
@@ -163,8 +167,9 @@ class RunView:
             self.workdir = os.getcwd()
         if self.interrupted and record.levelno >= logging.WARNING:
             return
-        if any(text.startswith(n) for n in NOISE) or not text.strip():
-            return
+        if any(text.startswith(n) for n in NOISE) or not text.strip() or text == self.last_message:
+            return   # noise, or Snakemake saying the same again (it repeats "Will exit after ..." each loop)
+        self.last_message = text
         if self.dryrun and text.startswith(("rule ", "localrule ")):
             return
         for line in clip_lines(text):
