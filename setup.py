@@ -1,9 +1,9 @@
 """The one build step pyproject.toml cannot say: what the wheel carries besides the package.
 
-The packages are randopt and the terminal's Snakemake logger plugin (plugins/). A checkout keeps the workflow (Snakefile, rules/, config/, profiles/, report/) beside randopt/, where
+The packages are randopt and the two plugins of plugins/ (Snakemake's logger, lm-eval's model). A checkout keeps the workflow (Snakefile, rules/, config/, profiles/, report/) beside randopt/, where
 Snakemake and the Makefile find it. An installed wheel has no checkout, so build_py copies those files
 into randopt/workflow/ (randopt/checkout.py finds them there), and puts randopt-lm-eval.pth at the top of
-site-packages (randopt/harness/plugin_bridge.py says why lm-eval needs it). An editable install
+site-packages (plugins/randopt_lm_eval/ says why lm-eval needs it). An editable install
 (`pip install -e .`) keeps reading the checkout itself: only the .pth is added to it.
 """
 from pathlib import Path
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent
 # The workflow's files, as globs below the checkout's root; all of them, and only them, ship.
 WORKFLOW_GLOBS = ("Snakefile", "rules/*.smk", "config/**/*.yaml", "config/README.md", "profiles/*/config.yaml",
                   "report/*.rst")
-PTH = "randopt/harness/randopt-lm-eval.pth"
+PTH = "plugins/randopt-lm-eval.pth"
 
 
 class build_py_with_workflow(build_py):
@@ -37,8 +37,9 @@ class build_py_with_workflow(build_py):
         self.copy_file(str(ROOT / PTH), str(Path(self.build_lib, Path(PTH).name)))
 
 
-# Snakemake finds its logger plugins as top-level packages snakemake_logger_plugin_<name> (randopt/terminal/).
-PLUGIN = "snakemake_logger_plugin_randopt"
+# Top-level packages of plugins/: Snakemake finds its logger plugins as snakemake_logger_plugin_<name>
+# (randopt/terminal/), and the .pth imports the lm-eval bridge before anything of randopt (its docstring says why).
+PLUGINS = ("snakemake_logger_plugin_randopt", "randopt_lm_eval")
 
-setup(packages=find_packages(include=["randopt", "randopt.*"]) + [PLUGIN], package_dir={PLUGIN: f"plugins/{PLUGIN}"},
-      cmdclass={"build_py": build_py_with_workflow})
+setup(packages=find_packages(include=["randopt", "randopt.*"]) + list(PLUGINS),
+      package_dir={name: f"plugins/{name}" for name in PLUGINS}, cmdclass={"build_py": build_py_with_workflow})

@@ -1,13 +1,14 @@
 """The randopt command (randopt/command.py): what each subcommand runs, and the lm-eval plugin bridge
-(randopt/harness/plugin_bridge.py) that makes `lm_eval --model randopt` resolve on lm-eval 0.4.13."""
+(plugins/randopt_lm_eval/) that makes `lm_eval --model randopt` resolve on lm-eval 0.4.13."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from randopt.checkout import REPO, SNAKEFILE
+
+PLUGINS = REPO / "plugins"
 from randopt.command import snakemake_argv, snakemake_env
 from randopt.terminal import RESUME_ENV
 
@@ -82,11 +83,11 @@ def test_the_bridge_registers_a_plugins_entry_point_lazily_and_never_over_a_buil
                                            "hf = somewhere.else:NotHF\n")
     # lm-eval's model table imported as its CLI imports it; nothing is materialized (that imports torch: the
     # installed package's test, tests/test_package.py, builds the model through lm-eval's own CLI)
-    code = ("import sys, randopt.harness.plugin_bridge as b; b.install(); import lm_eval.models; "
+    code = ("import sys, randopt_lm_eval as b; b.install(); import lm_eval.models; "
             "from lm_eval.api.registry import model_registry as r; "
-            "print('randopt.harness.model' not in sys.modules, r._objs['randopt'], r._objs['hf'])")
+            "print('randopt' not in sys.modules, r._objs['randopt'], r._objs['hf'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(PLUGINS)])})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["True", "randopt.harness.model:RandoptLM", "lm_eval.models.huggingface:HFLM"]
 
@@ -99,7 +100,8 @@ def test_the_placeholder_becomes_the_class_its_decorator_registers(monkeypatch):
 
     from lm_eval.api.registry import Registry
 
-    from randopt.harness.plugin_bridge import GROUP, register_entry_points
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    from randopt_lm_eval import GROUP, register_entry_points
 
     entry = importlib.metadata.EntryPoint(name="randopt", value="randopt.harness.model:RandoptLM", group=GROUP)
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry] if group == GROUP else [])
@@ -114,7 +116,11 @@ def test_the_placeholder_becomes_the_class_its_decorator_registers(monkeypatch):
     assert registry.get("randopt") is RandoptLM
 
 
-def test_the_pth_line_is_one_import_that_site_runs():
-    """site.py runs a .pth line that starts with "import"; anything else would be read as a path."""
-    (line,) = Path(REPO / "randopt" / "harness" / "randopt-lm-eval.pth").read_text().splitlines()
-    assert line.startswith("import randopt.harness.plugin_bridge")
+def test_the_pth_line_is_one_import_that_site_runs_and_imports_nothing_of_randopt():
+    """site.py runs a .pth line that starts with "import"; anything else would be read as a path. Every process of
+    the environment runs it: importing the randopt package there would fix which randopt a Snakefile gets."""
+    (line,) = (PLUGINS / "randopt-lm-eval.pth").read_text().splitlines()
+    assert line.startswith("import randopt_lm_eval;")
+    out = subprocess.run([sys.executable, "-c", f"{line}; import sys; print('randopt' in sys.modules)"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(PLUGINS)}, cwd=PLUGINS)
+    assert out.stdout.strip() == "False", out.stderr

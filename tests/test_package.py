@@ -51,6 +51,7 @@ def test_lm_evals_own_cli_finds_the_randopt_model(installed):
 
 def test_an_editable_install_reads_the_checkout_in_place(installed):
     assert installed["editable"].returncode == 0, installed["editable"].stderr[-4000:]
-    repo, workflow = installed["editable_where"].stdout.split()
+    repo, workflow, bridged = installed["editable_where"].stdout.split()
     assert repo == workflow == str(installed["code"])
+    assert bridged == "True"   # the .pth ran the lm-eval bridge at the interpreter's start
     assert (next((installed["venv"] / "lib").glob("python3*/site-packages")) / "randopt-lm-eval.pth").is_file()

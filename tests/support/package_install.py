@@ -50,5 +50,7 @@ def install_and_use(root: Path) -> dict:
     # last, the same venv made editable on the copy: the randopt command and the lm-eval bridge there too
     if step(done, "editable", [*pip, "--no-deps", "-e", code], root, env).returncode == 0:
         step(done, "editable_where", [venv / "bin" / "python", "-c",
-                                      "import randopt.checkout as c; print(c.REPO); print(c.WORKFLOW)"], elsewhere, env)
+                                      "import sys; bridged = 'randopt_lm_eval' in sys.modules; "
+                                      "import randopt.checkout as c; print(c.REPO); print(c.WORKFLOW); print(bridged)"],
+             elsewhere, env)
     return done

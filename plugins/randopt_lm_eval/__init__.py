@@ -8,6 +8,10 @@ interpreter start; it waits, for no more than a name comparison per import, unti
 (lm_eval.models) is imported, then adds every entry point of the group as a lazy placeholder ("module:Class").
 The class itself is imported only when lm-eval asks for that model. Built-in names are never replaced, and
 an lm-eval that reads the group itself (it has registry.load_plugins) is left to do so.
+
+A top-level module of its own, importing nothing of randopt: every Python process of the environment runs the
+.pth, and one that imported the randopt package there would fix which randopt it gets before the Snakefile or a
+PYTHONPATH could choose the checkout it runs (a copy of the code would build its DAG with the installed code).
 """
 from __future__ import annotations
 
