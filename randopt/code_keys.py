@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from randopt.checkout import REPO
+from randopt.checkout import REPO, WORKFLOW
 
 # The top-level names of this project's modules; any other import is a library's. Everything lives inside
 # the package: a top-level `kernels` is Hugging Face's (which transformers imports), and a top-level folder
@@ -121,7 +121,15 @@ class _SourceMemo:
             pass   # a read-only checkout: nothing is kept, nothing is wrong
 
 
-_MEMO = _SourceMemo(REPO / ".snakemake" / "randopt-code-keys.json")
+def _memo_path() -> Path:
+    """A checkout keeps the memo in its own .snakemake/; an installed package (the workflow inside it) in the
+    user's cache, not in site-packages."""
+    if WORKFLOW == REPO:
+        return REPO / ".snakemake" / "randopt-code-keys.json"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "randopt" / "code-keys.json"
+
+
+_MEMO = _SourceMemo(_memo_path())
 atexit.register(_MEMO.save)
 
 

@@ -16,10 +16,10 @@ import re
 import jsonschema
 import yaml
 
-from randopt.checkout import REPO
+from randopt.checkout import WORKFLOW
 from randopt.io import InputError
 
-SCHEMA_PATH = REPO / "config" / "schema.yaml"
+SCHEMA_PATH = WORKFLOW / "config" / "schema.yaml"
 
 # The source kinds of each data section, and the definition that types each kind's block.
 SOURCE_KINDS = {"gsm8k": ("generated", "jsonl", "hub"), "heldout": ("synthetic", "jsonl", "parquet", "hub")}

@@ -20,11 +20,14 @@ rule figures:
         record=rules.record.output.record,
         ranking=PLAN.rounds.at(rules.rank.output.ranking, 1),
         vote=PLAN.rounds.at(rules.vote.output.vote, 1),
+        # the captions, also beside the figures in the page below (an edited caption redraws it)
+        captions=[os.path.join(workflow.basedir, "report", f"{name}.rst") for name in FIGURE_CATEGORIES],
     output:
         **{
             name: report(f"{FIGURES_DIR}/{name}.png", caption=f"../report/{name}.rst", category=category)
             for name, category in FIGURE_CATEGORIES.items()
         },
+        page=f"{FIGURES_DIR}/figures.md",
     log:
         "logs/figures.log",
     params:
@@ -34,4 +37,4 @@ rule figures:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.figures --record {input.record} --ranking {input.ranking} --vote {input.vote}"
-        " --out-dir {params.out_dir} 2> {log}"
+        " --out-dir {params.out_dir} --captions {input.captions:q} --page {output.page} 2> {log}"

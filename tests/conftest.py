@@ -195,6 +195,15 @@ def distill_rounds_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def terminal_runs_started(background, tmp_path_factory, tiny_run_started):
+    """`randopt run` on copies of the shared tiny run (tests/support/terminal_runs.py): its verdict, and a search
+    stopped by Ctrl-C; queued in the background, for tests/test_terminal_run.py."""
+    from tests.support.terminal_runs import terminal_runs
+    dest = tmp_path_factory.mktemp("terminal")
+    return background.submit(lambda: terminal_runs(dest, tiny_run_started.result()))
+
+
+@pytest.fixture(scope="session")
 def e2e_targets_started(background, tmp_path_factory, tiny_run_started):
     """The dry run, export and report that tests/test_workflow_e2e.py asks for after the shared tiny run,
     on a copy of it (tests/support/workflow.py, targets_after_a_finished_run), queued last: the tiny run
@@ -216,6 +225,15 @@ def slurm_runs(tmp_path_factory, tiny_model_dir):
     runs.stop()
 
 
+@pytest.fixture(scope="session")
+def package_install_started(tmp_path_factory):
+    """`pip install .` into a fresh venv and what tests/test_package.py asks of it (tests/support/package_install.py),
+    in a thread of its own from the session's start: it mostly waits on pip, downloads and disk."""
+    from tests.support.background import Background
+    from tests.support.package_install import install_and_use
+    return Background(install_and_use, tmp_path_factory.mktemp("package"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_resident_engine_outlives_the_tests(tmp_path_factory):
     """A run killed on purpose (the resume tests) leaves its resident engine (randopt/runtime/resident/) to
@@ -230,7 +248,8 @@ def no_resident_engine_outlives_the_tests(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def early_runs(request):
     """Start, at the session's start, the background runs (tests/support/background.py says why) that
-    some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster),
+    some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster), the
+    package's install in another (it mostly waits on pip),
     and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
     inputs edited in place of test_inputs, the SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
     the shared tiny run, the shape model's run, the half-finished runs of test_status, the task runs,
@@ -239,15 +258,15 @@ def early_runs(request):
     while the foreground ran it; a job the queue has not started when its test comes is run by that test), the Gaussian run, the member-batched runs and
     the 2-round distillation run (test_workflow_distill_rounds, named to come last: a test that reaches a run still
     queued blocks the foreground, which cost 490 s when the 2-round run was read first and queued last),
-    and after it the dry run, export and report of test_workflow_e2e, the module after it.
+    `randopt run`'s terminal runs (test_terminal_run), and after them the dry run, export and report of test_workflow_e2e, the module after it.
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
     session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
-    for name in ("slurm_runs", "engine_slots_run_started", "stale_inputs_started", "smollm2_started",
+    for name in ("slurm_runs", "package_install_started", "engine_slots_run_started", "stale_inputs_started", "smollm2_started",
                  "racing_bench_started", "racing_workflow_started", "tiny_run_started", "shape_run_started",
                  "status_runs_started",
                  "task_runs_started", "killed_runs_started", "reuse_sequence_started", "gaussian_run_started",
                  "member_batch_runs_started",
-                 "distill_rounds_started", "e2e_targets_started"):
+                 "distill_rounds_started", "terminal_runs_started", "e2e_targets_started"):
         if name in needed:
             request.getfixturevalue(name)

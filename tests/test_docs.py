@@ -1,6 +1,6 @@
-"""The docs point to files that exist: every repo path named in the README, docs/, bench/'s READMEs,
-randopt/kernels/README.md, the configs and the code's docstrings and comments; and the README stays a first
-screen (the rest lives in docs/)."""
+"""The docs point to files that exist: every repo path named in the README, CONTRIBUTING.md, docs/, bench/'s
+READMEs, randopt/kernels/README.md, the configs and the code's docstrings and comments; and the README stays a
+user's guide (the design lives in docs/, the map of the code in CONTRIBUTING.md)."""
 from __future__ import annotations
 
 import re
@@ -12,7 +12,7 @@ PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\.(?:md|py|smk|yaml|json|txt|sh)
 
 
 def sources():
-    for pattern in ("README.md", "Snakefile", "docs/*.md", "config/*.md", "bench/**/*.md", "randopt/kernels/README.md", "config/*.yaml",
+    for pattern in ("README.md", "CONTRIBUTING.md", "Snakefile", "docs/*.md", "config/*.md", "bench/**/*.md", "randopt/kernels/README.md", "config/*.yaml",
                     "rules/*.smk", "randopt/**/*.py", "bench/**/*.py", "bench/**/*.sh",
                     "bench/**/*.yaml"):
         yield from REPO.glob(pattern)
@@ -32,23 +32,39 @@ def test_no_reference_to_a_design_card_outside_the_repo():
     assert not stale, stale
 
 
-def test_readme_is_a_first_screen():
+# A commit hash: 7 to 40 hex digits with at least one letter and one digit (a user's guide names none: they age).
+COMMIT = re.compile(r"(?<![\w/])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w/])")
+
+
+def test_readme_is_a_users_guide():
+    """The two commands on its first screen, lines of normal length, no commit hash, the report's command, and the
+    pages a user goes on to."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert len(readme.splitlines()) <= 170
-    for doc in ("docs/design.md", "docs/gpu.md", "docs/cluster.md", "docs/real-data.md", "bench/README.md"):
+    first_screen = "\n".join(readme.splitlines()[:24])
+    assert "make record" in first_screen and "make test" in first_screen
+    long = [n for n, line in enumerate(readme.splitlines(), 1) if len(line) > 200]
+    assert not long, f"README lines over 200 characters: {long}"
+    assert not COMMIT.findall(readme), COMMIT.findall(readme)
+    assert "snakemake --report" in readme
+    for doc in ("docs/design.md", "docs/gpu.md", "docs/cluster.md", "docs/real-data.md", "bench/README.md",
+                "CONTRIBUTING.md"):
         assert doc in readme and (REPO / doc).is_file(), doc
-    assert "make record" in readme and "make test" in readme
 
 
-def test_the_readme_map_names_every_room_and_ground_module():
-    """A newcomer finds every part of the library from the README's map."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("## A map of the code"):readme.index("## Read more")]
+def test_the_commit_pattern_finds_hashes_and_nothing_else():
+    assert COMMIT.findall("from a fresh clone of 6c24671 (92ae792: 7 min)") == ["6c24671", "92ae792"]
+    assert not COMMIT.findall("results/shards/6812eeb6ce21/ and 1234567 seeds, bf16, decade")
+
+
+def test_the_code_map_names_every_room_and_ground_module():
+    """A newcomer finds every part of the library from CONTRIBUTING.md's map."""
+    guide = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    table = guide[guide.index("## A map of the code"):]
     rooms = [p.parent.name for p in (REPO / "randopt").glob("*/__init__.py")]
     ground = [p.name for p in (REPO / "randopt").glob("*.py") if p.name != "__init__.py"]
     missing = [f"randopt/{r}/" for r in rooms if f"randopt/{r}/" not in table]
     missing += [m for m in ground if f"`{m}`" not in table and f"randopt/{m}" not in table]
-    assert not missing, f"the README's map does not name {missing}"
+    assert not missing, f"CONTRIBUTING.md's map does not name {missing}"
 
 
 def test_the_snakefile_header_maps_every_rule_to_its_code_in_two_hops():

@@ -146,3 +146,37 @@ def test_k_curve_draws_self_consistency_and_the_random_expectation_where_the_rec
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "self-consistency: the base's first k samples (T = 0.7)" in labels
     assert any(text.startswith("random k-vote, σ-matched: mean and 95 % range") for text in labels), labels
+
+
+def test_the_figures_page_puts_each_caption_beside_its_figure(tmp_path):
+    """results/figures/figures.md (randopt/records/figure_page.py): every drawn figure, its PNG and its caption."""
+    from randopt.records.figure_page import write_page
+    record, vote, ranking = constructed_run()
+    names = [p.stem for p in write_figures(record, vote, ranking, tmp_path)]
+    write_page(tmp_path / "figures.md", names, sorted((REPO / "report").glob("*.rst")))
+    page = (tmp_path / "figures.md").read_text()
+    for name in names:
+        caption = " ".join((REPO / "report" / f"{name}.rst").read_text().split())
+        assert f"![{name}]({name}.png)\n\n{caption}\n" in page
+    with pytest.raises(ValueError, match="no caption for figures"):
+        write_page(tmp_path / "x.md", names, [])
+
+
+def test_the_figures_keep_their_labels_and_legends_off_the_data():
+    """What a newcomer found (issue 69): stage_times' axis label wider than the figure, a cut's label on the
+    points, a legend over a point, an unexplained marker size, and a histogram spanning 0-1 for rewards in a corner."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from randopt.records.plots import bits_per_byte, stage_times, train_reward_by_rank, train_reward_histogram, train_vs_test
+    record, vote, ranking = constructed_run()
+    fig = stage_times(record)
+    FigureCanvasAgg(fig).draw()
+    label = fig.axes[0].xaxis.label.get_window_extent()
+    assert 0 <= label.x0 and label.x1 <= fig.bbox.width
+    for fig in (train_reward_by_rank(record, ranking), bits_per_byte(record), train_vs_test(record, vote, ranking)):
+        assert fig.axes[0].get_legend() is None and len(fig.legends) == 1   # below the axes, not on them
+        assert not fig.axes[0].texts   # no label written on the points
+    sizes = [t.get_text() for t in train_vs_test(record, vote, ranking).legends[0].get_texts()]
+    assert "1 member" in sizes
+    ranking = ranking.assign(train_reward=ranking["train_reward"] * 0.4)   # rewards in 0-0.28, base 0.3
+    low, high = train_reward_histogram(record, ranking).axes[0].get_xlim()
+    assert low < 0.01 and 0.3 < high < 0.45

@@ -61,3 +61,17 @@ def test_the_record_names_the_cpu_from_cpuinfo():
     if not names:
         pytest.skip("no model name in /proc/cpuinfo on this machine")
     assert hardware()["cpu"] == names[0]
+
+
+def test_an_installed_wheels_hash_covers_the_package_beside_its_workflow(tmp_path):
+    """pip install . puts the workflow in randopt/workflow/ and the modules above it (setup.py): the record's
+    code_sha256 of an installed run still changes with any module of the package."""
+    package = tmp_path / "site-packages" / "randopt"
+    (package / "workflow" / "rules").mkdir(parents=True)
+    (package / "workflow" / "Snakefile").write_text("include: 'rules/a.smk'\n")
+    (package / "workflow" / "rules" / "a.smk").write_text("rule a:\n")
+    (package / "stages").mkdir()
+    (package / "stages" / "rank.py").write_text("x = 1\n")
+    before = code_sha256(package / "workflow")
+    (package / "stages" / "rank.py").write_text("x = 2\n")
+    assert code_sha256(package / "workflow") != before

@@ -320,9 +320,9 @@ def test_going_back_to_a_config_reuses_everything(fresh, reuse):
     step = steps["revert"]
     # The record is rewritten (its own time differs), and the figures drawn from it with it.
     assert step.jobs == {"record": 1, "figures": 1}
-    # every figure but the optional ones (distill: only with distill.enabled)
-    assert step.changed() == {"results/record.json"} | {f"results/figures/{name}.png" for name in FIGURES
-                                                        if name not in OPTIONAL}
+    # every figure but the optional ones (distill: only with distill.enabled), and their page with the captions
+    assert step.changed() == {"results/record.json", "results/figures/figures.md"} | {
+        f"results/figures/{name}.png" for name in FIGURES if name not in OPTIONAL}
     reverted = read_record(workdir)
     # Every stage output is the fresh run's, so even the timings agree; only the record's own time differs.
     drop = ("created_utc", "commit_dirty")

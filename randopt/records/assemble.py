@@ -24,12 +24,19 @@ CODE_GLOBS = ("Snakefile", "rules/*.smk", "randopt/**/*.py", "config/*.yaml",
 
 def code_sha256(code_dir: str | Path) -> str:
     """sha256 over the workflow's code files (path and bytes, sorted by path): the same code gives the
-    same hash in a checkout, an unpacked archive or a copy."""
+    same hash in a checkout, an unpacked archive or a copy. In an installed wheel, code_dir is the workflow
+    inside the package (randopt/workflow/, setup.py) and the package's modules lie above it: they are hashed too,
+    under the names they have in a checkout (randopt/...)."""
     root = Path(code_dir).resolve()
     files = sorted({p for g in CODE_GLOBS for p in root.glob(g) if p.is_file() and "__pycache__" not in p.parts})
+    named = [(path.relative_to(root).as_posix(), path) for path in files]
+    if root.name == "workflow" and root.parent.name == "randopt" and not (root / "randopt").is_dir():
+        package = root.parent
+        named += sorted((f"randopt/{p.relative_to(package).as_posix()}", p) for p in package.rglob("*.py")
+                        if "__pycache__" not in p.parts and root not in p.parents)
     h = hashlib.sha256()
-    for path in files:
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in named:
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 

@@ -52,7 +52,12 @@ def train_reward_histogram(record: dict, ranking: pd.DataFrame) -> Figure:
         ax.set_title(f"sigma = {label}: {stats[label]['frac_at_or_above_base']:.0%} of {stats[label]['n']} "
                      f"members at or above the base", fontsize=9)
         ax.set_ylabel("members")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=8, loc="upper right")
+    # The x-range is the rewards the members and the base reached (a bin and a half beyond), not 0 to 1: rewards of
+    # a small model sit in a corner of it, where the bars were too thin to read.
+    reached = np.append(ranking["train_reward"].to_numpy(dtype=float), base)
+    axes[0].set_xlim(max(reached.min() - 1.5 / n_train, -0.5 / n_train), min(reached.max() + 1.5 / n_train, 1 + 0.5 / n_train))
     axes[-1].set_xlabel(f"train reward (exact answers on {n_train} train {_problems(record)})")
     return fig
 
@@ -64,14 +69,14 @@ def train_reward_by_rank(record: dict, ranking: pd.DataFrame) -> Figure:
     for sigma, group in ranking.groupby("sigma", sort=True):
         ax.scatter(group["rank"], group["train_reward"], s=12, label=f"sigma {sigma_label(sigma)}")
     ax.axhline(record["accuracy"]["base_train"], **BASE_STYLE, label="base")
-    for cut in record["topk"]:
-        ax.axvline(cut["k"] + 0.5, **CUT_STYLE)
-        ax.annotate(_cut_label(cut), (cut["k"] + 0.5, 1.0), xycoords=("data", "axes fraction"),
-                    rotation=90, va="top", ha="right", fontsize=8, color=CUT_STYLE["color"])
+    # The cuts are named in the legend, below the axes: a label written along a cut's line sat on the points.
+    for i, cut in enumerate(record["topk"]):
+        ax.axvline(cut["k"] + 0.5, **CUT_STYLE, label="top-k cut: " + ", ".join(map(_cut_label, record["topk"]))
+                   if i == 0 else None)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("rank (1 = best train reward)")
     ax.set_ylabel("train reward")
-    ax.legend(fontsize=8, loc="lower left")
+    fig.legend(fontsize=8, loc="outside lower center", ncols=3)
     return fig
 
 
@@ -150,16 +155,28 @@ def train_vs_test(record: dict, vote: dict, ranking: pd.DataFrame) -> Figure:
     ax = fig.subplots()
     # Both axes are fractions of small counts, so points coincide; their size says how many.
     counts = members.groupby(["train_reward", "test_accuracy"]).size().reset_index(name="n")
-    ax.scatter(counts["train_reward"], counts["test_accuracy"], s=20 * counts["n"], alpha=0.6)
+    ax.scatter(counts["train_reward"], counts["test_accuracy"], s=MEMBER_AREA * counts["n"], alpha=0.6)
     ax.axvline(record["accuracy"]["base_train"], **BASE_STYLE)
     ax.axhline(record["accuracy"]["base_test"], **BASE_STYLE, label="base (train, test)")
+    # The legend says what a marker's size means: a marker for each of a few counts, as drawn.
+    for n in _size_steps(int(counts["n"].max())):
+        ax.scatter([], [], s=MEMBER_AREA * n, color="tab:blue", alpha=0.6, label=f"{n} member{'s' * (n > 1)}")
     sel = record["statistics"]["selection"]
     rho = "undefined" if sel["spearman_train_test"] is None else f"{sel['spearman_train_test']:.2f}"
     ax.set_title(f"Spearman rho = {rho} over {sel['n_members']} members", fontsize=9)
     ax.set_xlabel("train reward")
     ax.set_ylabel("test accuracy")
-    ax.legend(fontsize=8)
+    fig.legend(fontsize=8, loc="outside lower center", ncols=5, title="marker size: members at that point",
+               title_fontsize=8)
     return fig
+
+
+MEMBER_AREA = 20   # points^2 a member at a point adds to its marker
+
+
+def _size_steps(most: int) -> list[int]:
+    """The counts the size legend shows: 1, the largest, and up to two between."""
+    return sorted({1, most, *(round(most * f) for f in (1 / 3, 2 / 3))} - {0})
 
 
 def bits_per_byte(record: dict) -> Figure:
@@ -180,7 +197,7 @@ def bits_per_byte(record: dict) -> Figure:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("member rank")
     ax.set_ylabel("bits per byte on the held-out text")
-    ax.legend(fontsize=8)
+    fig.legend(fontsize=8, loc="outside lower center", ncols=2)   # inside the axes it hid a member's point
     return fig
 
 
@@ -193,7 +210,10 @@ def stage_times(record: dict) -> Figure:
     ax.barh([name for name, _ in times], [seconds for _, seconds in times], color="tab:gray")
     for y, (_, seconds) in enumerate(times):
         ax.annotate(f"{seconds:.1f} s", (seconds, y), textcoords="offset points", xytext=(3, -3), fontsize=8)
-    ax.set_xlabel("wall seconds (evaluate_shard: first start to last end; others: their jobs added up)")
+    ax.set_xlim(0, 1.15 * max((seconds for _, seconds in times), default=1) or 1)   # the longest bar's number inside
+    # The axis label was one line wider than the figure, and cut; what the seconds are goes in the title.
+    ax.set_xlabel("wall seconds")
+    ax.set_title("evaluate_shard: first start to last end; every other stage: its jobs added up", fontsize=9)
     return fig
 
 

@@ -21,6 +21,11 @@ def run_stage(name: str, body: Callable[[], None]) -> int:
     except (InputError, FileNotFoundError, ValueError, ResidentEngineError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C reaches every job of the run's process group: one line in the job's log, not a traceback
+        # through the engine's internals (outputs are written atomically, so nothing half-written is left)
+        print(f"{name}: stopped by Ctrl-C after {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        return 130
     finally:
         if "randopt.engines.factory" in sys.modules:
             sys.modules["randopt.engines.factory"].close_engines()

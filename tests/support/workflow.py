@@ -113,10 +113,10 @@ def workflow_command(workdir: Path, config: dict, *extra: str, repo: Path = REPO
 
 
 # What a copy of the code leaves out: at the top level, the checkout's own runs (data/ and results/
-# are the pipeline's inputs and outputs, not code; randopt/data/ is code and is copied), and anywhere,
-# caches and environments.
-_NOT_CODE_TOP = {".git", ".venv", "data", "results", "logs", ".snakemake", "RECORDS.md"}
-_NOT_CODE_ANYWHERE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".whl*", ".venv*")
+# are the pipeline's inputs and outputs, not code; randopt/data/ is code and is copied) and a package build's
+# folder, and anywhere, caches, environments and build metadata.
+_NOT_CODE_TOP = {".git", ".venv", "data", "results", "logs", ".snakemake", "RECORDS.md", "build"}
+_NOT_CODE_ANYWHERE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".whl*", ".venv*", "*.egg-info")
 
 
 def copy_code(dest: Path) -> Path:
