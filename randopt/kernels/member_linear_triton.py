@@ -44,15 +44,16 @@ _noise_step = _switch._noise_step  # the switch kernels' device function: one de
 
 
 @triton.jit
-def _rounded(y, BF16_BY_HAND: tl.constexpr, DTYPE: tl.constexpr):
-    """fp32 y rounded to nearest even into DTYPE. BF16_BY_HAND: on the fp32 bits (NaN -> 0x7FC0, as torch),
-    leaving an fp32 that bf16 holds exactly, so the conversion after it rounds nothing."""
+def _rne_bf16_by_hand(y, BF16_BY_HAND: tl.constexpr):
+    """BF16_BY_HAND: fp32 y rounded to nearest even at bf16's precision on its bits (NaN -> 0x7FC0, as torch),
+    still as an fp32 that bf16 holds exactly, so the conversion after it rounds nothing (the interpreter's bf16
+    conversion truncates). Else y itself, for the hardware's nearest-even conversion."""
     if BF16_BY_HAND:
         b = y.to(tl.uint32, bitcast=True)
         r = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
         r = tl.where(y != y, 0x7FC00000, r)
         y = r.to(tl.float32, bitcast=True)
-    return y.to(DTYPE)
+    return y
 
 
 @triton.jit
@@ -87,7 +88,7 @@ def _member_linear_kernel(x_ptr, w_ptr, y_ptr, weff_ptr, bias_ptr, keys_ptr, tab
         w0 = tl.load(w_rows + offs_k[None, :], mask=w_mask, other=0.0)
         idx = row_base[:, None] + offs_k.to(tl.uint32)[None, :]
         step = _noise_step(idx, k1, kb, sb, table_ptr, GAUSS)
-        w = _rounded(w0.to(tl.float32) + step, BF16_BY_HAND, w0.dtype)
+        w = _rne_bf16_by_hand(w0.to(tl.float32) + step, BF16_BY_HAND).to(w0.dtype)
         if EMIT_W:
             if pid_r == 0:
                 w_out = weff_ptr + (m.to(tl.int64) * N + offs_n.to(tl.int64))[:, None] * K + offs_k[None, :]
@@ -100,7 +101,7 @@ def _member_linear_kernel(x_ptr, w_ptr, y_ptr, weff_ptr, bias_ptr, keys_ptr, tab
     if HAS_BIAS:
         acc += tl.load(bias_ptr + m.to(tl.int64) * N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     y_out = y_ptr + m.to(tl.int64) * stride_ym + offs_r.to(tl.int64)[:, None] * stride_yr + offs_n[None, :]
-    tl.store(y_out, _rounded(acc, BF16_BY_HAND, y_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
+    tl.store(y_out, _rne_bf16_by_hand(acc, BF16_BY_HAND).to(y_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
 
 
 # ---------------------------------------------------------------------------------------------
