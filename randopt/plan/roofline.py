@@ -145,10 +145,18 @@ class MemberCost:
     kv_read_bytes: float         # the decode steps' attention reads of the KV cache
     noise_draws_per_step: float  # elements a member's effective weights hold (fused: hashed every step)
 
-    def bytes(self, members_per_copy: int = 1) -> float:
+    def bytes(self, members_per_copy: int = 1, own_bytes_per_read: float = 0.0) -> float:
         """DRAM bytes per member: weights once for prefill and once a step, divided over the members sharing a
-        copy, plus the member's own KV reads."""
-        return (1 + self.decode_steps) * self.weight_bytes / members_per_copy + self.kv_read_bytes
+        copy, plus what the member reads of its own each time (own_bytes_per_read: its packed signs), plus its KV
+        reads."""
+        reads = 1 + self.decode_steps
+        return reads * (self.weight_bytes / members_per_copy + own_bytes_per_read) + self.kv_read_bytes
+
+    @property
+    def sign_bytes(self) -> float:
+        """A member's Rademacher signs packed one bit an element: what it would read a step in place of its
+        copy, if its signs were drawn once (by the switch's hash, so the same weights) and kept."""
+        return self.noise_draws_per_step / 8
 
     @property
     def flops(self) -> float:
@@ -209,3 +217,12 @@ def bounds_member_batched(cost: MemberCost, card: Card, members: int) -> Bounds:
     """M members on one base copy, the noise made in the matmul every step (and the prefill) for every member."""
     return Bounds(bandwidth=card.hbm_bytes_s / cost.bytes(members), compute=card.bf16_flops_s / cost.flops,
                   noise=card.noise_draws_s / cost.noise_draws_fused)
+
+
+def bounds_member_batched_signs(cost: MemberCost, card: Card, members: int) -> Bounds:
+    """M members on one base copy, each member's Rademacher signs drawn once (the switch's hash: the same weights)
+    and kept packed, read every step beside W0. Not built: the bound says what it would be worth. The unpacking
+    (a shift, a select, the fp32 add and the rounding an element a member, every step) is ALU work this bound
+    leaves out; the kernel that measures it does not exist yet."""
+    return Bounds(bandwidth=card.hbm_bytes_s / cost.bytes(members, cost.sign_bytes),
+                  compute=card.bf16_flops_s / cost.flops, noise=card.noise_draws_s / cost.noise_draws_per_step)
