@@ -172,3 +172,33 @@ def test_refuses_blocks_over_part_of_a_row():
     partial = L.LocalLayout(shape, (L.Block("a", shape, 0, 0, 8, 0, 0, 8), L.Block("b", shape, 0, 0, 8, 8, 8, 8)))
     with pytest.raises(ValueError, match="whole local rows"):
         ML.MemberLinear(torch.zeros(shape, dtype=torch.bfloat16), partial)
+
+
+@pytest.mark.parametrize("which", ["odd whole tensor", "fused qkv", "vocab padding"])
+def test_packed_signs_give_the_same_weights_and_products(which, monkeypatch):
+    """Signs drawn once into packed words (1 bit an element) and read by the matmul in place of the hash: the
+    same effective weights to the bit (K = 45 and 80: partial words), and products as the materialised matmul's."""
+    monkeypatch.setattr(ML.LaunchConfig, "block_k", 32)   # a tile holds whole words
+    if which == "odd whole tensor":
+        layout = L.replicated("model.layers.3.mlp.down_proj.weight", (37, 45))
+    elif which == "fused qkv":
+        layout = L.qkv_parallel(("q", (32, 80)), ("k", (16, 80)), ("v", (16, 80)), 4, 2, tp=2, rank=0)
+    else:
+        layout = L.vocab_parallel("model.embed_tokens.weight", (100, 16), tp=2, rank=1)
+    base = _randn(layout.shape, 9, scale=0.02)
+    x = _randn((len(MEMBERS), 5, layout.cols), 10)
+    w = torch.empty((len(MEMBERS), *layout.shape), dtype=base.dtype)
+    y = ML.member_linear_triton(x, base, MEMBERS, layout=layout, weights_out=w, signs=True)
+    assert _same(w, effective_weights_reference(base, layout, MEMBERS))
+    torch.testing.assert_close(y.float(), member_linear_reference(x, base, layout, MEMBERS).float(),
+                               rtol=1.6e-2, atol=1e-2)
+
+
+def test_packed_signs_are_rademacher_only_and_need_whole_words_a_tile():
+    base = torch.zeros((8, 64), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="Rademacher"):
+        ML.MemberLinear(base, name="w", noise="gaussian", signs=True)
+    linear = ML.MemberLinear(base, name="w", signs=True)   # the fixture's block_k is 16
+    linear.set_members([(1, 1e-3)])
+    with pytest.raises(ValueError, match="multiple of 32"):
+        linear(torch.zeros((1, 2, 64), dtype=torch.bfloat16))

@@ -129,6 +129,14 @@ def run_checks(shape, device: str, noises: list[str], against_cpu: set[str]) -> 
             if noise == "gaussian" and linear.last_launch is not None and hasattr(linear.last_launch, "asm"):
                 ptx = linear.last_launch.asm["ptx"]
                 result["gaussian_ptx_without_fp32_fma"] = "fma.rn.f32" not in ptx and "fma.f32" not in ptx
+            if noise == "rademacher":  # the packed-sign variant: signs drawn once, read by the matmul
+                signed = ML.MemberLinear(base, layout, noise=noise, signs=True)
+                signed.set_members(MEMBERS_CHECK)
+                w_signs = torch.empty_like(w)
+                y_signs = signed(x, weights_out=w_signs)
+                result["packed_signs_equal_to_switch"] = _same(w_signs, switch)
+                result["packed_signs_products_within_bf16_tolerance"] = bool(
+                    ((y_signs.float() - want).abs() <= 2e-2 + 1.6e-2 * want.abs()).all())
             ok = all(v for k, v in result.items() if isinstance(v, bool))
             ok_all &= ok
             result["seconds"] = round(time.perf_counter() - t0, 2)
@@ -207,6 +215,17 @@ def time_shape(proj: str, n: int, k: int, ms: list[int], rows: list[int], noises
                 linear = copy.copy(first)
                 linear.base = w0
                 linears.append(linear)
+            signed = []
+            if noise == "rademacher":  # each copy its own sign words, so that L2 holds none of them either
+                for w0 in w0s:
+                    linear = copy.copy(first)
+                    linear.base, linear.signs, linear._signs = w0, True, None
+                    signed.append(linear)
+                pack_s = timer([lin.pack_signs for lin in signed])
+                RESULTS["timing"].append({"proj": proj, "n": n, "k": k, "members": m, "rows": 0, "arm": "pack_signs",
+                                          "noise": noise, "us": pack_s * 1e6,
+                                          "noise_draws_per_s": m * n * k / pack_s,
+                                          "GB_per_s": m * n * k / 8 / pack_s / 1e9})
             for r in rows:
                 if noise != "rademacher" and (m, r) not in GAUSSIAN_POINTS:
                     continue
@@ -219,6 +238,9 @@ def time_shape(proj: str, n: int, k: int, ms: list[int], rows: list[int], noises
                 RESULTS["timing"].append(row)
                 if noise != "rademacher":
                     continue
+                t_signs = timer([lambda lin=lin: lin(x) for lin in signed])
+                RESULTS["timing"].append({"proj": proj, "n": n, "k": k, "members": m, "rows": r, "arm": "signs",
+                                          "noise": noise, **_rates(t_signs, w_bytes + m * n * k / 8 + io, flops, card)})
                 # today: a bmm over M materialised copies (values irrelevant to the time: W0 repeated)
                 stacks = [w0s[i % len(w0s)].expand(m, n, k).contiguous()
                           for i in range(copies_for(m * w_bytes, device))]
@@ -231,9 +253,9 @@ def time_shape(proj: str, n: int, k: int, ms: list[int], rows: list[int], noises
                 t_w0 = timer([lambda w0=w0: torch.matmul(flat, w0.t()) for w0 in w0s])
                 RESULTS["timing"].append({"proj": proj, "n": n, "k": k, "members": m, "rows": r, "arm": "w0",
                                           "noise": None, **_rates(t_w0, w_bytes + io, flops, card)})
-                log(f"{proj:5s} {n:5d}x{k:<5d} M={m:<3d} rows={r:<3d} fused {t * 1e6:9.1f} us "
-                    f"({row['fraction_of_roofline']:.2f} roofline, {row['noise_draws_per_s'] / 1e12:.2f}e12 draws/s) "
-                    f"| bmm {t_bmm * 1e6:9.1f} us | w0 {t_w0 * 1e6:8.1f} us | fused/bmm {t / t_bmm:5.2f}")
+                log(f"{proj:5s} {n:5d}x{k:<5d} M={m:<3d} rows={r:<3d} fused {t * 1e6:8.1f} us "
+                    f"({row['noise_draws_per_s'] / 1e12:.2f}e12 draws/s) | signs {t_signs * 1e6:8.1f} "
+                    f"| bmm {t_bmm * 1e6:8.1f} | w0 {t_w0 * 1e6:7.1f} | fused/bmm {t / t_bmm:5.2f} signs/bmm {t_signs / t_bmm:5.2f}")
 
 
 GAUSSIAN_POINTS = {(1, 8), (8, 8), (32, 8), (32, 32)}
@@ -256,13 +278,14 @@ def model_step(shape, ms: list[int], rows: list[int]) -> None:
     for m in ms:
         for r in rows:
             step = {}
-            for arm in ("fused", "bmm", "w0"):
+            for arm in ("fused", "signs", "bmm", "w0"):
                 us = [timed.get((*lin[p], m, r, arm)) for p in per_layer]
                 if all(u is not None for u in us):
                     step[arm] = shape.layers * sum(us) / 1e3
-            if len(step) == 3:
+            if len(step) == 4:
                 RESULTS["model_step"].append({"members": m, "rows": r, **{f"{a}_ms": v for a, v in step.items()},
                                               "fused_over_bmm": step["fused"] / step["bmm"],
+                                              "signs_over_bmm": step["signs"] / step["bmm"],
                                               "fused_over_w0": step["fused"] / step["w0"]})
 
 
@@ -336,10 +359,12 @@ def main() -> int:
     model_step(shape, ms, rows)
     sweep(card, timer, device, gen, args.tiny)
     RESULTS["seconds"] = time.perf_counter() - t_start
-    log(f"\nmodel decode step, {shape.layers} layers' projections (lm_head left out), ms: fused | bmm (today) | w0 floor")
+    log(f"\nmodel decode step, {shape.layers} layers' projections (lm_head left out), ms: "
+        "fused | signs | bmm (today) | w0 floor")
     for row in RESULTS["model_step"]:
-        log(f"  M={row['members']:<3d} rows={row['rows']:<3d} {row['fused_ms']:8.3f} | {row['bmm_ms']:8.3f} | "
-            f"{row['w0_ms']:8.3f}   fused/bmm {row['fused_over_bmm']:.2f}  fused/w0 {row['fused_over_w0']:.2f}")
+        log(f"  M={row['members']:<3d} rows={row['rows']:<3d} {row['fused_ms']:8.3f} | {row['signs_ms']:8.3f} | "
+            f"{row['bmm_ms']:8.3f} | {row['w0_ms']:8.3f}   fused/bmm {row['fused_over_bmm']:.2f}  "
+            f"signs/bmm {row['signs_over_bmm']:.2f}  fused/w0 {row['fused_over_w0']:.2f}")
     draws = [r["noise_draws_per_s"] for r in RESULTS["timing"] if r["arm"] == "fused" and r["noise"] == "rademacher"]
     if draws:
         RESULTS["info"]["fused_noise_draws_per_s_max"] = max(draws)

@@ -24,6 +24,11 @@ parallel, row-parallel, fused qkv and gate_up, vocab-parallel with padding rows)
 
 Products: fp32 accumulation over K in BLOCK_K steps (tl.dot), plus an optional per-member bias [M, N] in fp32,
 rounded once to X's dtype. Not bit-equal to cuBLAS (another summation order): equal within bf16 tolerance.
+
+Packed signs (MemberLinear(signs=True), Rademacher only): the roofline (bench/roofline/README.md) says re-hashing
+every element for every member every call costs more ALU time than reading a materialised copy costs bandwidth, so
+the kernel can instead read each member's signs, drawn once by _pack_signs_kernel with the same hash (1 bit an
+element: 1/16 of a bf16 copy) and kept for the group's calls. Same weights to the bit; the tests check both paths.
 """
 from __future__ import annotations
 
@@ -40,7 +45,8 @@ from randopt.kernels.member_linear_ref import Member, is_base
 from randopt.kernels.noise_kinds import GAUSSIAN, RADEMACHER, check_kind
 from randopt.kernels.noise_ref import gaussian_table_bits, tensor_keys
 
-_noise_step = _switch._noise_step  # the switch kernels' device function: one definition of a member's step
+_noise_step = _switch._noise_step  # the switch kernels' device functions: one definition of a member's step
+_mixed = _switch._mixed
 
 
 @triton.jit
@@ -58,12 +64,13 @@ def _rne_bf16_by_hand(y, BF16_BY_HAND: tl.constexpr):
 
 @triton.jit
 def _member_linear_kernel(x_ptr, w_ptr, y_ptr, weff_ptr, bias_ptr, keys_ptr, table_ptr, row_slot_ptr, row_base_ptr,
-                          R, N, K, n_slots, stride_xm, stride_xr, stride_wn, stride_ym, stride_yr,
-                          GAUSS: tl.constexpr, HAS_BIAS: tl.constexpr, EMIT_W: tl.constexpr,
+                          signs_ptr, R, N, K, n_slots, words, stride_xm, stride_xr, stride_wn, stride_ym, stride_yr,
+                          GAUSS: tl.constexpr, SIGNS: tl.constexpr, HAS_BIAS: tl.constexpr, EMIT_W: tl.constexpr,
                           BF16_BY_HAND: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr):
     """Program (m, n-tile, r-tile): rows r of member m times the member's effective rows n of the weight.
-    Members vary fastest in the grid, so the M programs that read one W0 tile run together."""
+    Members vary fastest in the grid, so the M programs that read one W0 tile run together. SIGNS: Rademacher signs
+    read from the member's packed words (_pack_signs_kernel, the same hash drawn once) instead of hashed here."""
     m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_r = tl.program_id(2)
@@ -86,8 +93,16 @@ def _member_linear_kernel(x_ptr, w_ptr, y_ptr, weff_ptr, bias_ptr, keys_ptr, tab
         k_ok = offs_k < K
         w_mask = n_ok[:, None] & k_ok[None, :]
         w0 = tl.load(w_rows + offs_k[None, :], mask=w_mask, other=0.0)
-        idx = row_base[:, None] + offs_k.to(tl.uint32)[None, :]
-        step = _noise_step(idx, k1, kb, sb, table_ptr, GAUSS)
+        if SIGNS:  # word k // 32, bit k % 32 of member m's row n: 1 where R = -1 (BLOCK_K % 32 == 0)
+            offs_w = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+            word_ptrs = signs_ptr + (m.to(tl.int64) * N + offs_n.to(tl.int64))[:, None] * words + offs_w[None, :]
+            packed = tl.load(word_ptrs, mask=n_ok[:, None] & (offs_w < words)[None, :], other=0).to(tl.uint32, bitcast=True)
+            bits = (packed[:, :, None] >> tl.arange(0, 32).to(tl.uint32)[None, None, :]) & 1
+            negative = tl.reshape(bits, (BLOCK_N, BLOCK_K))
+            step = ((negative << 31) | sb.to(tl.uint32, bitcast=True)).to(tl.float32, bitcast=True)
+        else:
+            idx = row_base[:, None] + offs_k.to(tl.uint32)[None, :]
+            step = _noise_step(idx, k1, kb, sb, table_ptr, GAUSS)
         w = _rne_bf16_by_hand(w0.to(tl.float32) + step, BF16_BY_HAND).to(w0.dtype)
         if EMIT_W:
             if pid_r == 0:
@@ -102,6 +117,31 @@ def _member_linear_kernel(x_ptr, w_ptr, y_ptr, weff_ptr, bias_ptr, keys_ptr, tab
         acc += tl.load(bias_ptr + m.to(tl.int64) * N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     y_out = y_ptr + m.to(tl.int64) * stride_ym + offs_r.to(tl.int64)[:, None] * stride_yr + offs_n[None, :]
     tl.store(y_out, _rne_bf16_by_hand(acc, BF16_BY_HAND).to(y_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _pack_signs_kernel(signs_ptr, keys_ptr, row_slot_ptr, row_base_ptr, N, K, n_slots, words,
+                       BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Member m's Rademacher signs of rows n, words w: bit j of word w is 1 where R(k = 32 w + j) = -1, from the
+    switch's own hash at the logical index (bit 31 of h; _mixed skips a last xor-shift that leaves it alone); bits
+    past K are 0. Drawn once a member group, read by every later call in place of the hash."""
+    m = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_w = tl.program_id(2) * BLOCK_W + tl.arange(0, BLOCK_W)
+    n_ok = offs_n < N
+    slot = tl.load(row_slot_ptr + offs_n, mask=n_ok, other=0)
+    row_base = tl.load(row_base_ptr + offs_n, mask=n_ok, other=0).to(tl.uint32)
+    key_row = keys_ptr + (m * n_slots + slot) * 4
+    k1 = tl.load(key_row + 0, mask=n_ok, other=0).to(tl.uint32, bitcast=True)[:, None, None]
+    kb = tl.load(key_row + 1, mask=n_ok, other=0).to(tl.uint32, bitcast=True)[:, None, None]
+    j = tl.arange(0, 32)
+    k = offs_w[:, None] * 32 + j[None, :]
+    h = _mixed(row_base[:, None, None] + k.to(tl.uint32)[None, :, :], k1, kb)
+    negative = (h >> 31) & (k < K).to(tl.uint32)[None, :, :]
+    packed = tl.sum(negative << j.to(tl.uint32)[None, None, :], axis=2).to(tl.uint32)   # distinct bits: sum = or
+    w_ok = offs_w < words
+    out = signs_ptr + (m.to(tl.int64) * N + offs_n.to(tl.int64))[:, None] * words + offs_w[None, :]
+    tl.store(out, packed.to(tl.int32, bitcast=True), mask=n_ok[:, None] & w_ok[None, :])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,10 +199,15 @@ class MemberLinear:
     """One perturbed linear weight (local tensor ``base`` [N, K] of ``layout``; None: the whole logical tensor
     named ``name``) for groups of M members. The row tables are built once; set_members writes a group's keys
     into a device table in place (a CUDA graph of the forward replays with the new members), and calls compute
-    Y [M, rows, N] from X [M, rows, K]."""
+    Y [M, rows, N] from X [M, rows, K].
+
+    signs=True (Rademacher only): set_members also draws each member's signs once into packed words (1 bit an
+    element, M x N x K / 8 bytes) and calls read them in place of hashing every element every call: the same bits
+    (the same hash), the ALU work of the hash moved out of the step (bench/roofline/README.md). A Gaussian draw is
+    16 bits, as large as the bf16 weight itself, so it has no packed form worth keeping."""
 
     def __init__(self, base: torch.Tensor, layout: LocalLayout | None = None, name: str | None = None,
-                 noise: str = RADEMACHER) -> None:
+                 noise: str = RADEMACHER, signs: bool = False) -> None:
         if base.dim() != 2 or base.dtype not in _DTYPES or not base.is_contiguous():
             raise ValueError(f"base must be a contiguous 2-D bf16/fp16 weight, got {tuple(base.shape)} {base.dtype}")
         if layout is None:
@@ -172,6 +217,11 @@ class MemberLinear:
         if tuple(base.shape) != layout.shape:
             raise ValueError(f"base {tuple(base.shape)} does not match its layout {layout.shape}")
         self.base, self.layout, self.noise = base, layout, check_kind(noise)
+        if signs and self.noise != RADEMACHER:
+            raise ValueError("packed signs are Rademacher noise's; a Gaussian draw is hashed in the matmul")
+        self.signs = signs
+        self._words = triton.cdiv(base.shape[1], 32)
+        self._signs: torch.Tensor | None = None
         slot, row_base, self.names = row_tables(layout)
         self._row_slot = torch.from_numpy(slot).to(base.device)
         self._row_base = torch.from_numpy(row_base).to(base.device)
@@ -189,6 +239,20 @@ class MemberLinear:
         else:
             self._keys.copy_(keys)
         self.members = list(members)
+        if self.signs:
+            self.pack_signs()
+
+    def pack_signs(self) -> None:
+        """Draw the group's signs into the packed words (one launch; the same tensor when M is unchanged)."""
+        members, (n, _) = self._keys.shape[0], self.base.shape
+        if self._signs is None or self._signs.shape[0] != members:
+            self._signs = torch.empty((members, n, self._words), dtype=torch.int32, device=self.base.device)
+        if members == 0:
+            return
+        block_n, block_w = 32, 8
+        grid = (members, triton.cdiv(n, block_n), triton.cdiv(self._words, block_w))
+        _pack_signs_kernel[grid](self._signs, self._keys, self._row_slot, self._row_base, n, self.base.shape[1],
+                                 self._keys.shape[1], self._words, BLOCK_N=block_n, BLOCK_W=block_w, num_warps=4)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None,
                  weights_out: torch.Tensor | None = None) -> torch.Tensor:
@@ -214,14 +278,16 @@ class MemberLinear:
             return y
         block_r = min(LaunchConfig.max_block_r, max(16, triton.next_power_of_2(rows)))
         block_n = LaunchConfig.block_n
+        if self.signs and LaunchConfig.block_k % 32:
+            raise ValueError(f"packed signs need block_k a multiple of 32, got {LaunchConfig.block_k}")
         grid = (members, triton.cdiv(n, block_n), triton.cdiv(rows, block_r))
         gauss = self.noise == GAUSSIAN
         # compiled: Triton's kernel object, whose .asm["ptx"] the CUDA checks read (no fma in a Gaussian launch)
         self.last_launch = _member_linear_kernel[grid](
             x, self.base, y, weights_out if weights_out is not None else y, bias if bias is not None else y,
-            self._keys, self._table, self._row_slot, self._row_base,
-            rows, n, k, self._keys.shape[1], x.stride(0), x.stride(1), self.base.stride(0), y.stride(0), y.stride(1),
-            GAUSS=gauss, HAS_BIAS=bias is not None, EMIT_W=weights_out is not None,
+            self._keys, self._table, self._row_slot, self._row_base, self._signs if self.signs else self._row_slot,
+            rows, n, k, self._keys.shape[1], self._words, x.stride(0), x.stride(1), self.base.stride(0), y.stride(0),
+            y.stride(1), GAUSS=gauss, SIGNS=self.signs, HAS_BIAS=bias is not None, EMIT_W=weights_out is not None,
             BF16_BY_HAND=INTERPRETED and x.dtype == torch.bfloat16, DOT_F32=INTERPRETED,
             BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=LaunchConfig.block_k,
             num_warps=LaunchConfig.num_warps, num_stages=LaunchConfig.num_stages,
@@ -231,8 +297,9 @@ class MemberLinear:
 
 def member_linear_triton(x: torch.Tensor, base: torch.Tensor, members: Sequence[Member],
                          layout: LocalLayout | None = None, name: str | None = None, noise: str = RADEMACHER,
-                         bias: torch.Tensor | None = None, weights_out: torch.Tensor | None = None) -> torch.Tensor:
+                         bias: torch.Tensor | None = None, weights_out: torch.Tensor | None = None,
+                         signs: bool = False) -> torch.Tensor:
     """One call of MemberLinear (builds its tables each time: for tests and one-off use)."""
-    linear = MemberLinear(base, layout, name, noise)
+    linear = MemberLinear(base, layout, name, noise, signs)
     linear.set_members(members)
     return linear(x, bias, weights_out)
