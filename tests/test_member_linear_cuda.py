@@ -62,3 +62,21 @@ def test_compiled_effective_weights_equal_the_reference(noise, which):
         assert "fma.rn.f32" not in ptx and "fma.f32" not in ptx
     want = torch.bmm(x.cuda().float(), ref.cuda().float().transpose(1, 2))
     torch.testing.assert_close(y.float(), want, rtol=1.6e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("which", ["qkv", "down_tp2"])
+def test_compiled_packed_signs_equal_the_reference(which):
+    """Signs drawn once into packed words and read by the compiled matmul: the switch's weights to the bit."""
+    layout = _qkv_layout() if which == "qkv" else L.row_parallel("model.layers.5.mlp.down_proj.weight", (1536, 8960),
+                                                                   tp=2, rank=1)
+    gen = torch.Generator().manual_seed(4)
+    base = (0.02 * torch.randn(layout.shape, generator=gen)).to(torch.bfloat16)
+    x = torch.randn((len(MEMBERS), 8, layout.cols), generator=gen).to(torch.bfloat16)
+    linear = ML.MemberLinear(base.cuda(), layout, signs=True)
+    linear.set_members(MEMBERS)
+    w = torch.empty((len(MEMBERS), *layout.shape), dtype=torch.bfloat16, device="cuda")
+    y = linear(x.cuda(), weights_out=w)
+    ref = effective_weights_reference(base, layout, MEMBERS)
+    assert _same(w, ref)
+    want = torch.bmm(x.cuda().float(), ref.cuda().float().transpose(1, 2))
+    torch.testing.assert_close(y.float(), want, rtol=1.6e-2, atol=2e-2)
