@@ -64,7 +64,15 @@ TINY = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "nu
         "num_key_value_heads": 2, "vocab_size": 512, "tie_word_embeddings": False}
 MEMBERS_CHECK = [(0, 1e-3), (7, 5e-4), (2**62 + 1, 2e-3), (None, 0.0), (99, 1e-2)]
 ROTATE_BYTES = 256 << 20     # distinct weights cycled per timed graph: 5x the H100's 50 MB L2
-RESULTS: dict = {"checks": {}, "timing": [], "sweep": [], "model_step": [], "info": {}}
+RESULTS: dict = {"checks": {}, "timing": [], "sweep": [], "model_step": [], "skipped": [], "info": {}}
+DEADLINE = [float("inf")]   # perf_counter time after which timing points are skipped (and listed), not run
+
+
+def out_of_time(what: str) -> bool:
+    if time.perf_counter() < DEADLINE[0]:
+        return False
+    RESULTS["skipped"].append(what)
+    return True
 
 
 def log(msg: str) -> None:
@@ -229,6 +237,8 @@ def time_shape(proj: str, n: int, k: int, ms: list[int], rows: list[int], noises
             for r in rows:
                 if noise != "rademacher" and (m, r) not in GAUSSIAN_POINTS:
                     continue
+                if out_of_time(f"{proj} {noise} M={m} rows={r}"):
+                    continue
                 x = _randn((m, r, k), gen, 1.0, device)
                 flops = 2.0 * m * r * n * k
                 io = (m * r * k + m * r * n) * 2
@@ -297,6 +307,8 @@ def sweep(card, timer: Timer, device: str, gen, tiny: bool) -> None:
     saved = {a: getattr(ML.LaunchConfig, a) for a in ("block_n", "block_k", "num_warps", "num_stages")}
     configs = [(64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 3), (32, 64, 4, 3), (64, 64, 8, 4)]
     for bn, bk, warps, stages in configs[:2] if tiny else configs:
+        if out_of_time(f"sweep {bn} {bk} {warps} {stages}"):
+            continue
         ML.LaunchConfig.block_n, ML.LaunchConfig.block_k = bn, bk
         ML.LaunchConfig.num_warps, ML.LaunchConfig.num_stages = warps, stages
         first = ML.MemberLinear(w0s[0], name=layer_names()["gate"])
@@ -326,8 +338,20 @@ def main() -> int:
     ap.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--min-s", type=float, default=0.02, help="timed seconds per arm and point")
+    ap.add_argument("--budget-s", type=float, default=160.0,
+                    help="seconds from the start after which timing points are skipped (listed in the JSON)")
     args = ap.parse_args()
     t_start = time.perf_counter()
+    DEADLINE[0] = t_start + args.budget_s
+    try:
+        return run(args, t_start)
+    finally:  # whatever happened, what was measured is written
+        RESULTS["seconds"] = time.perf_counter() - t_start
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(RESULTS, indent=1, default=str))
+
+
+def run(args, t_start: float) -> int:
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     if device == "cpu" and not args.tiny:
         sys.exit("no CUDA device: run on the GPU, or --tiny with TRITON_INTERPRET=1 for a dry run")
@@ -370,9 +394,9 @@ def main() -> int:
         RESULTS["info"]["fused_noise_draws_per_s_max"] = max(draws)
         log(f"fused Rademacher noise draws/s: best {max(draws) / 1e12:.2f}e12 (the switch's delta: "
             f"{card.noise_draws_s / 1e12:.2f}e12)")
+    if RESULTS["skipped"]:
+        log(f"skipped past --budget-s: {len(RESULTS['skipped'])} points ({RESULTS['skipped'][0]} ...)")
     log(f"checks {'all passed' if ok else 'FAILED'}; {RESULTS['seconds']:.0f} s in all; JSON: {args.out}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(RESULTS, indent=1, default=str))
     return 0 if ok else 1
 
 
