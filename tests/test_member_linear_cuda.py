@@ -64,9 +64,12 @@ def test_compiled_effective_weights_equal_the_reference(noise, which):
     torch.testing.assert_close(y.float(), want, rtol=1.6e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("gather", [False, True])
 @pytest.mark.parametrize("which", ["qkv", "down_tp2"])
-def test_compiled_packed_signs_equal_the_reference(which):
-    """Signs drawn once into packed words and read by the compiled matmul: the switch's weights to the bit."""
+def test_compiled_packed_signs_equal_the_reference(which, gather, monkeypatch):
+    """Signs drawn once into packed words and read by the compiled matmul, both unpackings: the switch's weights
+    to the bit."""
+    monkeypatch.setattr(ML.LaunchConfig, "unpack_gather", gather)
     layout = _qkv_layout() if which == "qkv" else L.row_parallel("model.layers.5.mlp.down_proj.weight", (1536, 8960),
                                                                    tp=2, rank=1)
     gen = torch.Generator().manual_seed(4)

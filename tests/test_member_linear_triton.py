@@ -174,11 +174,14 @@ def test_refuses_blocks_over_part_of_a_row():
         ML.MemberLinear(torch.zeros(shape, dtype=torch.bfloat16), partial)
 
 
+@pytest.mark.parametrize("gather", [False, True])
 @pytest.mark.parametrize("which", ["odd whole tensor", "fused qkv", "vocab padding"])
-def test_packed_signs_give_the_same_weights_and_products(which, monkeypatch):
-    """Signs drawn once into packed words (1 bit an element) and read by the matmul in place of the hash: the
-    same effective weights to the bit (K = 45 and 80: partial words), and products as the materialised matmul's."""
+def test_packed_signs_give_the_same_weights_and_products(which, gather, monkeypatch):
+    """Signs drawn once into packed words (1 bit an element) and read by the matmul in place of the hash, both ways
+    of unpacking: the same effective weights to the bit (K = 45 and 80: partial words), and products as the
+    materialised matmul's."""
     monkeypatch.setattr(ML.LaunchConfig, "block_k", 32)   # a tile holds whole words
+    monkeypatch.setattr(ML.LaunchConfig, "unpack_gather", gather)
     if which == "odd whole tensor":
         layout = L.replicated("model.layers.3.mlp.down_proj.weight", (37, 45))
     elif which == "fused qkv":

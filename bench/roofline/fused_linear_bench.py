@@ -300,33 +300,42 @@ def model_step(shape, ms: list[int], rows: list[int]) -> None:
 
 
 def sweep(card, timer: Timer, device: str, gen, tiny: bool) -> None:
-    """The fused kernel's tiles on one shape (gate, M 8, rows 8); the default stays unless the lead changes it."""
+    """The fused kernel's tiles on one shape (gate, M 8, rows 8), hashed and with packed signs (both unpackings);
+    the defaults stay what LaunchConfig says unless the lead changes them from these readings."""
     n, k = (160, 64) if tiny else (8960, 1536)
     w0s = [_randn((n, k), gen, 0.02, device) for _ in range(copies_for(n * k * 2, device))]
     x = _randn((8, 8, k), gen, 1.0, device)
-    saved = {a: getattr(ML.LaunchConfig, a) for a in ("block_n", "block_k", "num_warps", "num_stages")}
-    configs = [(64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 3), (32, 64, 4, 3), (64, 64, 8, 4)]
-    for bn, bk, warps, stages in configs[:2] if tiny else configs:
-        if out_of_time(f"sweep {bn} {bk} {warps} {stages}"):
+    names = ("block_n", "block_k", "num_warps", "num_stages", "unpack_gather")
+    saved = {a: getattr(ML.LaunchConfig, a) for a in names}
+    tiles = [(64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 3), (32, 64, 4, 3), (64, 64, 8, 4)]
+    configs = [(t, "hash") for t in tiles] + [(t, u) for t in tiles[:4] for u in ("signs reshape", "signs gather")]
+    chosen = [configs[0], configs[len(tiles)], configs[len(tiles) + 1]] if tiny else configs
+    for (bn, bk, warps, stages), mode in chosen:
+        if out_of_time(f"sweep {bn} {bk} {warps} {stages} {mode}"):
             continue
         ML.LaunchConfig.block_n, ML.LaunchConfig.block_k = bn, bk
         ML.LaunchConfig.num_warps, ML.LaunchConfig.num_stages = warps, stages
-        first = ML.MemberLinear(w0s[0], name=layer_names()["gate"])
+        ML.LaunchConfig.unpack_gather = mode == "signs gather"
+        first = ML.MemberLinear(w0s[0], name=layer_names()["gate"], signs=mode != "hash")
         first.set_members(members_of(8))
         fns = []
         for w0 in w0s:
             lin = copy.copy(first)
             lin.base = w0
+            if lin.signs:
+                lin._signs = None
+                lin.pack_signs()
             fns.append(lambda lin=lin: lin(x))
         try:
             t = timer(fns)
             RESULTS["sweep"].append({"block_n": bn, "block_k": bk, "num_warps": warps, "num_stages": stages,
-                                     "us": t * 1e6, "noise_draws_per_s": 8 * n * k / t})
-            log(f"sweep BN={bn} BK={bk} warps={warps} stages={stages}: {t * 1e6:.1f} us, "
-                f"{8 * n * k / t / 1e12:.2f}e12 draws/s")
+                                     "mode": mode, "us": t * 1e6, "noise_draws_per_s": 8 * n * k / t})
+            log(f"sweep {mode:13s} BN={bn} BK={bk} warps={warps} stages={stages}: {t * 1e6:.1f} us, "
+                f"{8 * n * k / t / 1e12:.2f}e12 elements/s")
         except Exception as err:  # a tile that does not fit shared memory: say so, go on
-            RESULTS["sweep"].append({"block_n": bn, "block_k": bk, "num_warps": warps, "error": repr(err)[:300]})
-            log(f"sweep BN={bn} BK={bk} warps={warps}: failed {err!r}"[:200])
+            RESULTS["sweep"].append({"block_n": bn, "block_k": bk, "num_warps": warps, "mode": mode,
+                                     "error": repr(err)[:300]})
+            log(f"sweep {mode} BN={bn} BK={bk} warps={warps}: failed {err!r}"[:200])
     for a, v in saved.items():
         setattr(ML.LaunchConfig, a, v)
 
@@ -363,7 +372,7 @@ def run(args, t_start: float) -> int:
                        "card_guessed": RF.card_key(gpu) is None, "torch": torch.__version__,
                        "triton": triton.__version__, "python": platform.python_version(),
                        "launch": {a: getattr(ML.LaunchConfig, a) for a in
-                                  ("block_n", "block_k", "max_block_r", "num_warps", "num_stages")},
+                                  ("block_n", "block_k", "max_block_r", "num_warps", "num_stages", "unpack_gather")},
                        "rotate_bytes": ROTATE_BYTES if device == "cuda" else 0, "argv": sys.argv[1:],
                        "shape": vars(shape) if hasattr(shape, "__dict__") else str(shape)}
     log(f"{gpu}, torch {torch.__version__}, triton {triton.__version__}; peaks {card.hbm_bytes_s / 1e12} TB/s, "

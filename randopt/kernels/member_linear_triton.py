@@ -65,7 +65,8 @@ def _rne_bf16_by_hand(y, BF16_BY_HAND: tl.constexpr):
 @triton.jit
 def _member_linear_kernel(x_ptr, w_ptr, y_ptr, weff_ptr, bias_ptr, keys_ptr, table_ptr, row_slot_ptr, row_base_ptr,
                           signs_ptr, R, N, K, n_slots, words, stride_xm, stride_xr, stride_wn, stride_ym, stride_yr,
-                          GAUSS: tl.constexpr, SIGNS: tl.constexpr, HAS_BIAS: tl.constexpr, EMIT_W: tl.constexpr,
+                          GAUSS: tl.constexpr, SIGNS: tl.constexpr, UNPACK_GATHER: tl.constexpr,
+                          HAS_BIAS: tl.constexpr, EMIT_W: tl.constexpr,
                           BF16_BY_HAND: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr):
     """Program (m, n-tile, r-tile): rows r of member m times the member's effective rows n of the weight.
@@ -94,11 +95,16 @@ def _member_linear_kernel(x_ptr, w_ptr, y_ptr, weff_ptr, bias_ptr, keys_ptr, tab
         w_mask = n_ok[:, None] & k_ok[None, :]
         w0 = tl.load(w_rows + offs_k[None, :], mask=w_mask, other=0.0)
         if SIGNS:  # word k // 32, bit k % 32 of member m's row n: 1 where R = -1 (BLOCK_K % 32 == 0)
-            offs_w = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-            word_ptrs = signs_ptr + (m.to(tl.int64) * N + offs_n.to(tl.int64))[:, None] * words + offs_w[None, :]
-            packed = tl.load(word_ptrs, mask=n_ok[:, None] & (offs_w < words)[None, :], other=0).to(tl.uint32, bitcast=True)
-            bits = (packed[:, :, None] >> tl.arange(0, 32).to(tl.uint32)[None, None, :]) & 1
-            negative = tl.reshape(bits, (BLOCK_N, BLOCK_K))
+            sign_rows = signs_ptr + (m.to(tl.int64) * N + offs_n.to(tl.int64))[:, None] * words
+            if UNPACK_GATHER:  # each element loads its own word (32 lanes share an address: L1 broadcasts it)
+                packed = tl.load(sign_rows + (offs_k // 32)[None, :], mask=w_mask, other=0).to(tl.uint32, bitcast=True)
+                negative = (packed >> (offs_k % 32).to(tl.uint32)[None, :]) & 1
+            else:  # one load a word, its 32 bits spread by a reshape (which may cost a layout conversion)
+                offs_w = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+                packed = tl.load(sign_rows + offs_w[None, :], mask=n_ok[:, None] & (offs_w < words)[None, :],
+                                 other=0).to(tl.uint32, bitcast=True)
+                bits = (packed[:, :, None] >> tl.arange(0, 32).to(tl.uint32)[None, None, :]) & 1
+                negative = tl.reshape(bits, (BLOCK_N, BLOCK_K))
             step = ((negative << 31) | sb.to(tl.uint32, bitcast=True)).to(tl.float32, bitcast=True)
         else:
             idx = row_base[:, None] + offs_k.to(tl.uint32)[None, :]
@@ -159,6 +165,7 @@ class LaunchConfig:
     max_block_r = 64
     num_warps = 4
     num_stages = 3
+    unpack_gather = False   # packed signs: a word per element from L1 (True) or a word per load and a reshape
 
 
 def row_tables(layout: LocalLayout) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -287,7 +294,8 @@ class MemberLinear:
             x, self.base, y, weights_out if weights_out is not None else y, bias if bias is not None else y,
             self._keys, self._table, self._row_slot, self._row_base, self._signs if self.signs else self._row_slot,
             rows, n, k, self._keys.shape[1], self._words, x.stride(0), x.stride(1), self.base.stride(0), y.stride(0),
-            y.stride(1), GAUSS=gauss, SIGNS=self.signs, HAS_BIAS=bias is not None, EMIT_W=weights_out is not None,
+            y.stride(1), GAUSS=gauss, SIGNS=self.signs,
+            UNPACK_GATHER=LaunchConfig.unpack_gather, HAS_BIAS=bias is not None, EMIT_W=weights_out is not None,
             BF16_BY_HAND=INTERPRETED and x.dtype == torch.bfloat16, DOT_F32=INTERPRETED,
             BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=LaunchConfig.block_k,
             num_warps=LaunchConfig.num_warps, num_stages=LaunchConfig.num_stages,
