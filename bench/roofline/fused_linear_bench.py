@@ -228,6 +228,7 @@ def time_shape(proj: str, n: int, k: int, ms: list[int], rows: list[int], noises
                 for w0 in w0s:
                     linear = copy.copy(first)
                     linear.base, linear.signs, linear._signs = w0, True, None
+                    linear.pack_signs()  # its words allocated here, not inside the timer's graph capture
                     signed.append(linear)
                 pack_s = timer([lin.pack_signs for lin in signed])
                 RESULTS["timing"].append({"proj": proj, "n": n, "k": k, "members": m, "rows": 0, "arm": "pack_signs",
