@@ -100,3 +100,14 @@ def test_the_committed_roofline_json_is_what_its_script_makes(tmp_path):
                    capture_output=True, cwd=REPO)
     committed = json.loads((REPO / "bench/roofline/roofline_qwen15b_gsm8k.json").read_text())
     assert json.loads(out.read_text()) == committed
+
+
+def test_members_that_fit_by_hand_and_the_cards_memory_is_the_engines():
+    from randopt.engines.memory import CARD_BYTES
+    assert {k: c.memory_bytes for k, c in RF.CARDS.items()} == CARD_BYTES
+    shape, protocol = tiny()
+    # 2 rows x (3 + 4) tokens x 8 bytes = 112 bytes of KV; signs 184 / 8 = 23 bytes; base (184 + 40) x 2 = 448 bytes
+    assert RF.kv_bytes_per_member(shape, protocol) == 112
+    card = RF.Card("test", 1.0, 1.0, 1.0, "", memory_bytes=448 + 100 + 10 * 135 + 134)
+    assert RF.members_that_fit(shape, protocol, card, reserve_bytes=100) == 10
+    assert RF.members_that_fit(shape, protocol, card, packed_signs=False, reserve_bytes=100) == (10 * 135 + 134) // 112

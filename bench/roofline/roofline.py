@@ -141,8 +141,11 @@ def main() -> None:
         for key, card in RF.CARDS.items():
             copy_bounds = RF.bounds_per_copy(cost, card)
             measured = out["measured_members_per_s"][key]
+            fit = RF.members_that_fit(shape, protocol, card)
             entry["cards"][key] = {
                 "per_copy": copy_bounds.as_record(),
+                "members_that_fit_static_kv": fit,
+                "member_batched_packed_signs_at_fit": RF.bounds_member_batched_signs(cost, card, fit).as_record(),
                 "member_batched": {m: RF.bounds_member_batched(cost, card, m).as_record() for m in MEMBERS},
                 "member_batched_packed_signs": {m: RF.bounds_member_batched_signs(cost, card, m).as_record()
                                                 for m in MEMBERS},
@@ -184,6 +187,8 @@ def summary(out: dict) -> None:
                   f"{c['noise']:.0f} members/s; measured 1 engine {meas['one_engine']['members_per_s']:.3f} "
                   f"({meas['one_engine']['roofline']:.0%} of roofline), auto {meas['auto_3_engines_mps']['members_per_s']:.3f} "
                   f"({meas['auto_3_engines_mps']['roofline']:.0%})")
+            print(f"    {card['members_that_fit_static_kv']} members fit a static KV cache (packed signs): bound "
+                  f"{card['member_batched_packed_signs_at_fit']['roofline']:.2f} members/s")
             for arm in ("member_batched", "member_batched_packed_signs"):
                 print(f"    {arm}, M: bound (bandwidth, compute, noise): " + ", ".join(
                     f"{mm}: {b['roofline']:.2f} ({b['bandwidth']:.1f}, {b['compute']:.1f}, {b['noise']:.2f})"

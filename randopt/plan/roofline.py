@@ -23,12 +23,14 @@ from dataclasses import asdict, dataclass
 @dataclass(frozen=True)
 class Card:
     """One GPU's peaks. hbm_bytes_s: DRAM bandwidth; bf16_flops_s: dense bf16 tensor-core FLOP/s (no sparsity);
-    noise_draws_s: noise elements the SMs make per second (hash + add + round), as measured."""
+    noise_draws_s: noise elements the SMs make per second (hash + add + round), as measured; memory_bytes: what the
+    card holds (randopt/engines/memory.py CARD_BYTES' readings; tests/test_roofline.py keeps them equal)."""
     name: str
     hbm_bytes_s: float
     bf16_flops_s: float
     noise_draws_s: float
     sources: str
+    memory_bytes: int = 0
 
 
 # The H100 and H200 are one die (GH100: 132 SMs, 1.98 GHz boost), so the SMs' noise rate is one number; the H200
@@ -37,11 +39,13 @@ _NOISE_RATE_H200 = 2 * 7_615_616_512 / 12.821e-3   # delta switch, two draws an 
 CARDS = {
     "h100": Card("NVIDIA H100 SXM5 80GB", 3.35e12, 989.4e12, _NOISE_RATE_H200,
                  "NVIDIA H100 datasheet (SXM5): HBM3 3.35 TB/s, BF16 tensor core 1,979 TFLOPS with sparsity, so "
-                 "989 dense; noise rate: the H200's (same GH100 die, 132 SMs), bench/results/perturb_h200.json"),
+                 "989 dense; noise rate: the H200's (same GH100 die, 132 SMs), bench/results/perturb_h200.json",
+                 memory_bytes=81_559 << 20),
     "h200": Card("NVIDIA H200 SXM 141GB", 4.8e12, 989.4e12, _NOISE_RATE_H200,
                  "NVIDIA H200 datasheet (SXM): HBM3e 4.8 TB/s, BF16 tensor core 1,979 TFLOPS with sparsity, so 989 "
                  "dense; noise rate: bench/results/perturb_h200.json, SwitchPlan delta switch of a 7,615,616,512-"
-                 "element set in 12.821 ms, two draws an element (compute-bound: its bytes take 6.3 ms)"),
+                 "element set in 12.821 ms, two draws an element (compute-bound: its bytes take 6.3 ms)",
+                 memory_bytes=150_754_820_096),
 }
 
 
@@ -166,6 +170,21 @@ class MemberCost:
     def noise_draws_fused(self) -> float:
         """Draws a member costs when its weights are made in the matmul: every step and the prefill."""
         return (1 + self.decode_steps) * self.noise_draws_per_step
+
+
+def kv_bytes_per_member(shape: Shape, protocol: Protocol) -> float:
+    """The KV cache a member's call holds at most: every row at its prompt plus max_tokens (a static cache; a paged
+    one frees a row's blocks as it finishes, so this bounds it)."""
+    return protocol.problems * (protocol.prompt_tokens + protocol.max_tokens) * shape.kv_bytes_per_token
+
+
+def members_that_fit(shape: Shape, protocol: Protocol, card: Card, packed_signs: bool = True,
+                     reserve_bytes: float = 8e9) -> int:
+    """M for a member-batched engine on one card: one base copy, and per member its KV cache at most (and its packed
+    signs); reserve_bytes for activations, logits, the CUDA context and the allocator's slack."""
+    base = (shape.matmul_params + shape.vocab * shape.hidden) * shape.dtype_bytes
+    per_member = kv_bytes_per_member(shape, protocol) + (shape.matmul_params / 8 if packed_signs else 0)
+    return max(0, math.floor((card.memory_bytes - base - reserve_bytes) / per_member))
 
 
 def member_cost(shape: Shape, protocol: Protocol) -> MemberCost:
