@@ -108,9 +108,9 @@ class EngineSpec(Spec):
     compute_dtype: str = knob("engine.compute_dtype", answers=True, engines=(TORCH,))
     worker_process: bool = knob("engine.worker_process", answers=False, engines=(VLLM,), passed_when="away")
     # The torch engine answers in fixed blocks of a seeded problem order (randopt/scoring/answer_blocks.py): the
-    # order's seed decides which problems share a batch, and so the answers; keyed by the name it always had,
+    # order's seed decides which problems share a batch, and so the answers; keyed under its schema name,
     # and only there (None: vLLM, which answers a member's problems in one block: answer_blocks.py says why).
-    answer_order_seed: int | None = knob("selection.order_seed", answers=True, keyed_when="set")
+    order_seed: int | None = knob("selection.order_seed", answers=True, keyed_when="set")
     # Speculation's verification runs other kernels than plain decode steps, so a near-tie may resolve otherwise;
     # bpb's engine generates nothing and is built without it.
     speculation: str = knob("engine.speculation", answers=True, keys=(EVAL,), keyed_when="away", engines=(VLLM,),
@@ -134,7 +134,7 @@ class EngineSpec(Spec):
         e = config["engine"]
         dtype = compute_dtype_resolved or compute_dtype.for_config(config)[0]
         order = config_value(config, "selection.order_seed") if answer_blocks.block_size(e) is not None else None
-        return super().from_config(config, compute_dtype=dtype, answer_order_seed=order)
+        return super().from_config(config, compute_dtype=dtype, order_seed=order)
 
 
 @dataclass(frozen=True)

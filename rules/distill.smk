@@ -65,7 +65,7 @@ rule distill_train:
         lora=distill_knob("lora"),
         train=distill_knob("train"),
         device=PLAN.distill_device,
-        trust="--trust-remote-code" if CONFIG.model.trust_remote_code else "",
+        trust_remote_code="--trust-remote-code" if CONFIG.model.trust_remote_code else "",
         # the engine's resolved dtype (in the eval key, so in this one): bfloat16 trains under bf16 autocast
         compute_dtype=PLAN.compute_dtype,
         round=round_of,
@@ -75,7 +75,7 @@ rule distill_train:
     shell:
         "{PY} randopt.stages.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
         " --arm {wildcards.arm} --round {params.round} --lora {params.lora} --train {params.train}"
-        " --device {params.device}{DISTILL_LOCAL} --threads {threads} {params.trust} --compute-dtype {params.compute_dtype}"
+        " --device {params.device}{DISTILL_LOCAL} --threads {threads} {params.trust_remote_code} --compute-dtype {params.compute_dtype}"
         " --out-model {output.model}"
         " --out-adapter {output.adapter} --manifest {output.manifest} 2> {log}"
 

@@ -24,7 +24,7 @@ rule evaluate_shard:
         last=lambda wc: int(wc.last),
         cache=round_path("answer_cache"),
         # absent: one answer block (randopt/scoring/answer_blocks.py)
-        block=f"--block-size {PLAN.answer_block}" if PLAN.answer_block else "",
+        batch_size=f"--batch-size {PLAN.answer_block}" if PLAN.answer_block else "",
         order_seed=CONFIG.selection.order_seed,
         # absent: one seed at a time (engine.member_batch 1)
         member_batch=(f"--member-batch {CONFIG.engine.member_batch}" if CONFIG.engine.member_batch > 1 else ""),
@@ -36,7 +36,7 @@ rule evaluate_shard:
     shell:
         "{PY} randopt.stages.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
-        " {params.block} --order-seed {params.order_seed} {params.member_batch}"
+        " {params.batch_size} --order-seed {params.order_seed} {params.member_batch}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
 

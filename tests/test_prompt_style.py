@@ -100,20 +100,22 @@ def test_keys_hash_the_resolved_prompt_never_the_styles_name(kind):
 # since one rule freezes every task (issue 45): its code's stand-in keeps the name it had (NAMED_THEN), so the
 # values pinned then still hold, and only the dict key was renamed. GSM8K's block moved to task.gsm8k (issue 66),
 # which changed the default's problems and eval keys once; the same issue put the task's code in the population key
-# (the vote pools answers by the task's vote key), which moved both populations. Countdown's other keys are 92ae792's.
+# (the vote pools answers by the task's vote key), which moved both populations, and keyed the torch engine's answer
+# order under its schema name (order_seed, was answer_order_seed), which moved every eval and bpb key. Countdown's
+# problems, heldout and model keys are still 92ae792's.
 NAMED_THEN = {"default": "gsm8k", "countdown.yaml": "task"}
 PINNED = {
     "bfloat16": {
-        "default": {"problems": "6c69fa6fbcf6", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "26a549b6b12f",
-                    "population": "2d906959eed8", "bpb": "72e22662d4e2", "race": None},
+        "default": {"problems": "6c69fa6fbcf6", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "13da2976f7ed",
+                    "population": "2d906959eed8", "bpb": "95251a2fc95b", "race": None},
         "countdown.yaml": {"problems": "80d884f17799", "heldout": "5af718240bfc", "model": "028ca183b1e6",
-                           "eval": "a91baeb43eba", "population": "0167aa8f2504", "bpb": "72e22662d4e2", "race": None},
+                           "eval": "91218451c69e", "population": "0167aa8f2504", "bpb": "95251a2fc95b", "race": None},
     },
     "float32": {
-        "default": {"problems": "6c69fa6fbcf6", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "f9047a7b5ff2",
-                    "population": "2d906959eed8", "bpb": "f8a3dbded042", "race": None},
+        "default": {"problems": "6c69fa6fbcf6", "heldout": "5af718240bfc", "model": "028ca183b1e6", "eval": "6dc39cf785b8",
+                    "population": "2d906959eed8", "bpb": "c82295d97225", "race": None},
         "countdown.yaml": {"problems": "80d884f17799", "heldout": "5af718240bfc", "model": "028ca183b1e6",
-                           "eval": "1da482bfa235", "population": "0167aa8f2504", "bpb": "f8a3dbded042", "race": None},
+                           "eval": "20e585224e8a", "population": "0167aa8f2504", "bpb": "c82295d97225", "race": None},
     },
 }
 

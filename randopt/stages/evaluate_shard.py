@@ -36,8 +36,8 @@ def parse_args(argv=None):
     p.add_argument("--sigma", type=float, required=True)
     p.add_argument("--first-seed", type=int, required=True)
     p.add_argument("--last-seed", type=int, required=True, help="inclusive")
-    p.add_argument("--block-size", type=int, default=None,
-                   help="problems per fixed answer block, each one engine call (randopt/scoring/answer_blocks.py); "
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="engine.batch_size: problems per fixed answer block, each one engine call (randopt/scoring/answer_blocks.py); "
                         "absent: one block")
     p.add_argument("--order-seed", type=int, default=0, help="seed of the problem order the blocks cut (selection.order_seed)")
     p.add_argument("--member-batch", type=int, default=1,
@@ -49,7 +49,7 @@ def parse_args(argv=None):
 
 
 def run(*, make_engines: list[Callable[[], Engine]], decode: dict, train: str, sigma: float, first_seed: int,
-        last_seed: int, block_size: int | None, order_seed: int, cache_dir: str, out: str, timings: str,
+        last_seed: int, batch_size: int | None, order_seed: int, cache_dir: str, out: str, timings: str,
         member_batch: int = 1) -> None:
     """make_engines: the makers of the job's engine, or of its engines side by side inside it
     (randopt/runtime/job_engines.py), which answer the shard's seeds between them."""
@@ -60,7 +60,7 @@ def run(*, make_engines: list[Callable[[], Engine]], decode: dict, train: str, s
     started_at, start = time.time(), time.perf_counter()
     verify_against_manifest(train)
     problems = read_jsonl(train, required=("id", "question", "answer"))
-    blocks = answer_blocks.blocks(len(problems), order_seed, block_size)
+    blocks = answer_blocks.blocks(len(problems), order_seed, batch_size)
     scorers = [Scorer(maker, problems, DecodeSpec.from_config(decode), cache_dir, blocks, registry.of_split(train))
                for maker in make_engines]
     seeds = list(range(first_seed, last_seed + 1))
