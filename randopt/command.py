@@ -3,7 +3,7 @@ does with the pipeline, each a thin front over what already does it.
 
   randopt run [SNAKEMAKE ARGS]     the workflow (the record and the report's figures) in the current directory
   randopt export [SNAKEMAKE ARGS]  the workflow's export target: the ranking's best members as model dirs
-  randopt status [ARGS]            where a run stands (randopt/runtime/status.py)
+  randopt status [ARGS]            where a run stands (randopt/stages/status.py)
   randopt ask [ARGS]               a finished run's ensemble answers new questions (randopt/stages/ask.py)
   randopt eval [ARGS]              lm-evaluation-harness tasks on a finished run (randopt/stages/lm_eval.py)
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if command in ("run", "export"):
         exec_snakemake(["randopt", *argv], rest, "export" if command == "export" else None)
     elif command == "status":
-        from randopt.runtime.status import main as status
+        from randopt.stages.status import main as status
         return status(rest)
     elif command == "ask":
         from randopt.stages.ask import main as ask

@@ -6,34 +6,14 @@ GPU lease's to confirm (bench/README.md)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO, skip_unless_ci
+from tests.conftest import REPO
+from tests.support.stub_cuda import build_stub_driver
 
-# Handles are 10 + the ordinal, so that a caller passing the ordinal where the handle belongs reads nothing.
-STUB = r"""
-#include <stdlib.h>
-#include <string.h>
-#include <stddef.h>
-static int initialized = 0;
-static int fails(const char *what) { const char *f = getenv("STUB_CUDA_FAIL"); return f && !strcmp(f, what); }
-int cuInit(unsigned int flags) { if (fails("init") || flags != 0) return 100; initialized = 1; return 0; }
-int cuDeviceGetCount(int *count) {
-    if (!initialized) return 3;
-    const char *c = getenv("STUB_CUDA_COUNT"); *count = c ? atoi(c) : 2; return 0; }
-int cuDeviceGet(int *device, int ordinal) { *device = 10 + ordinal; return 0; }
-int cuDeviceGetName(char *name, int len, int device) {
-    static const char *names[] = {"NVIDIA H100 80GB HBM3", "NVIDIA H200"};
-    if (fails("name") || device < 10 || len < 32) return 101;
-    strncpy(name, names[(device - 10) % 2], len); return 0; }
-int cuDeviceTotalMem_v2(size_t *bytes, int device) {
-    if (device < 10) return 101;
-    *bytes = device == 10 ? 85520809984ULL : 150754820096ULL; return 0; }
-"""
 PROBE = ("import json, sys; from randopt.runtime import cuda_driver; from randopt.plan.host import Host; "
          "from randopt.records.assemble import hardware; h = Host(probe_card=True); "
          "print(json.dumps([cuda_driver.devices(), h.gpu0_bytes(), h.gpu0_name(), hardware()['gpus'], "
@@ -42,13 +22,7 @@ PROBE = ("import json, sys; from randopt.runtime import cuda_driver; from randop
 
 @pytest.fixture(scope="module")
 def stub_driver(tmp_path_factory):
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        skip_unless_ci("no C compiler to build the stub CUDA driver")
-    where = tmp_path_factory.mktemp("stub_cuda")
-    (where / "stub.c").write_text(STUB)
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(where / "libcuda.so.1"), str(where / "stub.c")], check=True)
-    return where
+    return build_stub_driver(tmp_path_factory.mktemp("stub_cuda"))
 
 
 def probe(stub_driver, **env) -> list:

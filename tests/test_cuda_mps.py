@@ -17,6 +17,7 @@ import pytest
 
 from randopt.runtime import cuda_mps, mps_daemon
 from randopt.plan.engine_slots import resolve as resolve_engines
+from tests.support.stub_cuda import build_stub_driver
 from tests.conftest import REPO
 from tests.support.mps_control_standin import install
 from tests.support.workflow import tiny_config, workflow_command
@@ -271,14 +272,15 @@ def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path,
 
 
 def test_a_run_starts_the_daemon_its_engine_jobs_use_and_stops_it_when_they_fail(tmp_path, tiny_model_dir, standin):
-    """The wiring end to end on the CPU: engine.cuda_mps true with the torch engine on cuda. The run's start
-    brings the daemon up, the search's job finds it and becomes its client (then fails: no CUDA here), and the
-    run's end asks the daemon to quit."""
+    """The wiring end to end on the CPU: engine.cuda_mps true with the torch engine on cuda. The run's start (which
+    asks the CUDA driver for a device: here a stub driver's) brings the daemon up, the search's job finds it and
+    becomes its client (then fails: torch has no CUDA here), and the run's end asks the daemon to quit."""
     binary = standin[0]
     config = tiny_config(tiny_model_dir, engine={"kind": "torch", "device": "cuda", "cuda_mps": True},
                          population={"n_seeds": 4, "sigmas": [0.01], "shard_size": 4})   # one engine job
+    env = _path_with(binary.parent) | {"LD_LIBRARY_PATH": str(build_stub_driver(tmp_path / "stub_cuda"))}
     proc = subprocess.run(workflow_command(tmp_path, config, "--until", "evaluate_shard"), capture_output=True,
-                          text=True, cwd=REPO, env=_path_with(binary.parent))
+                          text=True, cwd=REPO, env=env)
     assert proc.returncode != 0
     logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "logs").rglob("*.log"))
     assert "CUDA MPS: the engine is a client of the run's daemon" in logs, (proc.stderr[-3000:], logs[-3000:])
