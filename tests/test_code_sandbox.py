@@ -132,6 +132,25 @@ def test_exit_hacks_score_0_here_and_in_human_evals_own_harness(problems, leaves
     assert not check_correctness(problem, EXIT_HACKS["os._exit(0)"], timeout=5.0)["passed"]
 
 
+def test_a_program_may_use_its_scratch_directory_and_the_standard_library(problems, leaves_nothing):
+    """What the sandbox allows is enough for ordinary code: files and folders in /scratch and /tmp,
+    pathlib, namedtuple, pickling its own function by its name in __main__; then the right function
+    passes, on a split test and on one the judge process decides."""
+    body = """    import collections, pathlib, pickle, sys, tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        (pathlib.Path(tmp) / "a" / "b").mkdir(parents=True)
+        (pathlib.Path(tmp) / "a" / "b" / "f.txt").write_text("x")
+    pathlib.Path("out.txt").write_text("y")
+    assert pathlib.Path("out.txt").read_text() == "y" and "out.txt" in __import__("os").listdir(".")
+    assert collections.namedtuple("Pair", "a b")(1, 2) == (1, 2) and sys._getframe().f_code.co_name
+    assert pickle.loads(pickle.dumps({name})) is {name}
+"""
+    for problem_id in ("HumanEval/0", "HumanEval/53"):
+        problem = problems[problem_id]
+        got = score(problem, [body.format(name=problem["entry_point"]) + problem["canonical_solution"]])[0]
+        assert got.value == 1.0, (problem_id, got)
+
+
 def test_reads_of_the_processes_memory_forge_nothing(problems, leaves_nothing):
     """The issue's three token reads (each gave 1 on all 164 problems before): on a split test and on
     one the judge process decides."""
@@ -195,8 +214,9 @@ def test_a_read_of_the_expected_values_scores_0(problems, leaves_nothing):
 
 def test_file_system_attacks_reach_nothing_of_the_host(problems, tmp_path, leaves_nothing):
     """The dir_fd read of /etc/passwd and of a root-only file, a subinterpreter's write outside
-    scratch, memmove over an immutable object, mknod and mkfifo outside scratch: each scores 0, no
-    secret reaches the reason, and nothing is created on the host."""
+    scratch, memmove over an immutable object, mknod and mkfifo outside scratch, and a program that
+    writes until something stops it: each scores 0, no secret reaches the reason, and nothing is
+    created on the host."""
     secret = tmp_path / "secret"
     secret.write_text("root only 7f3a9c")
     secret.chmod(0o600)
@@ -225,12 +245,26 @@ def test_file_system_attacks_reach_nothing_of_the_host(problems, tmp_path, leave
         "mkfifo": f"    import os\n    os.mkfifo({str(outside['fifo'])!r})\n    os.mkfifo('here')\n    return False\n",
         "mknod": f"    import os, stat\n    os.mknod({str(outside['node'])!r}, stat.S_IFCHR | 0o666, os.makedev(1, 3))\n",
         "plain write": f"    open({str(outside['plain_written'])!r}, 'w').write('x')\n",
+        "filling every writable place": """    import sysconfig
+    errors = []
+    for where in ('/tmp', '.', sysconfig.get_path('purelib')):
+        try:
+            for i in range(100000):
+                with open(f'{where}/f{i}', 'wb') as fh:
+                    fh.write(bytes(1 << 20))
+        except OSError as err:
+            errors.append(f'{where}: {err.strerror} at {i} MB')
+    raise RuntimeError('; '.join(errors))
+""",
     }
     rewards = score(problems["HumanEval/0"], list(attacks.values()))
     for name, got in zip(attacks, rewards):
         assert got.value == 0.0, (name, got)
         assert "7f3a9c" not in got.reason and "root:x:0" not in got.reason, (name, got)
     assert "No such file" in rewards[0].reason, rewards[0]  # neither /etc nor the host's files exist there
+    filled = rewards[-1].reason  # /tmp and /scratch are 32 MB each, in memory; the rest is read-only
+    assert "/tmp: No space left on device at 3" in filled and ".: No space left on device at 3" in filled, filled
+    assert "Read-only file system at 0" in filled, filled
     for name, path in outside.items():
         assert not path.exists(), name
 

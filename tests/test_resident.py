@@ -294,6 +294,12 @@ def test_a_server_imports_before_its_turn_to_build_and_its_job_waits_the_turn_ou
         holder.kill()
 
 
+def test_the_served_check_knows_the_weight_files_prepare_model_hashes():
+    from randopt.model.prepare import WEIGHT_PATTERNS
+    from randopt.model.served import WEIGHT_SUFFIXES
+    assert {pattern.removeprefix("*") for pattern in WEIGHT_PATTERNS} == set(WEIGHT_SUFFIXES)
+
+
 def edit_in_place_keeping_mtime(weights: Path) -> None:
     """Every tensor doubled, written over the same file (same size: same shapes, same layout), then its
     old atime and mtime put back, as the issue's hostile edit did."""

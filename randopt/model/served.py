@@ -19,9 +19,11 @@ from pathlib import Path
 
 from randopt.inputs import CACHE_PATH, StatCache
 from randopt.io import InputError, read_json
-from randopt.model.prepare import WEIGHT_PATTERNS
 
 MANIFEST = "manifest.json"
+# prepare.py's WEIGHT_PATTERNS as suffixes (tests/test_resident.py holds them equal): not imported, so that
+# prepare_model's code stays out of the keys of the stages that only load engines
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def _cache() -> StatCache:
@@ -44,7 +46,7 @@ def file_sha256s(model_dir: Path) -> dict[str, str]:
 
 
 def _is_weights(name: str) -> bool:
-    return any(Path(name).match(pattern) for pattern in WEIGHT_PATTERNS)
+    return name.endswith(WEIGHT_SUFFIXES)
 
 
 def check_manifest(model_dir: Path, shas: dict[str, str]) -> None:

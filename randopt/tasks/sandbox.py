@@ -4,12 +4,13 @@ The boundary (docs/tasks.md states it for users):
 - namespaces of its own: user (uid/gid 65534 inside, no capabilities on the host; no further user
   namespace), mount, PID, network (a down loopback only), IPC, UTS and cgroup; a new session (no
   terminal to push input into); killed when its parent dies;
-- a file system of bind mounts, all read-only but one: the Python installation that runs it (its
-  site-packages hidden under an empty tmpfs), the system's library directories, the sandbox's own
-  scripts (randopt/tasks/sandbox_child.py, judge_child.py, plain_data.py) at /judge, and its scratch
-  directory, the one writable place, at /scratch; a private /tmp, /dev (null, zero, random, ...) and a
-  /proc of its own PID namespace. Nothing else of the host exists there: not /etc, /home, /root or
-  the data the judge holds;
+- a file system of read-only bind mounts: the Python installation that runs it (its site-packages
+  hidden under an empty read-only tmpfs), the system's library directories, the sandbox's own
+  scripts (randopt/tasks/sandbox_child.py, judge_child.py, plain_data.py) at /judge, and the program
+  at /scratch/program.py; the only writable places are /scratch and /tmp, tmpfs of TMPFS_BYTES each,
+  in memory and gone with the sandbox, so nothing it writes reaches the host's disks; /dev (null,
+  zero, random, ...) and a /proc of its own PID namespace. Nothing else of the host exists there: not
+  /etc, /home, /root or the data the judge holds;
 - a seccomp filter (randopt/tasks/seccomp_filter.py) refusing new processes and threads, namespace and
   mount changes, tracing, pidfds and the kernel's riskiest interfaces;
 - rlimits set by the child itself before any untrusted code runs: address space, CPU seconds, file
@@ -40,6 +41,7 @@ SCRIPTS = ("sandbox_child.py", "judge_child.py", "plain_data.py")  # bound at /j
 INSIDE_SCRIPTS, INSIDE_SCRATCH = "/judge", "/scratch"
 LIBRARY_DIRS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64", "/usr/lib32")
 SANDBOX_UID = 65534
+TMPFS_BYTES = 32 << 20  # each of /scratch and /tmp: a program that fills them gets ENOSPC, not the host's memory
 OPT_IN = "task.code.unsandboxed: true"
 
 
@@ -76,7 +78,7 @@ def _hidden_packages(bound: list[str]) -> list[str]:
         dirs |= {os.path.realpath(os.path.join(prefix, "lib", v, d)) for v in (version, "python3")
                  for d in ("site-packages", "dist-packages")}
     inside = [d for d in sorted(dirs) if os.path.isdir(d) and any(d.startswith(b + "/") for b in bound)]
-    return [a for d in inside for a in ("--tmpfs", d)]
+    return [a for d in inside for a in ("--size", "4096", "--tmpfs", d, "--remount-ro", d)]
 
 
 def _library_binds() -> list[str]:
@@ -98,7 +100,8 @@ def _static_args() -> tuple[str, ...]:
     args += _hidden_packages(bound)
     for name in SCRIPTS:
         args += ["--ro-bind", str(HERE / name), f"{INSIDE_SCRIPTS}/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+             "--size", str(TMPFS_BYTES), "--tmpfs", INSIDE_SCRATCH]
     return tuple(args)
 
 
@@ -110,9 +113,11 @@ ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHO
 
 
 def sandboxed_command(scratch: Path, script: str, args: list[str], seccomp_fd: int) -> list[str]:
-    """bwrap's command line running `python -I -S /judge/<script> args` with scratch at /scratch."""
+    """bwrap's command line running `python -I -S /judge/<script> args`, the files of the host's scratch
+    directory bound read-only into its /scratch."""
     env = [a for k, v in {**ENV, "HOME": INSIDE_SCRATCH, "TMPDIR": "/tmp"}.items() for a in ("--setenv", k, v)]
-    return [bwrap(), *_static_args(), *env, "--bind", str(scratch), INSIDE_SCRATCH, "--chdir", INSIDE_SCRATCH,
+    files = [a for f in sorted(scratch.iterdir()) for a in ("--ro-bind", str(f), f"{INSIDE_SCRATCH}/{f.name}")]
+    return [bwrap(), *_static_args(), *env, *files, "--chdir", INSIDE_SCRATCH,
             "--remount-ro", "/", "--seccomp", str(seccomp_fd), "--",
             python(), "-I", "-S", f"{INSIDE_SCRIPTS}/{script}", *args]
 

@@ -26,12 +26,14 @@ log = logging.getLogger("randopt")
 def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, keep_loaded_s: float) -> None:
     """Load the engine, then answer jobs one at a time until asked to stop or idle for keep_loaded_s."""
     from randopt.engines.factory import engine_class, track
+    from randopt.model.served import served_sha256
     from randopt.runtime.resident.identity import device_name
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s resident %(levelname)s %(message)s",
                         stream=sys.stderr)
     directory, device = Path(address).parent, device_name()
     start = time.perf_counter()
+    served = _check_key(kind, model_dir, options, key)  # first: loading an engine may set the key's variables
     # The libraries first, outside the start lock: they touch no device memory, so this engine imports
     # them while another one on the same GPU builds (start_lock.py).
     cls = engine_class(kind)
@@ -39,8 +41,6 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
         preload(**options)
     import_s = time.perf_counter() - start
     log.info("imported the %s engine's libraries in %.1f s", kind, import_s)
-    _check_key(kind, model_dir, options, key, "before it loaded")
-    keyed_options = options
     alongside = getattr(cls, "start_alongside", None)
     options, why = alongside(model_dir, options) if alongside else (options, None)
     if why:
@@ -53,7 +53,8 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
         build_s = time.perf_counter() - locked
         # said before the lock is let go, so that no other engine's "taken" can come first in the logs
         log.info("built in %.1f s%s", build_s, "; start lock let go" if why is None else "")
-    _check_key(kind, model_dir, keyed_options, key, "while it loaded")
+    if served_sha256(model_dir) != served:  # the bytes again, not the whole key (see above)
+        raise SystemExit(f"{model_dir}: the model's files changed while the engine loaded them; not serving them")
     dtype = getattr(engine, "compute_dtype", None)
     info = {"pid": os.getpid(), "key": key, "load_s": import_s + build_s, "import_s": import_s, "build_s": build_s,
             "start_wait_s": locked - start - import_s,
@@ -102,14 +103,16 @@ def serve(*, address: str, kind: str, model_dir: str, options: dict, key: str, k
                 finish(stop)
 
 
-def _check_key(kind: str, model_dir: str, options: dict, key: str, when: str) -> None:
-    """The job keyed this server by the model's bytes (identity.py); files that changed since end it
-    (exit 1, its log says why) rather than serve other bytes under that key."""
+def _check_key(kind: str, model_dir: str, options: dict, key: str) -> str:
+    """The job keyed this server by the model's bytes (identity.py): files that changed since end it
+    (exit 1, its log says why) rather than serve other bytes under that key. Returns their sha256."""
+    from randopt.model.served import served_sha256
     from randopt.runtime.resident.identity import engine_key
 
     if engine_key(kind, model_dir, options) != key:
-        raise SystemExit(f"{model_dir}: the model's files changed {when} (their bytes, not the ones the job keyed this "
-                         f"engine by); not serving them")
+        raise SystemExit(f"{model_dir}: the model's files changed before the engine loaded them (their bytes are not "
+                         f"the ones the job keyed this engine by); not serving them")
+    return served_sha256(model_dir)
 
 
 def _serve_connection(conn, engine, info: dict) -> str | None:
