@@ -182,9 +182,7 @@ EDITS = [
     ("randopt/selection/summary.py", {"population"}, {"population", "race"}),
     ("randopt/selection/race_stops.py", set(), {"population", "race"}),
     ("randopt/selection/chunks.py", set(), {"population", "race"}),
-    # the prepared model, and every engine stage, which checks the weights it loads against the manifest with
-    # its weight files' patterns (randopt/model/served.py): under racing, race_slice too
-    ("randopt/model/prepare.py", {"model", "eval", "bpb"}, {"model", "eval", "bpb", "population", "race"}),
+    ("randopt/model/prepare.py", {"model", "eval", "bpb"}, {"model", "eval", "bpb"}),
     ("randopt/data/heldout.py", {"heldout", "bpb"}, {"heldout", "bpb"}),
     ("randopt/data/synth.py", ALL - {"model"}, ALL - {"model"} | {"race"}),
     ("randopt/io.py", ALL, ALL | {"race"}),

@@ -96,7 +96,7 @@ def test_overlay_builds_its_dag_offline(kind, tmp_path):
         if not (SHARED_GSM8K / "train.jsonl").is_file():
             skip_unless_ci(f"no GSM8K JSONL copy at {SHARED_GSM8K} (set RANDOPT_GSM8K_DIR)")
         overlays.append(tmp_path / "gsm8k_here.yaml")
-        overlays[-1].write_text(json.dumps({"gsm8k": {"jsonl": {"path": str(SHARED_GSM8K)}}}))
+        overlays[-1].write_text(json.dumps({"task": {"gsm8k": {"jsonl": {"path": str(SHARED_GSM8K)}}}}))
     out = dry_run_on_one_gpu(tmp_path, *overlays)
     proc = subprocess_like(out)
     shards = len(c["population"]["sigmas"]) * c["population"]["n_seeds"] // c["population"]["shard_size"]
