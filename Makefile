@@ -1,6 +1,6 @@
 # The two commands of the README, and the environment they share.
 #   make record   runs the whole method on the embedded default (CPU, no network) -> results/record.json
-#                 and the report's figures (then: make report -> results/report.html)
+#                 and the report's figures (then: make report -> results/runs/<run key>/report.html)
 #   make test     runs the test suite (what CI runs)
 #   make status   where a run stands: seeds done per shard, ETA of the search
 PYTHON ?= python3
@@ -41,9 +41,10 @@ model-qwen15b: $(STAMP)
 record: $(STAMP) system-packages
 	HF_HUB_OFFLINE=1 RANDOPT_RESUME="make record" $(VENV)/bin/python -m randopt run --cores $(CORES)
 
-# The HTML report of the last `make record`: its figures with their captions.
+# The HTML report of `make record`'s run, its figures with their captions, in that run's own folder
+# (results/runs/<run key>/report.html: randopt/result/run_choice.py prints the folder).
 report: $(STAMP)
-	$(VENV)/bin/snakemake --report results/report.html
+	folder=$$($(VENV)/bin/python -m randopt.result.run_choice) && $(VENV)/bin/snakemake --report $$folder/report.html
 
 test: $(STAMP) system-packages
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests

@@ -33,6 +33,8 @@
 #   distill_train     distill.smk   randopt/stages/distill_train.py
 #   evaluate_distilled distill.smk  randopt/stages/evaluate_distilled.py
 #   lm_eval           lm_eval.smk   randopt/harness/evaluate.py (config lm_eval.tasks; docs/lm_eval.md)
+# and one rule in Snakemake's own process, last: last_record (last_run.smk), randopt/result/last_run.py's publish
+# (results/record.json, a copy of the run's record, which names its folder).
 # The stages' parts lie in rooms named after the method: randopt/engines/ (the engines, and perturb.py over
 # randopt/kernels/), scoring/, selection/, ensemble/, records/, model/, data/, tasks/, result/ (export, ask), harness/
 # (lm-eval); plan/ decides the run from its config (and holds the speed model); runtime/ is how jobs run.
@@ -85,7 +87,8 @@ include: "rules/common.smk"
 rule all:
     default_target: True
     input:
-        "results/record.json",
+        # the last run's record (a copy of this run's, which names its folder: rules/last_run.smk)
+        LAST_RECORD,
         # the report's figures (rules/report.smk, included below; a function, so it is read then)
         lambda wildcards: rules.figures.output,
         # lm-eval's table of the base and the ensembles, when config lm_eval.tasks names tasks (rules/lm_eval.smk)
@@ -113,6 +116,7 @@ if PLAN.distill:  # distill.enabled: the top-k vote distilled into a LoRA of the
 include: "rules/record.smk"
 include: "rules/export.smk"
 include: "rules/report.smk"
+include: "rules/last_run.smk"
 include: "rules/lm_eval.smk"
 
 

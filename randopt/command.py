@@ -2,10 +2,13 @@
 does with the pipeline, each a thin front over what already does it.
 
   randopt run [SNAKEMAKE ARGS]     the workflow (the record and the report's figures) in the current directory
-  randopt export [SNAKEMAKE ARGS]  the workflow's export target: the ranking's best members as model dirs
+  randopt export [SNAKEMAKE ARGS]  the export target of the last run (or --run FOLDER, --configfile FILES): members as model dirs
   randopt status [ARGS]            where a run stands (randopt/stages/status.py)
   randopt ask [ARGS]               a finished run's ensemble answers new questions (randopt/stages/ask.py)
   randopt eval [ARGS]              lm-evaluation-harness tasks on a finished run (randopt/stages/lm_eval.py)
+
+status, ask and eval read one run: --run (its folder, results/runs/<run key>, or its record), --configfile (the
+files it ran with), or by default the last finished run (results/record.json).
 
 `run` and `export` are Snakemake on this package's Snakefile (randopt/checkout.py finds it, in a checkout or an
 installed wheel), so any directory can hold a run; every Snakemake argument passes through (-n, --configfile,
@@ -70,6 +73,29 @@ def snakemake_env(command: list[str], environ=os.environ) -> dict[str, str]:
     return env
 
 
+def export_args(args: list[str]) -> list[str]:
+    """`randopt export`'s Snakemake arguments: with --configfile, that config's run; else the run --run FOLDER
+    names, or the last finished run (results/record.json) where there is one: its config as a --configfile
+    (randopt/result/last_run.py), so that export reads the run a user just made, not the embedded default's."""
+    from randopt.paths import LAST_RECORD
+    from randopt.result.last_run import run_config_file
+    from randopt.result.run_choice import choose_run
+    args = list(args)
+    run = None
+    if "--run" in args:
+        at = args.index("--run")
+        run = args[at + 1] if at + 1 < len(args) else None
+        del args[at:at + 2]
+    directory = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--directory", "-d")), ".")
+    if given(args, ("--configfile", "--configfiles")):
+        return args
+    if run is None and not (Path(directory) / LAST_RECORD).is_file():
+        return args   # nothing finished here: the embedded default's run, as `randopt run` makes it
+    chosen = choose_run(run, directory=directory)
+    # one value glued to its flag: --configfile takes several, and would take the target after it too
+    return [f"--configfile={run_config_file(chosen.record_path, directory)}", *args]
+
+
 def exec_snakemake(command: list[str], args: list[str], target: str | None = None) -> None:
     """Replace this process with Snakemake's, so that Ctrl-C, exit status and output are Snakemake's own."""
     argv = [sys.executable, *snakemake_argv(args, target)]
@@ -83,8 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: randopt COMMAND [ARGS]\n\n{USAGE}")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command in ("run", "export"):
-        exec_snakemake(["randopt", *argv], rest, "export" if command == "export" else None)
+    if command == "run":
+        exec_snakemake(["randopt", *argv], rest)
+    elif command == "export":
+        from randopt.io import InputError
+        try:
+            exec_snakemake(["randopt", *argv], export_args(rest), "export")
+        except InputError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     elif command == "status":
         from randopt.stages.status import main as status
         return status(rest)

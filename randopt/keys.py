@@ -142,6 +142,14 @@ def run_keys(config: dict, root: Path = REPO, with_rounds: bool = False, inputs:
     return keys
 
 
+def run_key(rounds: list[dict[str, str]], run_name: str | None) -> str:
+    """The key of a run's own folder (randopt/paths.py run_folder): every round's keys, which hash everything the
+    record reads, and the run's name as the config gives it (None when it leaves it to the default, which is
+    derived from this key: randopt/plan/run_name.py). Two configs with the same stages' keys but other names
+    are two runs, each with its own record and RECORDS.md row."""
+    return short_key({"rounds": rounds, "run_name": run_name})
+
+
 def round_keys(config: dict, root: Path = REPO, inputs: dict | None = None,
                specs: Specs | None = None) -> list[dict[str, str]]:
     """Each round's keys, round 1 first (distill.rounds; one round without distillation): round 1's are

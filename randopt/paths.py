@@ -6,6 +6,18 @@ find a finished run's files afterwards (python -m randopt.stages.ask). data/ hol
 """
 from __future__ import annotations
 
+# Each run's own results (the record, its figures and their page): one folder a run, under its run key
+# (randopt/keys.py run_key), so that two configs run one after the other never share a file.
+RUNS = "results/runs"
+# The design card's target: a copy of the last finished run's record, which names its run folder
+# (randopt/result/last_run.py says why a copy and not a pointer).
+LAST_RECORD = "results/record.json"
+
+
+def run_folder(run_key: str) -> str:
+    """The folder of one run's record and figures, relative to the directory the workflow runs in."""
+    return f"{RUNS}/{run_key}"
+
 
 def layout(keys: dict[str, str]) -> dict[str, str]:
     """Folder of each stage's outputs, relative to the directory the workflow runs in."""

@@ -11,7 +11,8 @@ from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError
 from randopt.keys import key_code
 from randopt.plan import Host, PlanError, RunPlan
-from randopt.paths import RACE_CHUNK_STEM, RACE_SURVIVORS
+from randopt.paths import LAST_RECORD, RACE_CHUNK_STEM, RACE_SURVIVORS
+from randopt.result.last_run import publish
 from randopt.population import SHARD_STEM, sigma_label
 from randopt.runtime import mps_daemon
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
@@ -74,6 +75,7 @@ localrules:
     vote,
     record,
     figures,
+    last_record,
 
 
 def q(obj):

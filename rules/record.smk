@@ -1,4 +1,6 @@
-# The record: everything above in results/record.json, plus one row in RECORDS.md.
+# The record: everything above in the run's own folder (results/runs/<run key>/record.json: PLAN.run_dir), plus
+# the run's one row in RECORDS.md (results/RECORDS.md by default); at the end of the run, after its figures, a
+# copy of it at results/record.json, the default target, which names the last run (randopt/result/last_run.py).
 
 
 rule record:
@@ -22,11 +24,13 @@ rule record:
         # every stage's Snakemake benchmark, whose times the record sums (rules/common.smk get_benchmarks)
         benchmarks=[pair.split("=", 1)[1] for pair in get_benchmarks()],
     output:
-        record="results/record.json",
+        record=f"{PLAN.run_dir}/record.json",
     log:
-        "logs/record.log",
+        f"logs/record/{PLAN.run_key}.log",
     params:
         config=q_text(PLAN.config),
+        run_name=q(PLAN.run_name),
+        run_key=PLAN.run_key,
         repo=q(workflow.basedir),
         benchmarks=" ".join(get_benchmarks()),
         records_md=q(CONFIG.records_md),
@@ -51,7 +55,8 @@ rule record:
         ),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.record --config-json {params.config} --repo-dir {params.repo}"
+        "{PY} randopt.stages.record --config-json {params.config} --run-name {params.run_name} --run-key {params.run_key}"
+        " --repo-dir {params.repo}"
         " --model-manifest {input.model} --problems-manifest {input.problems} --heldout-manifest {input.heldout}"
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"

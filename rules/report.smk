@@ -12,7 +12,7 @@ FIGURE_CATEGORIES = {
     "bits_per_byte": "Ensemble",
     "stage_times": "Run",
 } | ({"distill": "Distillation"} if PLAN.distill else {})
-FIGURES_DIR = "results/figures"
+FIGURES_DIR = f"{PLAN.run_dir}/figures"  # the run's own folder
 
 
 rule figures:
@@ -29,7 +29,7 @@ rule figures:
         },
         page=f"{FIGURES_DIR}/figures.md",
     log:
-        "logs/figures.log",
+        f"logs/figures/{PLAN.run_key}.log",
     params:
         # the folder of the declared outputs, taken from them (no second spelling of the path to drift)
         out_dir=lambda wildcards, output: os.path.dirname(output.k_curve),

@@ -5,6 +5,7 @@ import pytest
 from randopt.config import ConfigError, check_source, load_schema, load_yaml, validate
 from randopt.schema import resolve_ref
 from tests.conftest import REPO
+from tests.support.workflow import RUN_END
 
 
 def test_default_config_validates_and_fills_defaults():
@@ -195,7 +196,7 @@ def test_source_blocks_are_typed(bad, key, says):
     ({"decode": {"max_tokens": "many"}},
      'config key \'decode.max_tokens\': must be an integer (got "many", a string); the default is 32'),
     ({"run_name": "my run"}, 'config key \'run_name\': must match the pattern ^[A-Za-z0-9_.-]+$ (got "my run"); '
-                             'the default is "randopt"'),
+                             'the default is null'),  # null: the task, the model and the run key (randopt/plan/run_name.py)
     ({"populaton": {"n_seeds": 4}}, "config key '(top level)': unknown key(s) ['populaton']; did you mean 'population'? "
                                     "allowed: ['controls', 'decode', "),
     ({"population": {"n_seed": 4}}, "config key 'population': unknown key(s) ['n_seed']; did you mean 'n_seeds'? "
@@ -443,7 +444,7 @@ def test_the_embedded_default_dry_runs_through_snakemake(default_dry_run):
     shards = len(pop["sigmas"]) * -(-pop["n_seeds"] // pop["shard_size"])
     assert jobs_run(subprocess_like(out)) == {"freeze_problems": 1, "fetch_fineweb": 1, "prepare_model": 1,
                                               "evaluate_shard": shards, "rank": 1, "evaluate_members": 1, "vote": 1,
-                                              "score_bpb": 1, "record": 1}
+                                              "score_bpb": 1, **RUN_END}
     (freeze,) = commands_of(out, "freeze_problems")
     assert '"source": "generated"' in freeze and f"--n-train {default['task']['gsm8k']['n_train']}" in freeze
     (fetch,) = commands_of(out, "fetch_fineweb")

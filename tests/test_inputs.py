@@ -24,7 +24,7 @@ from randopt.inputs import StatCache, file_input, fingerprints
 from randopt.io import InputError, sha256_file
 from randopt.model import gguf_source
 from tests.conftest import REPO
-from tests.support.workflow import jobs_run, read_record, run_workflow, tiny_config
+from tests.support.workflow import RUN_END, jobs_run, read_record, run_workflow, tiny_config
 
 
 def output(proc) -> str:
@@ -293,10 +293,10 @@ def stale_input_runs(root: Path, tiny_model_dir: Path) -> dict:
 
 
 AFTER_NEW_PROBLEMS = {"freeze_problems": 1, "evaluate_shard": 1, "rank": 1, "evaluate_members": 1, "vote": 1,
-                      "score_bpb": 1, "record": 1}  # score_bpb: its top-k list is new (its member cache is not)
-AFTER_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, "record": 1}
+                      "score_bpb": 1, **RUN_END}  # score_bpb: its top-k list is new (its member cache is not)
+AFTER_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, **RUN_END}
 AFTER_NEW_MODEL = {"prepare_model": 1, "evaluate_shard": 1, "rank": 1, "evaluate_members": 1, "vote": 1,
-                   "score_bpb": 1, "record": 1}
+                   "score_bpb": 1, **RUN_END}
 
 
 @pytest.mark.slow

@@ -31,9 +31,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from randopt.records.plots import FIGURES, OPTIONAL
 from tests.conftest import REPO
-from tests.support.workflow import (copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
+from tests.support.workflow import (RUN_END, copy_code, effective_config, file_states, jobs_run, read_record, run_and_kill,
                                     run_workflow, shared_run_config)
 
 pytestmark = pytest.mark.slow
@@ -318,15 +317,13 @@ def test_going_back_to_a_config_reuses_everything(fresh, reuse):
     _, _, record = fresh
     workdir, steps = reuse
     step = steps["revert"]
-    # The record is rewritten (its own time differs), and the figures drawn from it with it.
-    assert step.jobs == {"record": 1, "figures": 1}
-    # every figure but the optional ones (distill: only with distill.enabled), and their page with the captions
-    assert step.changed() == {"results/record.json", "results/figures/figures.md"} | {
-        f"results/figures/{name}.png" for name in FIGURES if name not in OPTIONAL}
-    reverted = read_record(workdir)
-    # Every stage output is the fresh run's, so even the timings agree; only the record's own time differs.
-    drop = ("created_utc", "commit_dirty")
-    assert {k: v for k, v in reverted.items() if k not in drop} == {k: v for k, v in record.items() if k not in drop}
+    # The runs in between wrote their records and figures in their own folders: the fresh run's folder is as it
+    # was, so only the copy of its record at results/record.json is written again, to name it as the last run.
+    assert step.jobs == {"last_record": 1}
+    assert step.changed() == {"results/record.json"}
+    folder = workdir / record["run"]["dir"]
+    assert (workdir / "results" / "record.json").read_bytes() == (folder / "record.json").read_bytes()
+    assert read_record(workdir) == record  # the fresh run's record, its own time included
 
 
 # What each config change reruns, as Snakemake's dry run lists the jobs (cheap: nothing runs). The
@@ -334,17 +331,17 @@ def test_going_back_to_a_config_reuses_everything(fresh, reuse):
 # untouched by anything but their own keys; the held-out text and max_context reach only score_bpb;
 # the engine's batch size (numerics) reaches every engine stage and what reads them.
 AFTER_A_NEW_SPLIT = {"freeze_problems": 1, "evaluate_shard": 4, "rank": 1, "evaluate_members": 1, "vote": 1,
-                     "score_bpb": 1, "record": 1, "figures": 1}  # score_bpb: the top-k it reads is new (its member cache is not)
-AFTER_A_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, "record": 1, "figures": 1}
+                     "score_bpb": 1, **RUN_END}  # score_bpb: the top-k it reads is new (its member cache is not)
+AFTER_A_NEW_HELDOUT = {"fetch_fineweb": 1, "score_bpb": 1, **RUN_END}
 CONFIG_CHANGES = {
     "n_train": ({"task": {"gsm8k": {"n_train": 5}}}, AFTER_A_NEW_SPLIT),
     "n_test": ({"task": {"gsm8k": {"n_test": 5}}}, AFTER_A_NEW_SPLIT),
     "selection_seed": ({"task": {"gsm8k": {"selection_seed": 1}}}, AFTER_A_NEW_SPLIT),
     "heldout source": ({"heldout": {"synthetic": {"n_docs": 4, "seed": 2}}}, AFTER_A_NEW_HELDOUT),
     "n_docs": ({"heldout": {"synthetic": {"n_docs": 5, "seed": 1}}}, AFTER_A_NEW_HELDOUT),
-    "max_context": ({"heldout": {"max_context": 32}}, {"score_bpb": 1, "record": 1, "figures": 1}),
+    "max_context": ({"heldout": {"max_context": 32}}, {"score_bpb": 1, **RUN_END}),
     "batch_size": ({"engine": {"batch_size": 4}}, {"evaluate_shard": 4, "rank": 1, "evaluate_members": 1, "vote": 1,
-                                                   "score_bpb": 1, "record": 1, "figures": 1}),
+                                                   "score_bpb": 1, **RUN_END}),
 }
 
 
@@ -771,10 +768,10 @@ def code_edit_steps(reuse: tuple, base_config: dict, root: Path) -> dict:
 
 def test_editing_a_stages_code_reruns_that_stage_and_an_unrelated_edit_reruns_nothing(code_edits):
     # The figures are drawn from the record, so they follow it.
-    assert code_edits["copy"].jobs == {"record": 1, "figures": 1}
+    assert code_edits["copy"].jobs == {**RUN_END}
     assert code_edits["unrelated"].jobs == {} and "Nothing to be done" in output(code_edits["unrelated"].proc)
-    assert code_edits["bpb"].jobs == {"score_bpb": 1, "record": 1, "figures": 1}
-    population = {"rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1, "figures": 1}
+    assert code_edits["bpb"].jobs == {"score_bpb": 1, **RUN_END}
+    population = {"rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, **RUN_END}
     assert code_edits["statistics"].jobs == population  # the population key holds the vote's code
     assert code_edits["rank"].jobs == population
     evaluate = code_edits["evaluate"].jobs

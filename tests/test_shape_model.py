@@ -15,6 +15,7 @@ from randopt.model import shape
 from randopt.engines import memory
 from randopt.engines.memory import CARD_BYTES, check_fit, largest_fitting
 from tests.support.task_runs import SHAPE_MODEL, shape_config
+from tests.support.workflow import last_run_folder, records_md
 
 GIB = 2**30
 
@@ -148,8 +149,8 @@ def test_a_shape_models_run_says_its_accuracy_is_not_a_result(shape_run):
     assert record["model"]["shape"]["shape"] == "tiny-qwen2" and record["model"]["shape"]["init_seed"] == 3
     assert "N(0, initializer_range) from init_seed" in record["model"]["shape"]["weights"]
     assert record["accuracy"]["not_a_result"] == record["statistics"]["not_a_result"] == shape.NOT_A_RESULT
-    assert shape.NOT_A_RESULT in (workdir / "RECORDS.md").read_text().splitlines()[-1]
-    assert len(list((workdir / "results" / "figures").glob("*.png"))) >= 5
+    assert shape.NOT_A_RESULT in records_md(workdir).splitlines()[-1]
+    assert len(list((last_run_folder(workdir) / "figures").glob("*.png"))) >= 5
     models = list((workdir / "data" / "models").rglob("model"))
     assert models and not [p for m in models for p in m.iterdir() if p.suffix in (".safetensors", ".bin")]
 

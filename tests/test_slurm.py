@@ -27,7 +27,7 @@ from tests.support.workflow import (CLUSTER_RESOURCES, HEAVY_STAGES, SNAKEMAKE, 
                                     tiny_config)
 
 HEAVY_JOBS = {"prepare_model": 1, "evaluate_shard": 4, "evaluate_members": 1, "score_bpb": 1}
-LOCAL_RULES = ["freeze_problems", "fetch_fineweb", "rank", "vote", "record", "figures"]
+LOCAL_RULES = ["freeze_problems", "fetch_fineweb", "rank", "vote", "record", "figures", "last_record"]
 # What may differ between two runs of one config: when and how fast it ran, and on what.
 VOLATILE = ["created_utc", "timings_s", "throughput", "hardware"]
 # Small jobs: two fit side by side on the test node; threads (2) equal the local run's --cores 2.

@@ -15,7 +15,7 @@ from snakemake.utils import update_config
 from randopt.config import load_yaml, validate
 from randopt.population import population_size, topk_size
 from tests.conftest import REPO, SHARED_GSM8K, skip_unless_ci
-from tests.support.workflow import gsm8k_task
+from tests.support.workflow import RUN_END, gsm8k_task
 from tests.support.workflow import SNAKEMAKE, jobs_run
 
 STANDARD = REPO / "config" / "standard_8xh100_qwen72b.yaml"
@@ -112,7 +112,7 @@ def test_dry_run_builds_the_dag_offline(name, dry_runs):
     proc = dry_runs(path)
     shards = len(c["population"]["sigmas"]) * c["population"]["n_seeds"] // c["population"]["shard_size"]
     assert jobs_run(proc) == {"freeze_problems": 1, "fetch_fineweb": 1, "prepare_model": 1, "evaluate_shard": shards,
-                              "rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, "record": 1}
+                              "rank": 1, "evaluate_members": 1, "vote": 1, "score_bpb": 1, **RUN_END}
     assert shards == 12
     for sigma in ("0.0005", "0.001", "0.002"):
         assert f"sigma={sigma}/seeds_0384-0511.parquet" in proc.stdout

@@ -87,3 +87,60 @@ def test_ask_answers_and_rewards_with_the_runs_task(task_runs_started, tmp_path)
     assert [[m["completion"] for m in r["members"]] for r in again] == \
         [[m["completion"] for m in r["members"]] for r in results]
     assert all(r["reward"] is None and all(m["reward"] is None for m in r["members"]) for r in again)
+
+
+def test_runs_one_after_another_keep_their_own_records_figures_rows_and_answers(task_runs_started, tmp_path):
+    """The task runs, one config after another in one folder: each run's record and figures stay in its own
+    folder (results/runs/<run key>), untouched by the runs after it; results/record.json is the last run's;
+    RECORDS.md has one row per run under its own name; and ask, told a run's folder, answers with that run's
+    task and prompt (its completions are the ones that run's evaluate_members wrote)."""
+    import json
+
+    import pandas as pd
+
+    from randopt.io import read_json, read_jsonl
+    from randopt.keys import run_keys
+    from randopt.paths import layout
+    from randopt.records.plots import FIGURES, OPTIONAL
+    from randopt.stages.ask import main as ask_main
+
+    runs = task_runs_started.result()
+    finished = [kind for kind in TASKS if "error" not in runs[kind]]
+    assert len(finished) >= 2, {kind: runs[kind].get("error") for kind in TASKS}
+    workdir = runs[finished[0]]["workdir"]
+    folders = {kind: workdir / runs[kind]["record"]["run"]["dir"] for kind in finished}
+    assert len(set(folders.values())) == len(finished)
+    for earlier, later in zip(finished, finished[1:] + [None]):
+        folder = folders[earlier]
+        # results/record.json, read right after the run, was its copy; the later runs left the folder as it was
+        assert read_json(folder / "record.json") == runs[earlier]["record"]
+        drawn = [folder / "figures" / f"{name}.png" for name in FIGURES if name not in OPTIONAL]
+        assert all(p.is_file() for p in drawn) and (folder / "figures" / "figures.md").is_file()
+        recorded = (folder / "record.json").stat().st_mtime
+        assert all(p.stat().st_mtime >= recorded for p in drawn)  # drawn from this run's record
+        if later is not None:  # and never redrawn by a later run
+            assert all(p.stat().st_mtime <= (folders[later] / "record.json").stat().st_mtime for p in drawn)
+    last = finished[-1]
+    assert (workdir / "results" / "record.json").read_bytes() == (folders[last] / "record.json").read_bytes()
+    rows = [line for line in runs[last]["records_md"].splitlines() if "| results/runs/" in line]
+    assert len(rows) == len(finished)
+    names = [line.split(" | ")[1] for line in rows]
+    assert len(set(names)) == len(names) == len(finished)
+    for kind in finished:
+        assert sum(line.endswith(f"| {runs[kind]['record']['run']['dir']} |") for line in rows) == 1
+
+    for kind in finished[:2]:
+        record = runs[kind]["record"]
+        keys = run_keys(record["config"])
+        problem = read_jsonl(workdir / layout(keys)["problems"] / "test.jsonl")[0]
+        questions, out = tmp_path / f"{kind}.jsonl", tmp_path / f"{kind}.out.jsonl"
+        questions.write_text(json.dumps(problem) + "\n")
+        fraction = record["topk"][-1]["fraction"]
+        assert ask_main(["--run", str(folders[kind]), "--fraction", str(fraction), "--questions", str(questions),
+                         "--out", str(out)]) == 0
+        (result,) = read_jsonl(out)
+        table = pd.read_parquet(workdir / layout(keys)["members"] / keys["population"] / "answers.parquet")
+        mine = {(r.seed, r.sigma): r.completion for r in table.itertuples() if r.problem_id == problem["id"]}
+        members = [(m["seed"], m["sigma"]) for m in record["topk"][-1]["members"]]
+        assert [(m["seed"], m["sigma"]) for m in result["members"]] == members
+        assert [m["completion"] for m in result["members"]] == [mine[m] for m in members]

@@ -52,6 +52,28 @@ def a_record(tmp_path, controls=False):
     return path
 
 
+def test_the_verdict_of_a_run_whose_record_was_there_names_its_own_folder(tmp_path, monkeypatch):
+    """Going back to a config whose run finished: only results/record.json, its copy, is written again (rule
+    last_record), and the verdict names the run's folder, its record and figures, from the copy's run.dir."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(RESUME_ENV, raising=False)   # the report's command: plain Snakemake's
+    last = a_record(tmp_path)
+    folder = tmp_path / "results" / "runs" / "aaaaaaaaaaaa"
+    (folder / "figures").mkdir(parents=True)
+    (folder / "figures" / "figures.md").write_text("# figures\n")
+    record = json.loads(last.read_text()) | {"run": {"key": "aaaaaaaaaaaa", "dir": "results/runs/aaaaaaaaaaaa"}}
+    for path in (last, folder / "record.json"):
+        path.write_text(json.dumps(record))
+    v, out = view()
+    v.handle(record_of(event=LogEvent.JOB_INFO, jobid=1, rule_name="last_record", output=["results/record.json"],
+                       log=[], wildcards={}))
+    v.handle(record_of(event=LogEvent.JOB_FINISHED, job_id=1))
+    v.close()
+    where = out.getvalue().splitlines()[-3]
+    assert where.startswith("record and figures in results/runs/aaaaaaaaaaaa/ (record.json, figures/figures.md); "
+                            "report: snakemake --report results/runs/aaaaaaaaaaaa/report.html"), where
+
+
 def test_a_stage_is_one_line_as_it_starts_and_one_as_it_ends(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     v, out = view()
@@ -86,8 +108,8 @@ def test_the_verdict_ends_a_finished_run(tmp_path, monkeypatch):
                      "my.yaml --report results/report.html")
     (path.parent / "figures" / "figures.md").write_text("# figures\n")
     assert verdict_lines(json.loads(path.read_text()), path.relative_to(tmp_path), path.parent.relative_to(tmp_path) /
-                         "figures")[0].startswith("record: results/record.json, figures with captions in "
-                                                  "results/figures/figures.md; report: snakemake --report")
+                         "figures")[0].startswith("record and figures in results/ (record.json, figures/figures.md); "
+                                                  "report: snakemake --report results/report.html")
     # the tie goes to the smaller list; its interval is above 0
     assert result == ("gsm8k test, 200 problems: base 0.500 -> best vote 0.600 (top 0.25, k=2), gain +0.100 "
                       "[+0.020, +0.180] 95% CI: the interval is above 0: a gain")

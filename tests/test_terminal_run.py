@@ -23,8 +23,9 @@ def test_a_run_ends_with_where_its_record_is_and_the_verdict(runs):
     lines = printed(proc)
     record = json.loads((workdir / "results" / "record.json").read_text())
     where, result, controls = lines[-3:]
-    assert where == ("record: results/record.json, figures with captions in results/figures/figures.md; report: "
-                     "randopt run --configfile tiny.yaml --cores 2 --report results/report.html")
+    folder = record["run"]["dir"]  # the run's own folder, which results/record.json names
+    assert where == (f"record and figures in {folder}/ (record.json, figures/figures.md); report: "
+                     f"randopt run --configfile tiny.yaml --cores 2 --report {folder}/report.html")
     base, n_test = record["accuracy"]["base_test"], record["data"]["n_test"]
     assert result.startswith(f"gsm8k test, {n_test} problems: base {base:.3f} -> best vote ")
     assert " 95% CI: the interval " in result and controls.startswith("controls: off")

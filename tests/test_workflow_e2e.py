@@ -11,7 +11,7 @@ import pytest
 
 from randopt.records.assemble import code_sha256
 from tests.conftest import REPO
-from tests.support.workflow import jobs_run, read_record
+from tests.support.workflow import jobs_run, last_run_folder, read_record, records_md
 
 REQUIRED_KEYS = ["commit", "config_sha256", "model", "data", "population", "topk", "accuracy", "bpb",
                  "timings_s", "throughput", "versions", "hardware"]
@@ -48,7 +48,7 @@ def test_record_is_complete(finished_run):
     for key in REQUIRED_KEYS:
         assert key in record, key
     assert len(record["model"]["sha256"]) == 64
-    for key in ("gsm8k_train_sha256", "gsm8k_test_sha256", "heldout_sha256"):
+    for key in ("train_sha256", "test_sha256", "heldout_sha256"):
         assert len(record["data"][key]) == 64
     assert record["data"]["synthetic"] is True  # the held-out text is generated
     assert record["population"] == {"n_seeds": 4, "sigmas": [0.01, 0.02], "size": 8}
@@ -58,7 +58,7 @@ def test_record_is_complete(finished_run):
     assert set(record["timings_s"]) == set(STAGES)
     assert record["throughput"]["seeds_per_s"] > 0 and record["throughput"]["gen_tokens_per_s"] > 0
     assert record["versions"]["torch"] and record["hardware"]["cpu_count"] >= 1
-    assert (workdir / "RECORDS.md").read_text().count("| tiny |") == 1
+    assert records_md(workdir).count("| tiny (gsm8k) |") == 1
 
 
 def test_record_times_evaluate_shard_by_its_wall_clock_span(finished_run):
@@ -228,7 +228,11 @@ def test_inputs_live_in_data_and_computed_results_in_results(finished_run):
         assert len(list((workdir / "data").glob(pattern))) == 1, pattern
     assert (next((workdir / "data").glob("models/*")) / "model" / "config.json").is_file()
     assert sorted(p.name for p in (workdir / "results").iterdir()) == [
-        "benchmarks", "bpb", "figures", "members", "rank", "record.json", "shards", "vote"]
+        "RECORDS.md", "benchmarks", "bpb", "members", "rank", "record.json", "runs", "shards", "vote"]
+    # the run's own folder: its record (results/record.json is its copy) and its figures
+    (folder,) = (workdir / "results" / "runs").iterdir()
+    assert folder == last_run_folder(workdir) and sorted(p.name for p in folder.iterdir()) == ["figures", "record.json"]
+    assert (folder / "record.json").read_bytes() == (workdir / "results" / "record.json").read_bytes()
 
 
 def test_the_export_target_writes_the_best_member(targets):
@@ -313,7 +317,7 @@ def test_k_curve_meets_the_vote_at_every_cut(finished_run):
 def test_records_md_row_has_the_gain_and_its_interval(finished_run):
     workdir, _ = finished_run
     record = read_record(workdir)
-    row = next(line for line in (workdir / "RECORDS.md").read_text().splitlines() if "| tiny |" in line)
+    row = next(line for line in records_md(workdir).splitlines() if "| tiny (gsm8k) |" in line)
     for gain in record["statistics"]["ensemble_gain"].values():
         low, high = gain["ci95"]
         assert f"{gain['gain']:+.3f} [{low:+.3f}, {high:+.3f}]" in row
@@ -322,7 +326,7 @@ def test_records_md_row_has_the_gain_and_its_interval(finished_run):
 @pytest.mark.slow
 def test_report_builds_with_every_figure(targets):
     workdir = targets["workdir"]
-    figures = sorted((workdir / "results" / "figures").glob("*.png"))
+    figures = sorted((last_run_folder(workdir) / "figures").glob("*.png"))
     assert [p.stem for p in figures] == sorted(["train_reward_histogram", "train_reward_by_rank", "k_curve",
                                                 "train_vs_test", "bits_per_byte", "stage_times"])
     for path in figures:

@@ -18,7 +18,7 @@ from randopt.config import (ConfigError, check_inputs, decode_for, heldout_sourc
 from randopt.engines.base import DEFAULT_MAX_MODEL_LEN
 from randopt.engines.compute_dtype import for_config as compute_dtype_for_config
 from randopt.io import verify_against_manifest
-from randopt.keys import round_keys, run_keys, short_key
+from randopt.keys import round_keys, run_key, run_keys, short_key
 from randopt.plan import blocks as config_blocks
 from randopt.plan.engines import EnginePlan, plan_engines
 from randopt.plan.host import Host, PlanError
@@ -27,8 +27,9 @@ from randopt.plan.selection import plan_selection, with_mode
 from randopt.population import SHARD_STEM, Population, topk_size
 from randopt.scoring.answer_blocks import block_size
 from randopt.scoring.member_work import fewest_items
-from randopt.paths import RACE_CHUNK_STEM, layout, race_chunk_stem, race_survivors
+from randopt.paths import RACE_CHUNK_STEM, layout, race_chunk_stem, race_survivors, run_folder
 from randopt.plan.auto_selection import SelectionChoice
+from randopt.plan.run_name import run_name
 from randopt.selection.plan import RacePlan
 from randopt.specs import Specs
 
@@ -47,6 +48,7 @@ class RunPlan:
     engines: EnginePlan
     race: RacePlan | None         # selection.mode racing: the rounds, known at DAG build
     specs: Specs                  # the engine's and perturbation's knobs, each saying whether it changes answers
+    run_key: str                  # the key of the run's own folder: its record and figures (randopt/keys.py run_key)
     notes: tuple[str, ...] = field(default=())   # right, but slower than it could be: printed, never an error
     selection: SelectionChoice | None = None     # selection.mode auto: what it took and why (config holds the mode)
 
@@ -83,6 +85,7 @@ class RunPlan:
             engines = plan_engines(config, host, population, problems=problems["n_train"],
                                    max_tokens=decode["max_tokens"], model_dir=model_dir, racing=True)
         rounds = Rounds(tuple(round_keys(config, inputs=inputs, specs=specs)))
+        key = run_key(list(rounds.keys), config["run_name"])  # the run's folder: every round's keys, the name as given
         if config["distill"]["enabled"]:
             check_lora_targets(config, rounds)
         notes = list(engines.notes())
@@ -93,7 +96,7 @@ class RunPlan:
                          f"one answer block (engine.batch_size {block_size(config['engine'])}, torch engine). Lower "
                          f"them, or use selection.mode full.")
         return cls(config, inputs, rounds, population, config["task"]["kind"], problems, decode, dtype, why,
-                   engines, race, specs, tuple(notes), selection)
+                   engines, race, specs, key, tuple(notes), selection)
 
     # ---- keys and folders ----------------------------------------------------------------------------
     @property
@@ -104,6 +107,16 @@ class RunPlan:
     @property
     def paths(self) -> dict[str, str]:
         return self.rounds.paths(1)
+
+    @property
+    def run_dir(self) -> str:
+        """The run's own folder: its record, figures and their page (randopt/paths.py run_folder)."""
+        return run_folder(self.run_key)
+
+    @property
+    def run_name(self) -> str:
+        """The config's run_name, else one derived from the task, the model and the run key (randopt/plan/run_name.py)."""
+        return run_name(self.config, self.run_key)
 
     @property
     def racing(self) -> bool:

@@ -1,4 +1,4 @@
-"""Assemble results/record.json and its RECORDS.md row from the stages' outputs."""
+"""Assemble a run's record and its RECORDS.md row from the stages' outputs."""
 from __future__ import annotations
 
 import csv
@@ -169,7 +169,7 @@ def records_row(record: dict) -> tuple[str, str]:
     fractions = [str(t["fraction"]) for t in record["topk"]]
     header = ("| date (UTC) | run | model | population | base acc (train, test) | ensemble acc (" + ", ".join(fractions) +
               ") | gain [95% CI] (" + ", ".join(fractions) +
-              ") | bpb base | bpb ensemble | seeds/s | commit |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+              ") | bpb base | bpb ensemble | seeds/s | commit | run folder |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     ens = ", ".join(f"{record['accuracy']['ensemble_test'][f]:.3f}" for f in fractions)
     gains = ", ".join(gain_cell(record["statistics"]["ensemble_gain"][f]) for f in fractions)
     bpb = ", ".join(f"{record['bpb']['ensemble'][f]:.4f}" for f in fractions)
@@ -184,15 +184,25 @@ def records_row(record: dict) -> tuple[str, str]:
            f"{pop['n_seeds']} seeds x sigma {pop['sigmas']} | "
            f"{record['accuracy']['base_train']:.3f}, {record['accuracy']['base_test']:.3f} | {ens} | {gains} | "
            f"{record['bpb']['base']:.4f} | {bpb} | {rate} | "
-           f"{(record['commit'] or 'code ' + record['code_sha256'])[:15]} |\n")
+           f"{(record['commit'] or 'code ' + record['code_sha256'])[:15]} | {run_cell(record)} |\n")
     return header, row
 
 
-def append_records_md(path: str | Path, record: dict) -> None:
-    """Append one row (writing the header when the file is new or the columns changed); atomic."""
+def run_cell(record: dict) -> str:
+    """The row's run folder (results/runs/<run key>), which names the run: a rerun of it replaces its row."""
+    return (record.get("run") or {}).get("dir", "")
+
+
+def write_records_row(path: str | Path, record: dict) -> None:
+    """The run's row, one per run: a rerun of the same run (the same run folder: its code or a param changed)
+    drops its earlier row and appends the new one, so the table lists runs, not record jobs. Writes the header
+    when the file is new or the columns changed; atomic."""
     path = Path(path)
     header, row = records_row(record)
     text = path.read_text(encoding="utf-8") if path.is_file() else "# RandOpt records\n\n"
+    folder = run_cell(record)
+    if folder:
+        text = "".join(line for line in text.splitlines(keepends=True) if not line.rstrip().endswith(f"| {folder} |"))
     if header.splitlines()[0] not in text:
         text += ("\n" if not text.endswith("\n\n") else "") + header
     write_text_atomic(path, text + row)

@@ -32,13 +32,17 @@ def interval_reading(low: float, high: float) -> str:
 def where_line(record_path: Path, figures_dir: Path | None, report_command: str) -> str:
     """report_command: the command that builds the HTML report (Snakemake's --report; the run's own command, so
     that it reads the run's config), with {report} for the report's path."""
+    report = report_command.format(report=record_path.parent / "report.html")
+    folder = record_path.parent
+    if figures_dir is not None and Path(figures_dir).parent == folder and Path(figures_dir, "figures.md").is_file():
+        # a run's own folder (results/runs/<run key>/): named once, so that the line stays whole in a terminal
+        return f"record and figures in {folder}/ (record.json, {Path(figures_dir).name}/figures.md); report: {report}"
     if figures_dir is None:
         figures = ""
     elif Path(figures_dir, "figures.md").is_file():   # the figures' page, each with its caption
         figures = f", figures with captions in {Path(figures_dir, 'figures.md')}"
     else:
         figures = f", figures in {figures_dir}/"
-    report = report_command.format(report=record_path.parent / "report.html")
     return f"record: {record_path}{figures}; report: {report}"
 
 

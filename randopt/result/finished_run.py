@@ -143,9 +143,10 @@ def read_questions(path: str | Path) -> list[dict]:
 
 def default_model_dir(record_path: str | Path) -> Path:
     """The prepared model dir of the run that wrote the record, by the workflow's keys, relative to the
-    directory the run ran in (the record's own grandparent: <run dir>/results/record.json)."""
+    directory the run ran in (randopt/result/run_choice.py workdir_of: above its run folder, or above results/
+    for results/record.json)."""
     from randopt.keys import run_keys
     from randopt.paths import layout
+    from randopt.result.run_choice import workdir_of
     record = read_json(record_path)
-    run_dir = Path(record_path).resolve().parent.parent
-    return run_dir / layout(run_keys(record["config"], inputs=record.get("inputs")))["model"] / "model"
+    return workdir_of(record_path) / layout(run_keys(record["config"], inputs=record.get("inputs")))["model"] / "model"

@@ -1,11 +1,14 @@
 """ask: a finished run's top-k ensemble answers new questions (majority answer and every member's),
 through the run's own engine, prompt, decoding and task: its extraction, and its reward where a
-question comes with its reference (randopt/result/finished_run.py). A tool, no rule of the workflow."""
+question comes with its reference (randopt/result/finished_run.py). A tool, no rule of the workflow.
+The run: --run (its folder or record), --configfile (the files it ran with), or by default the last finished
+run (results/record.json; randopt/result/run_choice.py)."""
 from __future__ import annotations
 
 import json
 
 from randopt.result.finished_run import ask, default_model_dir, read_questions
+from randopt.result.run_choice import add_run_arguments, choose_run
 from randopt.io import write_text_atomic
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser
@@ -14,7 +17,8 @@ from randopt.stages._args import stage_parser
 def parse_args(argv=None):
     p = stage_parser("ask", __doc__)
     p.add_argument("questions", nargs="*", help="questions (or use --questions)")
-    p.add_argument("--record", default="results/record.json", help="the run's record")
+    add_run_arguments(p)
+    p.add_argument("--record", default=None, help="the run's record file (as --run RECORD)")
     p.add_argument("--fraction", type=float, required=True, help="which top-k list (a fraction in topk.fractions)")
     p.add_argument("--questions", dest="questions_file", help='JSONL, one object per line: {"question": ...}, '
                    'a frozen split\'s rows, or a task\'s problem fields (rendered by its template); '
@@ -35,7 +39,8 @@ def main(argv=None) -> int:
 
     def body():
         questions = list(args.questions) + (read_questions(args.questions_file) if args.questions_file else [])
-        results = ask(args.record, args.fraction, questions, args.model_dir or default_model_dir(args.record))
+        record = choose_run(args.record or args.run, args.configfile, args.directory).record_path
+        results = ask(record, args.fraction, questions, args.model_dir or default_model_dir(record))
         for r in results:
             print(f"Q: {r['question']}\nensemble: {r['answer']}{reward_text(r)}")
             for m in r["members"]:

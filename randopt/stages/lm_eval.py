@@ -7,6 +7,7 @@ does not know are lm-eval's own (--tasks, --limit, --num_fewshot, --include_path
 from __future__ import annotations
 
 from randopt.harness.run import CHOICE_HELP
+from randopt.result.run_choice import add_run_arguments, choose_run
 from randopt.runtime.cli import run_stage
 from randopt.stages._args import stage_parser
 
@@ -26,7 +27,9 @@ def parse_args(argv=None):
     models.add_argument("--model-choice", dest="choices", action="append", metavar="CHOICE", help=CHOICE_HELP)
     p.add_argument("--out", required=True, help="the results JSON (lm-eval's results per model, with a header)")
     p.add_argument("--table", help="also write every model's metrics side by side here (TSV)")
-    p.add_argument("--record", help="the run's record (default: RUN_DIR/results/record.json)")
+    add_run_arguments(p, directory_flag=None)
+    p.add_argument("--record", help="the run's record (default: the run --run or --configfile names, else the last "
+                                    "finished run, RUN_DIR/results/record.json)")
     p.add_argument("--ranking", help="the run's ranking.parquet (default: where the workflow put it)")
     p.add_argument("--model-dir", help="the run's prepared model dir (default: where the workflow put it)")
     p.add_argument("--threads", type=int, help="CPU threads of the torch engine")
@@ -38,7 +41,11 @@ def main(argv=None) -> int:
 
     def body():
         from randopt.harness.evaluate import evaluate
-        evaluate(args.run_dir, args.choices, lm_eval_argv, args.out, table=args.table, record=args.record,
+        run_dir, record = args.run_dir, args.record
+        if args.run or args.configfile:  # a run named: its record, and the directory it ran in
+            chosen = choose_run(args.run, args.configfile, args.run_dir)
+            run_dir, record = chosen.workdir, chosen.record_path
+        evaluate(run_dir, args.choices, lm_eval_argv, args.out, table=args.table, record=record,
                  ranking=args.ranking, model_dir=args.model_dir, threads=args.threads)
 
     return run_stage("lm_eval", body)

@@ -1,4 +1,5 @@
-"""record: gather every stage's output into results/record.json and append a row to RECORDS.md."""
+"""record: gather every stage's output into the run's record (results/runs/<run key>/record.json) and write its row
+in RECORDS.md (results/RECORDS.md by default: one row per run)."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ from randopt.selection.recall import recall_of_full_run
 from randopt.distill.summary import distill_round
 from randopt.model.shape import NOT_A_RESULT, shape_weights
 from randopt.runtime.cli import run_stage
+from randopt.paths import run_folder
 from randopt.schema import decode_for, task_kind
 from randopt.stages._args import json_arg, stage_parser
 
@@ -24,6 +26,8 @@ from randopt.stages._args import json_arg, stage_parser
 def parse_args(argv=None):
     p = stage_parser("record", __doc__)
     p.add_argument("--config-json", dest="config", required=True, type=json_arg, help="the validated config, as JSON")
+    p.add_argument("--run-name", required=True, help="the run's name (randopt/plan/run_name.py)")
+    p.add_argument("--run-key", required=True, help="the key of the run's own folder (randopt/keys.py run_key)")
     p.add_argument("--repo-dir", required=True, help="the workflow's code dir (for the commit, or the code's hash)")
     for flag in ("--model-manifest", "--heldout-manifest", "--topk", "--vote", "--bpb", "--members-timings",
                  "--records-md", "--out"):
@@ -64,7 +68,7 @@ def racing_recall(ranked: dict, ranking: str, full_ranking: str | None, full_top
                                                  ranked["topk"], pd.read_parquet(ranking))}
 
 
-def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: str, heldout_manifest: str, topk: str,
+def run(*, config: dict, run_name: str, run_key: str, repo_dir: str, model_manifest: str, problems_manifest: str, heldout_manifest: str, topk: str,
         ranking: str, vote: str, bpb: str, shard_timings: list[str], members_timings: str, base_train: str,
         benchmarks: list[str], records_md: str, out: str, engines: dict | None = None,
         distill: list[dict] | None = None, full_ranking: str | None = None, full_topk: str | None = None,
@@ -97,7 +101,10 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
     shaped = "shape" in model
     not_a_result = {"not_a_result": NOT_A_RESULT} if shaped else {}  # only a shape model's record has the key
     record = {
-        "run_name": config["run_name"],
+        "run_name": run_name,
+        # the run's own folder (this record, its figures): what results/record.json, a copy of the last run's
+        # record, names; relative to the directory the workflow ran in
+        "run": {"key": run_key, "dir": run_folder(run_key)},
         "created_utc": rec.now_utc(),
         # The project's commit when the code ran from its own checkout (else None); the code's hash always.
         "commit": commit["sha"], "commit_dirty": commit["dirty"], "code_sha256": rec.code_sha256(repo_dir),
@@ -170,7 +177,7 @@ def run(*, config: dict, repo_dir: str, model_manifest: str, problems_manifest: 
     }
     json.dumps(record, allow_nan=False)  # a record must be plain JSON, no NaN
     write_json_atomic(out, record)
-    rec.append_records_md(records_md, record)
+    rec.write_records_row(records_md, record)
 
 
 def main(argv=None) -> int:

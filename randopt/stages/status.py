@@ -1,12 +1,13 @@
 """Where a run stands: each shard's seeds done out of its total, and an ETA for the whole search.
 
-    python -m randopt.stages.status [--directory RUN_DIR] [--configfile my.yaml ...]   (or: make status)
+    python -m randopt.stages.status [--directory RUN_DIR] [--configfile a.yaml b.yaml | --run FOLDER]   (or: make status)
 
 Works during a run or after it, from what the run leaves on disk: a shard whose table exists is
 done; a shard still running (or stopped) counts the seeds its log reports finished (evaluate_shard
 logs one structured line a seed: randopt/runtime/seed_progress.py); a shard is running only while a Snakemake
-run holds the directory (its lock files), else it is stopped. The config is the workflow's: the repo's
-config/config.yaml with the --configfile files merged over it in order, as Snakemake merges them.
+run holds the directory (its lock files), else it is stopped. The run: the --configfile files' (the repo's
+config/config.yaml with them merged over it in order, as Snakemake merges them), the run folder --run names, or by
+default the last finished run's (results/record.json's config), else the embedded default's.
 """
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from pathlib import Path
 import yaml
 
 from randopt.config import ConfigError, effective_config
+from randopt.io import InputError
 from randopt.keys import run_keys
-from randopt.paths import RACE_SURVIVORS, layout
+from randopt.paths import LAST_RECORD, RACE_SURVIVORS, layout, run_folder
 from randopt.population import Population, shard_stem, sigma_label
+from randopt.result.run_choice import add_run_arguments
 from randopt.runtime import seed_progress
 
 FAILED = re.compile(r"^(error: |Traceback )", re.M)
@@ -83,7 +86,12 @@ def eta_seconds(shards: list[Shard]) -> float | None:
     return remaining * (sum(times) / len(times)) / running
 
 
-def racing_report(run_dir: Path, config: dict) -> str:
+def record_line(record: Path | None) -> str:
+    """Where the run's record is (its own folder: randopt/paths.py run_folder), or that it is not there yet."""
+    return f"record: {record if record is not None and record.is_file() else 'not written yet'}"
+
+
+def racing_report(run_dir: Path, config: dict, record: Path | None = None) -> str:
     """Under selection.mode racing: the rounds decided so far and the members still racing."""
     from randopt.io import read_json
     from randopt.selection.plan import RacePlan
@@ -98,8 +106,7 @@ def racing_report(run_dir: Path, config: dict) -> str:
              f"racing, {state}"]
     lines += [f"  round {d['round']}: {d['report']['problems_seen']:>5} problems seen, {d['report']['members']:>6} "
               f"racing, {d['report']['dropped']:>6} stopped" for d in decided]
-    record = run_dir / "results" / "record.json"
-    lines.append(f"record: {record if record.is_file() else 'not written yet'}")
+    lines.append(record_line(record))
     return "\n".join(lines)
 
 
@@ -114,10 +121,11 @@ def as_run(run_dir: Path, config: dict) -> dict:
     return racing if raced else config | {"selection": config["selection"] | {"mode": "full"}}
 
 
-def report(run_dir: Path, config: dict) -> str:
+def report(run_dir: Path, config: dict, record: Path | None = None) -> str:
+    """record: the run's record (in its own folder), where it is known."""
     config = as_run(run_dir, config)
     if config["selection"]["mode"] == "racing":
-        return racing_report(run_dir, config)
+        return racing_report(run_dir, config, record)
     shards = collect(run_dir, config)
     done, total = sum(s.done for s in shards), sum(s.total for s in shards)
     eta = eta_seconds(shards)
@@ -136,22 +144,38 @@ def report(run_dir: Path, config: dict) -> str:
     failed = [s for s in shards if s.state == "failed"]
     if failed:
         lines.append(f"{len(failed)} shards failed: see logs/evaluate_shard/.../{failed[0].stem}.log")
-    record = run_dir / "results" / "record.json"
-    lines.append(f"record: {record if record.is_file() else 'not written yet'}")
+    lines.append(record_line(record))
     return "\n".join(lines)
+
+
+def chosen_run(run_dir: Path, run: str | None, configfiles: list[str]) -> tuple[dict, Path | None]:
+    """The config and record path of the run asked about (the module's docstring says which)."""
+    from randopt.result.run_choice import choose_run, run_key_of
+    if configfiles:
+        config = effective_config(configfiles)
+        try:  # the run's folder needs its plan on this host (the inputs' sha256s); a run not yet started has one
+            record = run_dir / run_folder(run_key_of(configfiles, run_dir)) / "record.json"
+        except (ConfigError, InputError, ValueError, OSError):
+            record = None
+        return config, record
+    if run is None and not (run_dir / LAST_RECORD).is_file():
+        return effective_config([]), None   # nothing finished here: the embedded default's search
+    chosen = choose_run(run, directory=run_dir)
+    return chosen.record["config"], (chosen.folder or chosen.workdir / "results") / "record.json"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m randopt.stages.status", description=__doc__.split("\n\n")[0])
-    p.add_argument("--directory", default=".", help="the run's working directory (snakemake --directory)")
-    p.add_argument("--configfile", action="append", default=[], help="the run's --configfile files, in order")
+    add_run_arguments(p)
     args = p.parse_args(argv)
     try:
-        config = effective_config(args.configfile)
-    except (ConfigError, OSError, yaml.YAMLError) as err:
+        if args.run and args.configfile:
+            raise InputError("give a run folder (--run) or its config files (--configfile), not both")
+        config, record = chosen_run(Path(args.directory), args.run, args.configfile)
+    except (ConfigError, InputError, OSError, yaml.YAMLError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(report(Path(args.directory), config))
+    print(report(Path(args.directory), config, record))
     return 0
 
 

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from snakemake_interface_logger_plugins.common import LogEvent
 
+from randopt.paths import LAST_RECORD
 from randopt.records.verdict import verdict_lines
 from randopt.terminal import RESUME_ENV
 from randopt.terminal.job_progress import JobProgress, job_progress, progress_text
@@ -243,11 +244,15 @@ class RunView:
             self.say_verdict()
 
     def say_verdict(self) -> None:
-        path = self.record_path or (os.path.join(self.workdir, "results", "record.json") if self.workdir else None)
+        path = self.record_path or (os.path.join(self.workdir, LAST_RECORD) if self.workdir else None)
         if path is None or not os.path.isfile(path):
             return
         try:
             record = json.loads(Path(path).read_text())
+            # the run's own folder, which results/record.json (a copy of the last run's record) names: its figures
+            # and report are there (randopt/result/last_run.py)
+            if record.get("run") and self.workdir:
+                path = os.path.join(self.workdir, record["run"]["dir"], "record.json")
             figures = Path(path).parent / "figures"
             lines = verdict_lines(record, Path(self.shown_path(path)),
                                   Path(self.shown_path(figures)) if figures.is_dir() else None, self.report_command())

@@ -15,7 +15,8 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import REPO
-from tests.support.workflow import GENERATED_GSM8K, SNAKEMAKE, read_record, run_workflow, tiny_config
+from tests.support.workflow import (GENERATED_GSM8K, SNAKEMAKE, read_record, records_md, run_workflow,
+                                    tiny_config)
 
 # --- each task end to end (tests/test_tasks_workflow.py) -------------------------------------------
 
@@ -60,7 +61,7 @@ def tasks_in_one_dir(root: Path, model_dir: Path) -> dict:
             done[kind] = {"error": err}
             continue
         frozen = [json.loads(p.read_text()) for p in (workdir / "data" / "problems").glob("*/manifest.json")]
-        done[kind] = {"proc": proc, "record": read_record(workdir), "records_md": (workdir / "RECORDS.md").read_text(),
+        done[kind] = {"proc": proc, "record": read_record(workdir), "records_md": records_md(workdir),
                       "frozen_kinds": [m["task"]["kind"] for m in frozen], "workdir": workdir}
     return done
 

@@ -2,6 +2,7 @@
 the record and figures made again, to end with the verdict; and a search stopped by Ctrl-C."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -27,8 +28,9 @@ def randopt_run(workdir: Path, configfile: str) -> list[str]:
 
 def verdict_run(workdir: Path) -> subprocess.CompletedProcess:
     """The record and the figures made again on the finished run: what ends every run, with its start/done lines."""
+    folder = workdir / json.loads((workdir / "results" / "record.json").read_text())["run"]["dir"]
     (workdir / "results" / "record.json").unlink()
-    shutil.rmtree(workdir / "results" / "figures")
+    shutil.rmtree(folder)   # the run's own record and figures
     return subprocess.run(randopt_run(workdir, "tiny.yaml"), cwd=workdir, env=ENV, capture_output=True, text=True)
 
 

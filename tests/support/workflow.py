@@ -200,8 +200,25 @@ def jobs_run(proc: subprocess.CompletedProcess) -> dict[str, int]:
     return job_counts(proc.stdout + proc.stderr)
 
 
+# What every run ends with, after the stages its record reads: the record, its figures, then the copy of the record
+# at results/record.json that names the run (rules/record.smk, report.smk, last_run.smk); a run or a dry run of
+# the default target or of results/record.json lists all three.
+RUN_END = {"record": 1, "figures": 1, "last_record": 1}
+
+
 def read_record(workdir: Path) -> dict:
+    """The last finished run's record (results/record.json, a copy of its run folder's)."""
     return json.loads((workdir / "results" / "record.json").read_text())
+
+
+def last_run_folder(workdir: Path) -> Path:
+    """The folder of the last finished run (its record and figures), as results/record.json names it."""
+    return workdir / read_record(workdir)["run"]["dir"]
+
+
+def records_md(workdir: Path) -> str:
+    """The RECORDS.md table of the runs in workdir (config records_md: results/RECORDS.md by default)."""
+    return (workdir / "results" / "RECORDS.md").read_text()
 
 
 def targets_after_a_finished_run(dest: Path, run: FinishedRun) -> dict:
