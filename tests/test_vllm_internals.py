@@ -121,3 +121,11 @@ def test_the_source_side_follows_reexports_lazy_names_star_imports_and_bases(tmp
     assert source.has("kwarg LLM.collective_rpc(kwargs)", classes, set()) == {"vllm:LLM.collective_rpc(kwargs)": False}
     assert source.has("module vllm.engine.base", classes, set()) == {"vllm.engine.base": True}
     assert source.has("module vllm.v1", classes, set()) == {"vllm.v1": False}
+
+
+def test_the_readme_quotes_the_records_counts(found):
+    readme = (REPO / "bench/vllm/README.md").read_text()
+    present = {v: sum(r["present"] for r in RECORD["versions"][v]["reaches"].values()) for v in ("0.25.0", "0.34.0")}
+    assert (f"**{len(found)} reaches**; 0.25.0 has {present['0.25.0']}, 0.34.0 has {present['0.34.0']}."
+            in readme)
+    assert f"| the other {len(found) - 4} | present | present |" in readme  # the table's four rows besides
