@@ -132,6 +132,9 @@ def validate(config: dict) -> dict:
     if config["engine"]["worker_process"] and config["engine"]["kind"] != "vllm":
         raise ConfigError("config key 'engine.worker_process': a worker process of its own is vLLM's layout "
                           "(engine.kind vllm); the torch engine runs in its job's process: set it to false")
+    if config["engine"]["batch_invariant"] and config["engine"]["kind"] != "vllm":
+        raise ConfigError("config key 'engine.batch_invariant': batch-invariant decoding is vLLM's mode "
+                          "(VLLM_BATCH_INVARIANT); the torch engine has none: set it to false, or use engine.kind vllm")
     if config["engine"]["torch_decode"] != "eager" and config["engine"]["kind"] != "torch":
         raise ConfigError(f"config key 'engine.torch_decode': {config['engine']['torch_decode']} is the torch engine's "
                           "decode (a transformers StaticCache, compiled on CUDA); vLLM captures its own CUDA graphs: "

@@ -123,6 +123,10 @@ class EngineSpec(Spec):
     # A compiled step's kernels may round a near-tie otherwise than eager's.
     torch_decode: str = knob("engine.torch_decode", answers=True, keys=(EVAL,), keyed_when="away", engines=(TORCH,),
                              passed_when="away")
+    # vLLM's batch-invariant kernels round otherwise than its default ones, so answers and log-probs move; keyed and
+    # passed only when on, so the default's keys and arguments stay what they were.
+    batch_invariant: bool = knob("engine.batch_invariant", answers=True, keyed_when="away", engines=(VLLM,),
+                                 passed_when="away")
     # Where the engines run: the plan lays them out (randopt/plan/engines.py) and passes flags, never options.
     engines_per_gpu: Any = knob("engine.engines_per_gpu", answers=False)
     cuda_mps: Any = knob("engine.cuda_mps", answers=False)

@@ -247,6 +247,20 @@ def test_a_worker_process_is_vllms_and_changes_no_key():
     assert validate({"engine": vllm})["engine"]["worker_process"] is False
     assert run_keys(validate({"engine": vllm | {"worker_process": True}})) == run_keys(validate({"engine": vllm}))
 
+# --- engine.batch_invariant --------------------------------------------------------------------------
+
+def test_batch_invariant_is_vllms_and_keys_eval_and_bpb_only_when_on():
+    from randopt.keys import run_keys
+    with pytest.raises(ConfigError, match=re.escape("config key 'engine.batch_invariant': batch-invariant decoding is "
+                                                    "vLLM's mode")):
+        validate({"engine": {"batch_invariant": True}})
+    vllm = {"kind": "vllm", "device": "cuda"}
+    assert validate({"engine": vllm})["engine"]["batch_invariant"] is False
+    default = run_keys(validate({"engine": vllm}))
+    assert run_keys(validate({"engine": vllm | {"batch_invariant": False}})) == default  # the default's keys stay
+    on = run_keys(validate({"engine": vllm | {"batch_invariant": True}}))
+    assert {k for k in default if default[k] != on[k]} == {"eval", "bpb"}
+
 # --- a knob of the engine the run does not use -------------------------------------------------------
 
 @pytest.mark.parametrize("engine, says", [

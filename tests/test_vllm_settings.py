@@ -53,6 +53,45 @@ def test_the_environment_keeps_multicast_off_and_keeps_exported_values(tp):
     assert env["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]  # workers import this checkout
 
 
+def test_engine_batch_invariant_sets_vllms_mode_over_an_exported_value():
+    # the knob is in the answers' keys, so the environment may not make the answers other than it says
+    env = {"VLLM_BATCH_INVARIANT": "1"}
+    set_vllm_environment(1, env)
+    assert env["VLLM_BATCH_INVARIANT"] == "0"
+    set_vllm_environment(1, env, batch_invariant=True)
+    assert env["VLLM_BATCH_INVARIANT"] == "1"
+
+
+def test_the_engine_and_its_preload_pass_batch_invariant_to_the_environment(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from randopt.engines import vllm_engine
+    seen = []
+    monkeypatch.setattr(vllm_engine, "set_vllm_environment",
+                        lambda tp, batch_invariant=False: seen.append(batch_invariant))
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=None))
+    vllm_engine.VllmEngine.preload(1, batch_invariant=True)
+    vllm_engine.VllmEngine.preload(1)
+
+    class FakeLLM:
+        def __init__(self, **options):
+            pass
+
+        def collective_rpc(self, method, args=()):
+            return [{"rank": 0}]
+
+        def get_tokenizer(self):
+            return types.SimpleNamespace(bos_token_id=1, eos_token_id=2)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"max_position_embeddings": 4096}')
+    vllm_engine.VllmEngine(str(model), gpu_memory_utilization=0.5, batch_invariant=True)
+    assert seen == [True, False, True]
+
+
 def test_llm_arguments_turn_prefix_caching_off():
     options = llm_options("/m", tensor_parallel_size=2, gpu_memory_utilization=0.67, enforce_eager=False,
                           trust_remote_code=False, max_model_len=2048, batch_size=256)
@@ -120,7 +159,7 @@ def test_the_engine_hands_its_noise_to_every_workers_setup(tmp_path, monkeypatch
             return types.SimpleNamespace(bos_token_id=1, eos_token_id=2)
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
-    monkeypatch.setattr(vllm_engine, "set_vllm_environment", lambda tp: None)
+    monkeypatch.setattr(vllm_engine, "set_vllm_environment", lambda tp, batch_invariant=False: None)
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text('{"max_position_embeddings": 4096}')

@@ -115,7 +115,9 @@ def bench(argv: list[str] | None = None) -> None:
     if args.cap is not None and not 1 <= args.cap < spec.max_tokens:
         parser.error(f"--cap {args.cap}: a cap below the decode block's max_tokens ({spec.max_tokens}) and at least 1")
     t0 = time.perf_counter()
-    engine = make_engine(args.engine, args.model_dir, batch_size=args.problems, max_context=2048)
+    # the vLLM engine sets VLLM_BATCH_INVARIANT from its engine.batch_invariant option, over the environment's
+    options = {"batch_invariant": args.batch_invariant == "1"} if args.engine == "vllm" else {}
+    engine = make_engine(args.engine, args.model_dir, batch_size=args.problems, max_context=2048, **options)
     start_s = time.perf_counter() - t0
     prompts = build_prompts(engine, problems, spec)
     split = composition_batches(len(problems), args.calls)

@@ -25,7 +25,9 @@ path_of() {  # the PYTHONPATH of a version: 026 puts its two wheels before the 0
   case $1 in
     025) echo "$SITE:$PWD" ;;
     026) echo "$SITE26:$SITE:$PWD" ;;
-    *) echo "unknown version $1 (025 or 026)" >&2; return 1 ;;
+    # 0.34.0 with torch 2.14 and its own transformers, installed by bench/vllm/vllm034_h200.sh
+    034) echo "/tmp/site34:$SITE:$PWD" ;;
+    *) echo "unknown version $1 (025, 026 or 034)" >&2; return 1 ;;
   esac
 }
 [ -f "$SITE/.real-model-installed" ] || { log "run bench/real_model/h200_qwen15b.sh install first"; exit 1; }
@@ -72,7 +74,7 @@ members() {
   done
 }
 
-[ $# -gt 0 ] || { echo "usage: vllm026_h200.sh install | model | contract 025|026 | members 025|026 ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: vllm026_h200.sh install | model | contract 025|026|034 | members 025|026|034 ..." >&2; exit 2; }
 part=$1; shift
 case $part in
   install) install ;;

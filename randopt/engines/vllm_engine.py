@@ -63,10 +63,13 @@ def auto_memory_utilization(model_dir: str, tp: int, card_bytes: int | None = No
     return round(value, 3)
 
 
-def set_vllm_environment(tensor_parallel_size: int, env=None) -> None:
+def set_vllm_environment(tensor_parallel_size: int, env=None, batch_invariant: bool = False) -> None:
     """The environment vLLM and its processes start with (os.environ by default); values already set
-    win (setdefault), so an exported value is kept."""
+    win (setdefault), so an exported value is kept, except VLLM_BATCH_INVARIANT, which engine.batch_invariant sets."""
     env = os.environ if env is None else env
+    # engine.batch_invariant is in the answers' keys: an exported VLLM_BATCH_INVARIANT must not make the answers
+    # other than the keys say, so the knob overrides it either way. vLLM reads it when its engine is built.
+    env["VLLM_BATCH_INVARIANT"] = "1" if batch_invariant else "0"
     # vLLM's own processes (the TP workers; the engine core when it is separate), forked after CUDA
     # is initialized here (a test, or auto_memory_utilization's query of the card), fail: spawn them.
     env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
@@ -109,10 +112,10 @@ def llm_options(model_dir: str, *, tensor_parallel_size: int, gpu_memory_utiliza
 
 class VllmEngine:
     @staticmethod
-    def preload(tensor_parallel_size: int = 1, **_options) -> None:
+    def preload(tensor_parallel_size: int = 1, batch_invariant: bool = False, **_options) -> None:
         """Import vLLM, its environment set first (as __init__ sets it), without touching the GPU: a
         resident server does this before it waits its turn to build (randopt/runtime/resident/start_lock.py)."""
-        set_vllm_environment(tensor_parallel_size)
+        set_vllm_environment(tensor_parallel_size, batch_invariant=batch_invariant)
         try:
             from vllm import LLM  # noqa: F401
         except ImportError as err:
@@ -146,12 +149,12 @@ class VllmEngine:
                  trust_remote_code: bool = False, max_context: int = 1024, max_model_len: int | None = None,
                  enforce_eager: bool = False, threads: int | None = None, engines_per_gpu: int = 1,
                  noise: str = "rademacher", speculation: str = "none", draft_tokens: int = 8,
-                 worker_process: bool = False, kv_cache_memory_bytes: int | None = None):
+                 worker_process: bool = False, kv_cache_memory_bytes: int | None = None, batch_invariant: bool = False):
         check_kind(noise)  # before vLLM starts: an unknown kind fails in seconds, not after the load
         # before vLLM starts: a bad speculation setting, or a vLLM without the custom proposer, fails in seconds
         if speculative_config(speculation, draft_tokens) and (why := unsupported_reason()):
             raise RuntimeError(f"engine.speculation: {why}")
-        set_vllm_environment(tensor_parallel_size)
+        set_vllm_environment(tensor_parallel_size, batch_invariant=batch_invariant)
         if gpu_memory_utilization == "auto":
             gpu_memory_utilization = auto_memory_utilization(model_dir, tensor_parallel_size, engines=engines_per_gpu)
         self.model_dir = str(model_dir)

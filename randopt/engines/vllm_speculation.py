@@ -43,6 +43,8 @@ def unsupported_reason() -> str | None:
     if found:
         return None
     from importlib.metadata import version
+    # 0.34 deleted the method with the old model runner it ran on; its speculators register through
+    # vllm.v1.worker.gpu.spec_decode.speculator_config instead (bench/vllm/internals.json)
     return (f"population needs vLLM's custom_class speculative method (vllm.v1.spec_decode.custom_class_proposer), "
-            f"which the installed vllm {version('vllm')} lacks; install the vLLM of envs/ (docs/gpu.md) or use "
-            "speculation: none")
+            f"which the installed vllm {version('vllm')} lacks (0.34 removed it); install the vLLM of envs/ "
+            "(docs/gpu.md) or use speculation: none")
