@@ -5,19 +5,13 @@ it); products within bf16 tolerance of a bmm over the materialised weights. Skip
 bench/roofline/fused_linear_bench.py checks the same at the real 1.5B's projection shapes."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.support.compiled_triton import require_compiled_triton
+
 pytestmark = pytest.mark.cuda
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device: the compiled kernels run on GPUs only", allow_module_level=True)
-if importlib.util.find_spec("triton") is None:
-    pytest.skip("triton is not installed", allow_module_level=True)
-if os.environ.get("TRITON_INTERPRET") == "1":
-    pytest.skip("TRITON_INTERPRET=1: these tests are about the compiled kernels", allow_module_level=True)
+require_compiled_triton()
+import torch  # noqa: E402
 
 from randopt.kernels import layout as L  # noqa: E402
 from randopt.kernels import member_linear_triton as ML  # noqa: E402

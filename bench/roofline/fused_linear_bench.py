@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import math
 import os
@@ -47,16 +46,8 @@ from randopt.kernels import perturb_triton as PT  # noqa: E402
 from randopt.kernels.member_linear_ref import effective_weights_reference  # noqa: E402
 
 
-def _load_roofline():
-    """randopt/plan/roofline.py by path (pure Python: the plan package's __init__ reads the config house)."""
-    spec = importlib.util.spec_from_file_location("randopt_roofline", REPO / "randopt" / "plan" / "roofline.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-RF = _load_roofline()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from roofline import RF  # noqa: E402  the roofline model, loaded by its path there (see roofline.py)
 # Qwen2.5-Coder-1.5B-Instruct (bench/roofline/qwen2.5-coder-1.5b.config.json): hidden 1536, intermediate 8960,
 # 12 heads, 2 kv heads of 128, 28 layers
 CONFIG = json.loads((REPO / "bench" / "roofline" / "qwen2.5-coder-1.5b.config.json").read_text())
