@@ -87,3 +87,19 @@ def test_a_committed_records_statistics_recompute_from_its_vectors(name):
         assert got["topk_vs_random"][fraction] == control["selection_gain"]
     for fraction, entry in stats.get("self_consistency", {}).get("by_fraction", {}).items():
         assert got["topk_vs_sc"][fraction] == entry["topk_vs_sc"]
+
+
+def test_the_default_after_the_house_move_answers_as_before():
+    """Issue 66 moved GSM8K under task.gsm8k and renamed knobs, changing the default's keys once: the default's record
+    made after it (b6131b1, the same kind of host) holds the same answers, votes, top-k members, bpb and gains as the
+    one before (44d954c), and only adds the per-problem vectors and the new statistics' fields."""
+    import json
+    before = json.loads((REPO / "bench" / "results" / "cpu_default_epyc_zen4_record.json").read_text())
+    after = json.loads((REPO / "bench" / "results" / "cpu_default_epyc_zen4_task_gsm8k_record.json").read_text())
+    for part in ("accuracy", "bpb", "k_curve", "decode"):
+        assert after[part] == before[part], part
+    members = [[(m["seed"], m["sigma"], m["train_reward"]) for m in lst["members"]] for lst in before["topk"]]
+    assert [[(m["seed"], m["sigma"], m["train_reward"]) for m in lst["members"]] for lst in after["topk"]] == members
+    for fraction, gain in before["statistics"]["ensemble_gain"].items():
+        assert {k: after["statistics"]["ensemble_gain"][fraction][k] for k in gain} == gain
+    assert "gsm8k" not in after["config"] and after["config"]["task"]["gsm8k"]["n_test"] == 48
