@@ -16,6 +16,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # every number computed is the same. Set before anything loads torch (inherited by every process the
 # tests start: Snakemake, its jobs, resident engines, the SLURM jobs).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The environment as the session began, for the processes that background jobs (tests/support/background.py)
+# start: a foreground test's monkeypatch.setenv (CUDA_VISIBLE_DEVICES, ONEDNN_MAX_CPU_ISA, PATH) lasts while
+# that test runs, and a process started meanwhile from another thread would inherit it.
+SESSION_ENV = dict(os.environ)
 
 # Real GSM8K (MIT) is read where the workplace keeps it, never copied into the repo:
 # $RANDOPT_GSM8K_DIR, else ../shared/data/gsm8k beside the checkout. Tests that need it skip without it.
@@ -98,6 +102,53 @@ def tiny_run(tiny_run_started):
 
 
 @pytest.fixture(scope="session")
+def member_batch_bench_started(background, tmp_path_factory, tiny_model_dir):
+    """bench/engines_per_gpu/member_batch.py's runs (tests/test_bench_member_batch.py, bench_runs), queued in the
+    background."""
+    from tests.test_bench_member_batch import bench_runs
+    return background.submit(bench_runs, tmp_path_factory.mktemp("member-batch-bench"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
+def mps_runs_started(background, tmp_path_factory, tiny_model_dir):
+    """The dry runs and the run under the stand-in CUDA MPS daemon (tests/test_cuda_mps.py, mps_workflow_runs),
+    queued in the background."""
+    from tests.test_cuda_mps import mps_workflow_runs
+    return background.submit(mps_workflow_runs, tmp_path_factory.mktemp("mps"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
+def distill_kill_started(background, tmp_path_factory, tiny_model_dir):
+    """distill_train killed, rerun and run once more never killed (tests/test_distill.py, kill_and_rerun), queued
+    in the background."""
+    from tests.test_distill import kill_and_rerun
+    return background.submit(kill_and_rerun, tmp_path_factory.mktemp("distill-kill"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
+def job_engines_started(background, tmp_path_factory, tiny_model_dir):
+    """The shards and racing slices with engines inside their job (tests/test_job_engines.py, job_engine_runs),
+    queued in the background."""
+    from tests.test_job_engines import job_engine_runs
+    return background.submit(job_engine_runs, tmp_path_factory.mktemp("job-engines"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
+def lm_eval_command_started(background, tmp_path_factory, tiny_model_dir):
+    """randopt.stages.lm_eval end to end on the tiny model (tests/test_lm_eval.py, command_run), queued in the
+    background."""
+    from tests.test_lm_eval import command_run
+    return background.submit(command_run, tmp_path_factory.mktemp("lm-eval-command"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
+def resident_ab_started(background, tmp_path_factory, tiny_model_dir):
+    """bench/resident/resident_ab.py's runs (tests/test_resident.py, ab_bench_runs), queued in the background."""
+    from tests.test_resident import ab_bench_runs
+    return background.submit(ab_bench_runs, tmp_path_factory.mktemp("resident-ab"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
 def engine_slots_run_started(background, tmp_path_factory, tiny_model_dir):
     """A run with two torch engines side by side on the CPU (tests/support/slot_runs.py), queued in the
     background, for tests/test_engine_slots.py."""
@@ -173,10 +224,18 @@ def gaussian_run_started(background, tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def shape_run_started(background, tmp_path_factory):
-    """A run on a model made from its shape and the dry runs of a 72B shape's layouts
-    (tests/support/task_runs.py), queued in the background, for tests/test_shape_model.py."""
+    """A run on a model made from its shape (tests/support/task_runs.py), queued in the background, for
+    tests/test_shape_model.py."""
     from tests.support.task_runs import shape_run
     return background.submit(shape_run, tmp_path_factory.mktemp("shape"))
+
+
+@pytest.fixture(scope="session")
+def layout_dry_runs_started(background, tmp_path_factory):
+    """The dry runs of a 72B shape's layouts (tests/support/task_runs.py), queued in the background after the
+    shape model's run, for a slow test of tests/test_shape_model.py."""
+    from tests.support.task_runs import layout_dry_runs
+    return background.submit(layout_dry_runs, tmp_path_factory.mktemp("layouts"))
 
 
 @pytest.fixture(scope="session")
@@ -250,9 +309,12 @@ def early_runs(request):
     """Start, at the session's start, the background runs (tests/support/background.py says why) that
     some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster), the
     package's install in another (it mostly waits on pip),
-    and in the queue, in the order the tests come to them, the two-engine run of test_engine_slots, the
-    inputs edited in place of test_inputs, the SmolLM2 conversion (test_lm_eval, test_prepare_model), the racing benchmark, the racing workflow,
-    the shared tiny run, the shape model's run, the half-finished runs of test_status, the task runs,
+    and in the queue, in the order the tests come to them, the member-batch bench's runs (test_bench_member_batch),
+    the runs under the stand-in MPS daemon (test_cuda_mps), the killed distill_train (test_distill), the two-engine
+    run of test_engine_slots, the inputs edited in place of test_inputs, the jobs with engines inside them
+    (test_job_engines), the lm_eval command (test_lm_eval), the SmolLM2 conversion (test_lm_eval,
+    test_prepare_model), the racing benchmark, the racing workflow, the resident A/B bench (test_resident),
+    the shared tiny run, the shape model's run and the dry runs of a 72B shape's layouts, the half-finished runs of test_status, the task runs,
     the kill-and-resume sequence and the reuse sequence of test_resume_reuse (the foreground's longest
     stretch of runs: the queue, done with the earlier jobs by then, used to idle the last ~190 s of the suite
     while the foreground ran it; a job the queue has not started when its test comes is run by that test), the Gaussian run, the member-batched runs and
@@ -262,8 +324,11 @@ def early_runs(request):
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
     session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
-    for name in ("slurm_runs", "package_install_started", "engine_slots_run_started", "stale_inputs_started", "smollm2_started",
-                 "racing_bench_started", "racing_workflow_started", "tiny_run_started", "shape_run_started",
+    for name in ("slurm_runs", "package_install_started", "member_batch_bench_started", "mps_runs_started",
+                 "distill_kill_started", "engine_slots_run_started", "stale_inputs_started", "job_engines_started",
+                 "lm_eval_command_started", "smollm2_started",
+                 "racing_bench_started", "racing_workflow_started", "resident_ab_started", "tiny_run_started",
+                 "shape_run_started", "layout_dry_runs_started",
                  "status_runs_started",
                  "task_runs_started", "killed_runs_started", "reuse_sequence_started", "gaussian_run_started",
                  "member_batch_runs_started",

@@ -240,23 +240,50 @@ def test_a_daemon_that_does_not_come_up_is_an_error_with_its_log(tmp_path):
     assert mps_daemon.watcher_pid(tmp_path / "mps") is None
 
 
-def _path_with(bin_dir: Path | None) -> dict:
-    """The environment with bin_dir first on PATH, and no other nvidia-cuda-mps-control."""
-    dirs = [p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / cuda_mps.CONTROL).exists()]
-    env = {k: v for k, v in os.environ.items() if k != cuda_mps.PIPE_ENV}
+def _path_with(bin_dir: Path | None, env: dict) -> dict:
+    """env with bin_dir first on PATH, and no other nvidia-cuda-mps-control."""
+    dirs = [p for p in env["PATH"].split(os.pathsep) if not (Path(p) / cuda_mps.CONTROL).exists()]
+    env = {k: v for k, v in env.items() if k != cuda_mps.PIPE_ENV}
     return env | {"PATH": os.pathsep.join(([str(bin_dir)] if bin_dir else []) + dirs)}
 
 
-def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path, standin):
-    """vLLM on a GPU, SmolLM2's size: with the control program on PATH, auto takes MPS's count and every engine
-    job gets the daemon's folder, and the record says so; without it, the time-sliced count and no daemon."""
-    binary = standin[0]
+def mps_workflow_runs(root: Path, model_dir: Path, env: dict) -> dict:
+    """The Snakemake runs of the two tests below (~20 s of one core: three dry runs and a run up to the search),
+    each in a folder of its own under root with the stand-in control program of root/bin, made where the session
+    queues it (fixture mps_runs_started, tests/conftest.py: in the background, beside other tests), with what must
+    be seen the moment each ended. env: the session's environment as it began."""
+    binary = install(root / "bin")
+    runs: dict = {"root": root}
     # 4 shards of 128 under MPS (4 engines, and a note that 4 shards keep 4 engines poorly busy), 8 of 64 without
-    for bin_dir, engines, mps, shard in ((binary.parent, 4, True, 128), (None, 3, False, 64)):
+    for bin_dir, mps, shard in ((binary.parent, True, 128), (None, False, 64)):
         overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256}, "task": {"gsm8k": {"n_train": 128}},
                    "decode": {"max_tokens": 512}, "population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": shard}}
-        cmd = workflow_command(tmp_path / str(mps), overlay, "-n", "-p", "--resources", "gpu=1")
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=_path_with(bin_dir))
+        workdir = root / "dry" / str(mps)
+        proc = subprocess.run(workflow_command(workdir, overlay, "-n", "-p", "--resources", "gpu=1"), capture_output=True,
+                              text=True, cwd=REPO, env=_path_with(bin_dir, env))
+        runs[("dry", mps)] = proc, (workdir / ".snakemake" / "mps").exists()
+    runs["cpu"] = subprocess.run(workflow_command(root / "dry" / "cpu", {"engine": {"cuda_mps": True}}, "-n"),
+                                 capture_output=True, text=True, cwd=REPO, env=_path_with(binary.parent, env))
+    config = tiny_config(model_dir, engine={"kind": "torch", "device": "cuda", "cuda_mps": True},
+                         population={"n_seeds": 4, "sigmas": [0.01], "shard_size": 4})   # one engine job
+    workdir = root / "run"
+    run_env = _path_with(binary.parent, env) | {"LD_LIBRARY_PATH": str(build_stub_driver(root / "stub_cuda"))}
+    proc = subprocess.run(workflow_command(workdir, config, "--until", "evaluate_shard"), capture_output=True,
+                          text=True, cwd=REPO, env=run_env)
+    runs["run"] = proc, workdir, mps_daemon.watcher_pid(workdir / ".snakemake" / "mps")
+    return runs
+
+
+@pytest.fixture(scope="module")
+def mps_runs(mps_runs_started):
+    return mps_runs_started.result()
+
+
+def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(mps_runs):
+    """vLLM on a GPU, SmolLM2's size: with the control program on PATH, auto takes MPS's count and every engine
+    job gets the daemon's folder, and the record says so; without it, the time-sliced count and no daemon."""
+    for engines, mps in ((4, True), (3, False)):
+        proc, daemon_dir_made = mps_runs[("dry", mps)]
         text = proc.stdout + proc.stderr
         assert proc.returncode == 0, text[-2000:]
         jobs = [line for line in text.splitlines() if "randopt.stages.evaluate_shard " in line]
@@ -265,25 +292,19 @@ def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(tmp_path,
         record = next(line for line in text.splitlines() if "randopt.stages.record " in line)
         assert f'"cuda_mps": {str(mps).lower()}' in record
         assert ("engine.engines_per_gpu 4 with 4 search shard(s) a GPU group" in text) == mps
-        assert not (tmp_path / str(mps) / ".snakemake" / "mps").exists()   # a dry run starts no daemon
-    proc = subprocess.run(workflow_command(tmp_path / "cpu", {"engine": {"cuda_mps": True}}, "-n"),
-                          capture_output=True, text=True, cwd=REPO, env=_path_with(binary.parent))
+        assert not daemon_dir_made   # a dry run starts no daemon
+    proc = mps_runs["cpu"]
     assert proc.returncode != 0 and "engine.cuda_mps is true, but the engine runs on the CPU" in proc.stdout + proc.stderr
 
 
-def test_a_run_starts_the_daemon_its_engine_jobs_use_and_stops_it_when_they_fail(tmp_path, tiny_model_dir, standin):
+def test_a_run_starts_the_daemon_its_engine_jobs_use_and_stops_it_when_they_fail(mps_runs):
     """The wiring end to end on the CPU: engine.cuda_mps true with the torch engine on cuda. The run's start (which
     asks the CUDA driver for a device: here a stub driver's) brings the daemon up, the search's job finds it and
     becomes its client (then fails: torch has no CUDA here), and the run's end asks the daemon to quit."""
-    binary = standin[0]
-    config = tiny_config(tiny_model_dir, engine={"kind": "torch", "device": "cuda", "cuda_mps": True},
-                         population={"n_seeds": 4, "sigmas": [0.01], "shard_size": 4})   # one engine job
-    env = _path_with(binary.parent) | {"LD_LIBRARY_PATH": str(build_stub_driver(tmp_path / "stub_cuda"))}
-    proc = subprocess.run(workflow_command(tmp_path, config, "--until", "evaluate_shard"), capture_output=True,
-                          text=True, cwd=REPO, env=env)
+    proc, workdir, watcher = mps_runs["run"]
     assert proc.returncode != 0
-    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "logs").rglob("*.log"))
+    logs = "".join(p.read_text(errors="replace") for p in (workdir / "logs").rglob("*.log"))
     assert "CUDA MPS: the engine is a client of the run's daemon" in logs, (proc.stderr[-3000:], logs[-3000:])
-    control = (tmp_path / ".snakemake" / "mps" / "log" / "control.log").read_text()
+    control = (workdir / ".snakemake" / "mps" / "log" / "control.log").read_text()
     assert control.startswith("started pid") and control.splitlines()[-1] == "quit", control
-    assert mps_daemon.watcher_pid(tmp_path / ".snakemake" / "mps") is None
+    assert watcher is None   # the moment the run ended

@@ -195,28 +195,47 @@ def test_sampling_draws_n_per_prompt_and_a_rerun_draws_the_same(tiny_model_dir):
 
 # ------------------------------------------------------------------ a kill during distill_train
 
-def test_a_kill_during_distill_train_leaves_nothing_and_a_rerun_trains_the_same_weights(tmp_path, tiny_model_dir):
+def kill_and_rerun(root: Path, model_dir: Path, env: dict) -> dict:
+    """distill_train killed (its whole process group) once the Trainer has logged a step, what the kill left in
+    its outputs' folder, then the rerun into the same outputs, and a run never killed: ~3 processes of ~6 s,
+    made where the session queues it (fixture distill_kill_started, tests/conftest.py: in the background,
+    beside other tests). env: the session's environment as it began."""
+    long = TRAIN | {"epochs": 40}  # ~80 steps: long enough to be killed mid-way
+    args = [sys.executable, "-m", "randopt.stages.distill_train", "--base-dir", str(model_dir),
+            "--base-manifest", str(base_manifest(root, model_dir)), "--data", str(write_dataset(root)),
+            "--arm", "distilled", "--lora", json.dumps(LORA), "--train", json.dumps(long), "--threads", "1"]
+    out = root / "killed"
+    outputs = ["--out-model", str(out / "model"), "--out-adapter", str(out / "adapter"), "--manifest", str(out / "manifest.json")]
+    stdout = root / "stdout"
+    with stdout.open("w") as log:
+        proc = subprocess.Popen(args + outputs, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                env={**env, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        try:
+            while "'loss'" not in stdout.read_text():  # the Trainer has logged a step
+                assert proc.poll() is None, f"distill_train ended before the kill point:\n{stdout.read_text()}"
+                time.sleep(0.05)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    after_kill = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    rerun = subprocess.run(args + outputs, cwd=REPO, capture_output=True, text=True, env=env)
+    after_rerun = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    fresh = root / "fresh"
+    never_killed = subprocess.run(args + ["--out-model", str(fresh / "model"), "--out-adapter", str(fresh / "adapter"),
+                                          "--manifest", str(fresh / "manifest.json")],
+                                  cwd=REPO, capture_output=True, text=True, env=env)
+    return {"out": out, "fresh": fresh, "after_kill": after_kill, "rerun": rerun, "after_rerun": after_rerun,
+            "never_killed": never_killed}
+
+
+def test_a_kill_during_distill_train_leaves_nothing_and_a_rerun_trains_the_same_weights(distill_kill_started):
     """The chosen resume: the stage reruns whole (no Trainer checkpoints; outputs atomic, manifest last),
     and the seed makes the rerun's weights those of a run never killed."""
-    long = TRAIN | {"epochs": 40}  # ~80 steps: long enough to be killed mid-way
-    args = [sys.executable, "-m", "randopt.stages.distill_train", "--base-dir", str(tiny_model_dir),
-            "--base-manifest", str(base_manifest(tmp_path, tiny_model_dir)), "--data", str(write_dataset(tmp_path)),
-            "--arm", "distilled", "--lora", json.dumps(LORA), "--train", json.dumps(long), "--threads", "1"]
-    out = tmp_path / "killed"
-    outputs = ["--out-model", str(out / "model"), "--out-adapter", str(out / "adapter"), "--manifest", str(out / "manifest.json")]
-    log = (tmp_path / "stdout").open("w")
-    proc = subprocess.Popen(args + outputs, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
-    while "'loss'" not in (tmp_path / "stdout").read_text():  # the Trainer has logged a step
-        assert proc.poll() is None, f"distill_train ended before the kill point:\n{(tmp_path / 'stdout').read_text()}"
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not out.exists() or not any(p for p in out.iterdir() if not p.name.startswith(".")), \
-        f"a killed distill_train left {list(out.iterdir())}"
-    subprocess.run(args + outputs, cwd=REPO, check=True, capture_output=True)
-    assert not [p for p in out.iterdir() if p.name.startswith(".")], "the rerun left the killed run's temporaries"
-    fresh = tmp_path / "fresh"
-    subprocess.run(args + ["--out-model", str(fresh / "model"), "--out-adapter", str(fresh / "adapter"),
-                           "--manifest", str(fresh / "manifest.json")], cwd=REPO, check=True, capture_output=True)
-    assert sha256_file(out / "model" / "model.safetensors") == sha256_file(fresh / "model" / "model.safetensors")
+    runs = distill_kill_started.result()
+    assert not [name for name in runs["after_kill"] if not name.startswith(".")], \
+        f"a killed distill_train left {runs['after_kill']}"
+    for name in ("rerun", "never_killed"):
+        assert runs[name].returncode == 0, runs[name].stderr[-3000:]
+    assert not [name for name in runs["after_rerun"] if name.startswith(".")], "the rerun left the killed run's temporaries"
+    assert sha256_file(runs["out"] / "model" / "model.safetensors") == \
+        sha256_file(runs["fresh"] / "model" / "model.safetensors")

@@ -266,28 +266,66 @@ def test_a_fraction_that_selects_nobody_and_bad_choices_fail_before_any_engine(t
     assert not (tmp_path / "o.json").exists()
 
 
-def test_a_task_lm_eval_does_not_know_fails_before_any_engine(tmp_path, tiny_model_dir, monkeypatch):
-    from randopt.harness import model as harness_model
-    from randopt.harness.evaluate import evaluate
-    (tiny_model_dir.parent / "manifest.json").write_text(json.dumps({"sha256": "tiny"}))
-    run = write_run(tmp_path / "run", tiny_model_dir)
-    monkeypatch.setattr(harness_model, "load_engine", lambda *a, **k: pytest.fail("an engine was loaded"))
-    with pytest.raises(InputError, match="Tasks not found: no_such_task_xyz"):
-        evaluate(run, ["base"], ["--tasks", "randopt_arith,no_such_task_xyz"], tmp_path / "o.json")
-    assert not (tmp_path / "o.json").exists()
+# An unknown task: lm-eval's own check, on its index of its ~15k built-in task files (~15 s of one core; see
+# randopt/harness/evaluate.py, task_manager), in a process of its own that command_run makes in the background.
+# The engine loader fails the process the moment it is called, as the monkeypatched one of the test above does.
+UNKNOWN_TASK = """
+import sys
+from pathlib import Path
+from randopt.harness import model as harness_model
+from randopt.harness.evaluate import evaluate
+from randopt.io import InputError
+
+def no_engine(*args, **kwargs):
+    raise SystemExit("an engine was loaded")
+
+harness_model.load_engine = no_engine
+try:
+    evaluate(Path(sys.argv[1]), ["base"], ["--tasks", "randopt_arith,no_such_task_xyz"], Path(sys.argv[2]))
+except InputError as err:
+    print(f"InputError: {err}")
+    sys.exit(3)
+"""
+
+
+def test_a_task_lm_eval_does_not_know_fails_before_any_engine(lm_eval_command_started):
+    done = lm_eval_command_started.result()
+    proc, out = done["unknown_task"]
+    assert proc.returncode == 3, (proc.stdout + proc.stderr)[-3000:]   # the InputError, no engine loaded
+    assert "InputError: " in proc.stdout and "Tasks not found: no_such_task_xyz" in proc.stdout, proc.stdout
+    assert not out.exists()
 
 
 # ------------------------------------------------------------------- the command, the vote, the config
 
-def test_the_command_writes_results_with_a_header_and_a_table(tmp_path, tiny_model_dir):
+def command_run(root: Path, tiny_model_dir: Path, env: dict) -> dict:
+    """randopt.stages.lm_eval on a run of the tiny model (a copy of it, with its own manifest: nothing another
+    test reads is written here), base and top-2 on two local tasks, and evaluate() on that run asked for a task
+    lm-eval does not know (UNKNOWN_TASK): two processes of ~15 s each, made where the session queues it
+    (fixture lm_eval_command_started, tests/conftest.py: in the background, beside other tests). env: the
+    session's environment as it began."""
+    import shutil
+    model = root / "tiny" / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model.parent / "manifest.json").write_text(json.dumps({"sha256": "tiny"}))
+    run = write_run(root / "run", model)
+    out, table = root / "out" / "lm_eval.json", root / "out" / "lm_eval.tsv"
+    proc = subprocess.run([sys.executable, "-m", "randopt.stages.lm_eval", "--run-dir", str(run), "--base", "--ensemble",
+                           "2", "--out", str(out), "--table", str(table), "--tasks", "randopt_arith,randopt_arith_choice",
+                           "--limit", "2", "--gen_kwargs", "max_gen_toks=4"], cwd=REPO, capture_output=True, text=True,
+                          env={**env, "HF_HUB_OFFLINE": "1"})
+    unknown_out = root / "unknown" / "o.json"
+    unknown = subprocess.run([sys.executable, "-c", UNKNOWN_TASK, str(run), str(unknown_out)], cwd=REPO,
+                             capture_output=True, text=True, env={**env, "HF_HUB_OFFLINE": "1"})
+    return {"proc": proc, "run": run, "out": out, "table": table, "unknown_task": (unknown, unknown_out)}
+
+
+def test_the_command_writes_results_with_a_header_and_a_table(lm_eval_command_started):
     """randopt.stages.lm_eval end to end on the tiny model: one engine for two models, lm-eval's results of
     each beside the header naming the members, their sigmas and the run's record sha256."""
     from randopt.io import sha256_file
-    (tiny_model_dir.parent / "manifest.json").write_text(json.dumps({"sha256": "tiny"}))
-    run = write_run(tmp_path / "run", tiny_model_dir)
-    out, table = tmp_path / "out" / "lm_eval.json", tmp_path / "out" / "lm_eval.tsv"
-    proc = run_cli("--run-dir", str(run), "--base", "--ensemble", "2", "--out", str(out), "--table", str(table),
-                   "--tasks", "randopt_arith,randopt_arith_choice", "--limit", "2", "--gen_kwargs", "max_gen_toks=4")
+    done = lm_eval_command_started.result()
+    proc, run, out, table = done["proc"], done["run"], done["out"], done["table"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert list(doc["models"]) == ["base", "top2"] and set(doc["seconds"]) == {"engine_load", "base", "top2"}

@@ -215,22 +215,33 @@ def test_the_stop_command_line(tiny_model_dir, engines):
     assert "stopped 1 resident engine" in out.stdout and gone(engine.pid, timeout=0.1)
 
 
-def test_the_ab_benchmark_measures_both_ways(tiny_model_dir, tmp_path):
-    """bench/resident/resident_ab.py: both engines answer the same calls; a missing model is a one-line error."""
+def ab_bench_runs(root: Path, model_dir: Path, env: dict) -> dict:
+    """bench/resident/resident_ab.py on the tiny model, and on a model dir that is not there: two processes of
+    ~20 s in all, made where the session queues it (fixture resident_ab_started, tests/conftest.py: in the
+    background, beside other tests; its resident engine lives in its own folder). env: the session's
+    environment as it began."""
     import json
-    train = tmp_path / "train.jsonl"
+    train = root / "train.jsonl"
     train.write_text("".join(json.dumps({"id": i, "question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
                              for i in range(3)))
-    out = tmp_path / "ab.json"
-    run = subprocess.run([sys.executable, "bench/resident/resident_ab.py", "--model-dir", str(tiny_model_dir), "--train",
+    out = root / "ab.json"
+    run = subprocess.run([sys.executable, "bench/resident/resident_ab.py", "--model-dir", str(model_dir), "--train",
                           str(train), "--problems", "2", "--reps", "2", "--max-tokens", "4", "--out", str(out)],
-                         cwd=REPO, capture_output=True, text=True)
+                         cwd=REPO, capture_output=True, text=True, env=env)
+    bad = subprocess.run([sys.executable, "bench/resident/resident_ab.py", "--model-dir", str(root / "nowhere"), "--train",
+                          str(train)], cwd=REPO, capture_output=True, text=True, env=env)
+    return {"run": run, "out": out, "bad": bad}
+
+
+def test_the_ab_benchmark_measures_both_ways(resident_ab_started):
+    """bench/resident/resident_ab.py: both engines answer the same calls; a missing model is a one-line error."""
+    import json
+    runs = resident_ab_started.result()
+    run, bad = runs["run"], runs["bad"]
     assert run.returncode == 0, run.stderr[-2000:]
-    result = json.loads(out.read_text())["result"]
+    result = json.loads(runs["out"].read_text())["result"]
     assert [len(result[k]["calls"]) for k in ("local", "resident")] == [4, 4]
     assert all(c["tokens"] > 0 for k in result for c in result[k]["calls"])
-    bad = subprocess.run([sys.executable, "bench/resident/resident_ab.py", "--model-dir", str(tmp_path / "nowhere"), "--train",
-                          str(train)], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "is not a folder" in bad.stderr
 
 

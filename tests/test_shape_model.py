@@ -143,7 +143,7 @@ def shape_run(shape_run_started):
 
 
 def test_a_shape_models_run_says_its_accuracy_is_not_a_result(shape_run):
-    workdir, _, _ = shape_run
+    workdir, _ = shape_run
     record = json.loads((workdir / "results" / "record.json").read_text())
     assert record["model"]["source"] == "shape"
     assert record["model"]["shape"]["shape"] == "tiny-qwen2" and record["model"]["shape"]["init_seed"] == 3
@@ -155,8 +155,14 @@ def test_a_shape_models_run_says_its_accuracy_is_not_a_result(shape_run):
     assert models and not [p for m in models for p in m.iterdir() if p.suffix in (".safetensors", ".bin")]
 
 
-def test_a_real_models_record_has_no_such_key(tiny_run):
-    record = json.loads((tiny_run.workdir / "results" / "record.json").read_text())
+def test_a_real_models_record_has_no_such_key(racing_bench_started):
+    """A real model's record: the racing benchmark's full arm on the tiny model (tests/support/racing_runs.py,
+    bench_in_phases), a run the session makes for tests/test_racing_bench.py anyway (the fast tests' only other
+    run of a real model's whole workflow)."""
+    done = racing_bench_started.result()
+    assert done["rc"].get("full_and_report") == 0, done["error"]
+    record = json.loads((done["work"] / "full" / "results" / "record.json").read_text())
+    assert record["model"]["source"] == "local"
     assert "shape" not in record["model"] and "not_a_result" not in record["accuracy"]
     assert "not_a_result" not in record["statistics"]
 
@@ -188,11 +194,11 @@ def test_a_layout_that_does_not_fit_says_so_with_its_numbers():
 
 
 @pytest.mark.slow
-def test_the_dag_build_refuses_a_layout_the_clusters_card_cannot_hold(shape_run):
+def test_the_dag_build_refuses_a_layout_the_clusters_card_cannot_hold(layout_dry_runs_started):
     """A dry run on this host (no CUDA) with resources.gpu_model h100, as on a cluster's login node: 72B at
     TP 2 fails before any job, with the numbers; at TP 8 it builds (tests/support/task_runs.py,
-    layout_dry_run: queued with the shape model's run)."""
-    _, _, dry = shape_run
+    layout_dry_runs: queued after the shape model's run)."""
+    dry = layout_dry_runs_started.result()
     refused, built = dry[2], dry[8]
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0

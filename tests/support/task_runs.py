@@ -108,12 +108,17 @@ def layout_dry_run(folder: Path, tp: int):
 
 
 def shape_run(root: Path):
-    """The record and figures of a shape model's run, and the dry runs of a 72B shape at TP 2 and TP 8
-    on an H100 cluster (nothing in the session writes where they run, so they are queued with the run
-    rather than ~15 s of the foreground): (the run's workdir, Snakemake's output, {tp: dry run})."""
+    """The record and figures of a shape model's run: (the run's workdir, Snakemake's output)."""
     workdir = root / "run"
     proc = run_workflow(workdir, shape_config())  # the default target: the record and the figures
-    return workdir, proc, {tp: layout_dry_run(root / "layouts", tp) for tp in (2, 8)}
+    return workdir, proc
+
+
+def layout_dry_runs(root: Path) -> dict:
+    """The dry runs of a 72B shape at TP 2 and TP 8 on an H100 cluster, queued rather than ~15 s of the
+    foreground, and apart from the shape model's run: only a slow test reads them, so the fast pass makes
+    none: {tp: dry run}."""
+    return {tp: layout_dry_run(root / "layouts", tp) for tp in (2, 8)}
 
 
 # --- members decoded together (tests/test_workflow_member_batch.py) --------------------------------
