@@ -110,6 +110,13 @@ def member_batch_bench_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def stage_imports_started(background):
+    """What each stage's process imports (tests/test_code_keys.py, stage_imports), queued in the background."""
+    from tests.test_code_keys import stage_imports
+    return background.submit(stage_imports, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
 def mps_runs_started(background, tmp_path_factory, tiny_model_dir):
     """The dry runs and the run under the stand-in CUDA MPS daemon (tests/test_cuda_mps.py, mps_workflow_runs),
     queued in the background."""
@@ -146,6 +153,14 @@ def resident_ab_started(background, tmp_path_factory, tiny_model_dir):
     """bench/resident/resident_ab.py's runs (tests/test_resident.py, ab_bench_runs), queued in the background."""
     from tests.test_resident import ab_bench_runs
     return background.submit(ab_bench_runs, tmp_path_factory.mktemp("resident-ab"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
+def engine_dag_builds_started(background, tmp_path_factory, tiny_model_dir):
+    """The dry runs of tests/test_engine_slots.py (its dag_builds: engine counts resolved at DAG build), queued in
+    the background."""
+    from tests.test_engine_slots import dag_builds
+    return background.submit(dag_builds, tmp_path_factory.mktemp("engine-dags"), tiny_model_dir, SESSION_ENV)
 
 
 @pytest.fixture(scope="session")
@@ -309,9 +324,10 @@ def early_runs(request):
     """Start, at the session's start, the background runs (tests/support/background.py says why) that
     some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster), the
     package's install in another (it mostly waits on pip),
-    and in the queue, in the order the tests come to them, the member-batch bench's runs (test_bench_member_batch),
-    the runs under the stand-in MPS daemon (test_cuda_mps), the killed distill_train (test_distill), the two-engine
-    run of test_engine_slots, the inputs edited in place of test_inputs, the jobs with engines inside them
+    and in the queue, in the order the tests come to them, the member-batch bench's runs
+    (test_bench_member_batch), the stages' imports (test_code_keys), the runs under the stand-in MPS daemon
+    (test_cuda_mps), the killed distill_train (test_distill), the dry runs and the two-engine run of
+    test_engine_slots, the inputs edited in place of test_inputs, the jobs with engines inside them
     (test_job_engines), the lm_eval command (test_lm_eval), the SmolLM2 conversion (test_lm_eval,
     test_prepare_model), the racing benchmark, the racing workflow, the resident A/B bench (test_resident),
     the shared tiny run, the shape model's run and the dry runs of a 72B shape's layouts, the half-finished runs of test_status, the task runs,
@@ -324,9 +340,9 @@ def early_runs(request):
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
     session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
-    for name in ("slurm_runs", "package_install_started", "member_batch_bench_started", "mps_runs_started",
-                 "distill_kill_started", "engine_slots_run_started", "stale_inputs_started", "job_engines_started",
-                 "lm_eval_command_started", "smollm2_started",
+    for name in ("slurm_runs", "package_install_started", "member_batch_bench_started", "stage_imports_started",
+                 "mps_runs_started", "distill_kill_started", "engine_dag_builds_started", "engine_slots_run_started",
+                 "stale_inputs_started", "job_engines_started", "lm_eval_command_started", "smollm2_started",
                  "racing_bench_started", "racing_workflow_started", "resident_ab_started", "tiny_run_started",
                  "shape_run_started", "layout_dry_runs_started",
                  "status_runs_started",

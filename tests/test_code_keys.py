@@ -84,18 +84,6 @@ print(json.dumps(loaded))
 """ % (PROJECT,)
 
 
-def test_every_module_a_stage_process_loads_is_in_its_closure():
-    """What each stage CLI really imports when it starts (module level), read from sys.modules."""
-    stages = [f"randopt.stages.{stage}" for stage in STAGES]
-    out = subprocess.run([sys.executable, "-c", PROBE, *stages], cwd=REPO, check=True, capture_output=True,
-                         text=True).stdout
-    loaded = json.loads(out.splitlines()[-1])
-    assert set(loaded) == set(stages)
-    for stage in STAGES:
-        missing = set(loaded[f"randopt.stages.{stage}"]) - set(closure([f"randopt.stages.{stage}"]))
-        assert not missing, f"randopt/stages/{stage}.py loads {sorted(missing)}, which its code key leaves out"
-
-
 def test_every_rule_runs_a_stage_whose_code_reruns_it():
     """A rule's outputs are keyed by its code (KEY_STAGES: randopt/keys.py), or, for outputs under no
     key, the rule carries its code as a param (so Snakemake reruns it)."""
@@ -235,12 +223,23 @@ def changed(before: dict, after: dict) -> set[str]:
     return {k for k in before if before[k] != after[k]}
 
 
+@pytest.fixture(scope="module")
+def unedited(scratch):
+    """The keys of the unedited copy, computed once from clear caches: every test below puts back what it
+    edited (a test that did not would fail those after it, whose edits would then change more keys)."""
+    code_keys.clear_cache()
+    keys = {"full": run_keys(FULL, root=scratch), "racing": run_keys(RACING, root=scratch),
+            "countdown": run_keys(COUNTDOWN, root=scratch)}
+    code_keys.clear_cache()
+    return keys
+
+
 @pytest.mark.parametrize("module, full, racing", EDITS, ids=[e[0] for e in EDITS])
-def test_editing_a_module_changes_exactly_the_keys_of_the_stages_that_import_it(scratch, module, full, racing):
+def test_editing_a_module_changes_exactly_the_keys_of_the_stages_that_import_it(scratch, unedited, module, full,
+                                                                                 racing):
     path = scratch / module
     original = path.read_text()
-    code_keys.clear_cache()
-    before = {"full": run_keys(FULL, root=scratch), "racing": run_keys(RACING, root=scratch)}
+    before = {"full": unedited["full"], "racing": unedited["racing"]}
     try:
         path.write_text(original + "\n# a comment changes no key\n")
         code_keys.clear_cache()
@@ -255,11 +254,10 @@ def test_editing_a_module_changes_exactly_the_keys_of_the_stages_that_import_it(
 
 
 @pytest.mark.parametrize("module, keys", COUNTDOWN_EDITS, ids=[e[0] for e in COUNTDOWN_EDITS])
-def test_a_tasks_own_code_keys_its_runs(scratch, module, keys):
+def test_a_tasks_own_code_keys_its_runs(scratch, unedited, module, keys):
     path = scratch / module
     original = path.read_text()
-    code_keys.clear_cache()
-    before = run_keys(COUNTDOWN, root=scratch)
+    before = unedited["countdown"]
     assert "problems" in before and "gsm8k" not in before and "task" not in before
     try:
         path.write_text(original + "\n_EDITED = True\n")
@@ -270,14 +268,13 @@ def test_a_tasks_own_code_keys_its_runs(scratch, module, keys):
         code_keys.clear_cache()
 
 
-def test_a_stages_command_line_is_keyed_with_its_work(scratch):
+def test_a_stages_command_line_is_keyed_with_its_work(scratch, unedited):
     """A stage's main() and argparse text live in its module (once scripts/<stage>.py, which was keyed):
     a help text edited in vote's parser moves the key of what vote computes, and only that one."""
     vote_stage = scratch / "randopt/stages/vote.py"
     original = vote_stage.read_text()
     assert '"evaluate_members parquet"' in original
-    code_keys.clear_cache()
-    before = run_keys(FULL, root=scratch)
+    before = unedited["full"]
     try:
         vote_stage.write_text(original.replace('"evaluate_members parquet"', '"the members\' test answers (parquet)"'))
         code_keys.clear_cache()
@@ -345,3 +342,24 @@ def test_the_parse_memo_on_disk_keys_the_same_and_is_read_only_for_the_same_text
             key_code("eval")
     fresh(code_keys._SourceMemo(path))
     assert {k: key_code(k) for k in KEY_STAGES} == scratch
+
+
+# Last in the module: its process runs in the background meanwhile.
+def stage_imports(env: dict) -> subprocess.CompletedProcess:
+    """PROBE on every stage: a process of ~10 s (torch, transformers, then a fork a stage), made where the session
+    queues it (fixture stage_imports_started, tests/conftest.py: in the background, beside other tests). env:
+    the session's environment as it began."""
+    return subprocess.run([sys.executable, "-c", PROBE, *[f"randopt.stages.{stage}" for stage in STAGES]], cwd=REPO,
+                          capture_output=True, text=True, env=env)
+
+
+def test_every_module_a_stage_process_loads_is_in_its_closure(stage_imports_started):
+    """What each stage CLI really imports when it starts (module level), read from sys.modules."""
+    stages = [f"randopt.stages.{stage}" for stage in STAGES]
+    proc = stage_imports_started.result()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads(proc.stdout.splitlines()[-1])
+    assert set(loaded) == set(stages)
+    for stage in STAGES:
+        missing = set(loaded[f"randopt.stages.{stage}"]) - set(closure([f"randopt.stages.{stage}"]))
+        assert not missing, f"randopt/stages/{stage}.py loads {sorted(missing)}, which its code key leaves out"

@@ -184,38 +184,63 @@ def test_auto_sizes_a_model_from_the_measured_models_either_side_of_its_weights(
                    problems=128, max_tokens=512, under_mps=True).engines_per_gpu == 1
 
 
-def test_auto_sizes_engines_from_the_runs_own_task_not_gsm8ks(tmp_path):
-    """A Countdown run of 512 train problems: a member's time, and so the count, come from its 512 problems
-    (rules/common.smk once took gsm8k.n_train, 16 by default, for every task)."""
+VLLM_GPU = {"kind": "vllm", "device": "cuda", "batch_size": 256}
+# test_auto_sizes_engines_from_the_runs_own_task_not_gsm8ks: a Countdown run of 512 train problems, and GSM8K's
+COUNTDOWN_512 = {"engine": VLLM_GPU, "population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": 64},
+                 "decode": {"max_tokens": 512}, "task": {"kind": "countdown", "countdown": {"n_train": 512, "n_test": 16}}}
+GSM8K_16 = {"engine": VLLM_GPU, "population": {"n_seeds": 512, "sigmas": [0.002], "shard_size": 64},
+            "decode": {"max_tokens": 512}}
+# test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job: seeds -> the flag every engine job gets.
+# 96 seeds (a shard of 64 and one of 32): a second engine would save ~1 s of 62, no measured difference
+SEEDS_ENGINES = ((1536, "--engines-per-gpu 3"), (192, "--engines-per-gpu 2"), (96, None), (8, None))
+
+
+def seeds_overlay(n_seeds: int) -> dict:
+    return {"engine": VLLM_GPU, "task": {"gsm8k": {"n_train": 128}}, "decode": {"max_tokens": 256},
+            "population": {"n_seeds": n_seeds, "sigmas": [0.002], "shard_size": 64}}
+
+
+def dag_builds(root: Path, model_dir: Path, env: dict) -> dict:
+    """The dry runs of the three tests below (8 Snakemake starts, ~20 s of one core), each in a folder of its own
+    under root, made where the session queues it (fixture engine_dag_builds_started, tests/conftest.py: in the
+    background, beside other tests). env: the session's environment as it began."""
     from tests.support.workflow import workflow_command
 
-    def member_seconds_in_record(overlay):
-        cmd = workflow_command(tmp_path / str(len(str(overlay))), overlay, "-n", "-p", "--resources", "gpu=1")
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    def dry(name: str, overlay: dict, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(workflow_command(root / name, overlay, "-n", *extra), capture_output=True, text=True,
+                              cwd=REPO, env=env)
+    gpu = ("-p", "--resources", "gpu=1")
+    runs = {"countdown": dry("countdown", COUNTDOWN_512, *gpu), "gsm8k": dry("gsm8k", GSM8K_16, *gpu)}
+    runs |= {n_seeds: dry(str(n_seeds), seeds_overlay(n_seeds), *gpu) for n_seeds, _ in SEEDS_ENGINES}
+    runs["zero"] = dry("zero", tiny_config(model_dir, engine={"engines_per_gpu": 0}))
+    runs["gpu_two"] = dry("gpu", tiny_config(model_dir, engine={"kind": "torch", "device": "cuda", "engines_per_gpu": 2}))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def dag_built(engine_dag_builds_started):
+    return engine_dag_builds_started.result()
+
+
+def test_auto_sizes_engines_from_the_runs_own_task_not_gsm8ks(dag_built):
+    """A Countdown run of 512 train problems: a member's time, and so the count, come from its 512 problems
+    (rules/common.smk once took gsm8k.n_train, 16 by default, for every task)."""
+    def member_seconds_in_record(name):
+        proc = dag_built[name]
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
         why = next(line for line in (proc.stdout + proc.stderr).splitlines() if "randopt.stages.record " in line)
         return float(why.split("members a GPU group, about ")[1].split(" s each")[0])
 
-    engine = {"kind": "vllm", "device": "cuda", "batch_size": 256}
-    population = {"n_seeds": 512, "sigmas": [0.002], "shard_size": 64}
-    countdown = member_seconds_in_record({"engine": engine, "population": population, "decode": {"max_tokens": 512},
-                                          "task": {"kind": "countdown", "countdown": {"n_train": 512, "n_test": 16}}})
-    gsm8k = member_seconds_in_record({"engine": engine, "population": population, "decode": {"max_tokens": 512}})
+    countdown, gsm8k = member_seconds_in_record("countdown"), member_seconds_in_record("gsm8k")
     # GSM8K's default: 16 train problems. On vLLM's call-cost curve (SmolLM2's: 16 prompts 0.5205 of 128, 256
     # prompts 1.6047) 512 problems at engine.batch_size 256 are two calls of 256: 6.2x the 16 problems' call
     assert countdown == pytest.approx(gsm8k * 2 * 1.6047 / 0.5205, rel=0.05)
 
 
-def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(tmp_path):
+def test_a_gpu_dry_run_passes_the_resolved_count_to_every_engine_job(dag_built):
     """The SmolLM2 wheel's size comes from its GGUF tensor table before the model is prepared."""
-    from tests.support.workflow import workflow_command
-    # 96 seeds (a shard of 64 and one of 32): a second engine would save ~1 s of 62, no measured difference
-    for n_seeds, expect in ((1536, "--engines-per-gpu 3"), (192, "--engines-per-gpu 2"), (96, None), (8, None)):
-        overlay = {"engine": {"kind": "vllm", "device": "cuda", "batch_size": 256},
-                   "task": {"gsm8k": {"n_train": 128}}, "decode": {"max_tokens": 256},
-                   "population": {"n_seeds": n_seeds, "sigmas": [0.002], "shard_size": 64}}
-        cmd = workflow_command(tmp_path / str(n_seeds), overlay, "-n", "-p", "--resources", "gpu=1")
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    for n_seeds, expect in SEEDS_ENGINES:
+        proc = dag_built[n_seeds]
         text = proc.stdout + proc.stderr
         assert proc.returncode == 0, text[-2000:]
         jobs = [line for line in text.splitlines() if "randopt.stages.evaluate_shard " in line]
@@ -352,13 +377,10 @@ def test_engines_that_start_alongside_do_not_wait_for_each_other(tmp_path):
     assert max(a0, b0) < min(a1, b1) + 0.6 and abs(a0 - b0) < 0.5   # both held it at once
 
 
-def test_an_impossible_engine_count_fails_at_dag_build(tmp_path, tiny_model_dir):
-    from tests.support.workflow import workflow_command
-    proc = subprocess.run(workflow_command(tmp_path, tiny_config(tiny_model_dir, engine={"engines_per_gpu": 0}), "-n"),
-                          capture_output=True, text=True)
+def test_an_impossible_engine_count_fails_at_dag_build(dag_built):
+    proc = dag_built["zero"]
     assert proc.returncode != 0 and "'engine.engines_per_gpu': must be >= 1 (got 0); the default is \"auto\"" in proc.stdout + proc.stderr
-    gpu = tiny_config(tiny_model_dir, engine={"kind": "torch", "device": "cuda", "engines_per_gpu": 2})
-    proc = subprocess.run(workflow_command(tmp_path / "gpu", gpu, "-n"), capture_output=True, text=True)
+    proc = dag_built["gpu_two"]
     assert proc.returncode != 0 and "engine.engines_per_gpu 2 on GPUs needs --resources gpu=N" in proc.stdout + proc.stderr
 
 
