@@ -149,6 +149,14 @@ def lm_eval_command_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def stage_cli_processes_started(background, tmp_path_factory, tiny_model_dir):
+    """The stages' --help and the dry runs and runs that fail at DAG build or at a run's start
+    (tests/test_stage_clis.py, stage_cli_processes), queued in the background."""
+    from tests.test_stage_clis import stage_cli_processes
+    return background.submit(stage_cli_processes, tmp_path_factory.mktemp("stage-clis"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
 def resident_ab_started(background, tmp_path_factory, tiny_model_dir):
     """bench/resident/resident_ab.py's runs (tests/test_resident.py, ab_bench_runs), queued in the background."""
     from tests.test_resident import ab_bench_runs
@@ -330,7 +338,8 @@ def early_runs(request):
     test_engine_slots, the inputs edited in place of test_inputs, the jobs with engines inside them
     (test_job_engines), the lm_eval command (test_lm_eval), the SmolLM2 conversion (test_lm_eval,
     test_prepare_model), the racing benchmark, the racing workflow, the resident A/B bench (test_resident),
-    the shared tiny run, the shape model's run and the dry runs of a 72B shape's layouts, the half-finished runs of test_status, the task runs,
+    the shared tiny run, the shape model's run and the dry runs of a 72B shape's layouts, the stages' --help and
+    failing dry runs (test_stage_clis), the half-finished runs of test_status, the task runs,
     the kill-and-resume sequence and the reuse sequence of test_resume_reuse (the foreground's longest
     stretch of runs: the queue, done with the earlier jobs by then, used to idle the last ~190 s of the suite
     while the foreground ran it; a job the queue has not started when its test comes is run by that test), the Gaussian run, the member-batched runs and
@@ -344,7 +353,7 @@ def early_runs(request):
                  "mps_runs_started", "distill_kill_started", "engine_dag_builds_started", "engine_slots_run_started",
                  "stale_inputs_started", "job_engines_started", "lm_eval_command_started", "smollm2_started",
                  "racing_bench_started", "racing_workflow_started", "resident_ab_started", "tiny_run_started",
-                 "shape_run_started", "layout_dry_runs_started",
+                 "shape_run_started", "layout_dry_runs_started", "stage_cli_processes_started",
                  "status_runs_started",
                  "task_runs_started", "killed_runs_started", "reuse_sequence_started", "gaussian_run_started",
                  "member_batch_runs_started",

@@ -36,8 +36,13 @@ print(json.dumps(results))
 
 
 @pytest.fixture(scope="module")
-def helps() -> dict:
-    proc = subprocess.run([sys.executable, "-c", HELP_ALL, *STAGES], cwd=REPO, capture_output=True, text=True)
+def stage_processes(stage_cli_processes_started) -> dict:
+    return stage_cli_processes_started.result()
+
+
+@pytest.fixture(scope="module")
+def helps(stage_processes) -> dict:
+    proc = stage_processes["help"]
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -125,17 +130,74 @@ def test_data_cli_checks_source_json_with_the_schema(tmp_path, capsys):
 
 # --- what needs the file system fails at DAG build (snakemake -n), naming the key and the fix ------
 
-def dry_run(tmp_path, overlay):
+def dry_run(tmp_path, overlay, env=None):
     """`snakemake -n -p` (commands printed) on the default config with overlay, in tmp_path."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(overlay))
     return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
                            "--directory", str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "-n", "-p",
-                           "--cores", "1"], capture_output=True, text=True, timeout=300)
+                           "--cores", "1"], capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_missing_local_model_dir_fails_at_dag_build(tmp_path):
-    proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(tmp_path / "absent")}})
+def run_here(workdir, overlay, *targets, env=None):
+    """The plain command (no dry run) on the default config with overlay, in workdir."""
+    (workdir / "c.yaml").write_text(yaml.safe_dump(overlay))
+    return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                           str(workdir), "--configfile", str(workdir / "c.yaml"), "--cores", "1", *targets],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+CUDA_HERE_OVERLAY = {"engine": {"device": "cuda"}}
+VLLM_HERE_OVERLAY = {"engine": {"kind": "vllm", "device": "cuda"}}
+
+
+def stage_cli_processes(root, model_dir, env) -> dict:
+    """The processes of this module's tests (~45 s of one core: the stages' --help in one Python, and 14
+    Snakemake starts), each in a folder of its own under root, made where the session queues it (fixture
+    stage_cli_processes_started, tests/conftest.py: in the background, beside other tests), with what a test
+    checks of a folder the moment its process ended. env: the session's environment as it began. The runs on
+    CUDA and vLLM are made only where this host has neither (their tests skip otherwise: a run would start)."""
+    import importlib.util
+
+    from randopt.runtime import cuda_driver
+
+    def folder(name):
+        path = root / name
+        path.mkdir(parents=True)
+        return path
+    procs: dict = {"root": root}
+    procs["help"] = subprocess.run([sys.executable, "-c", HELP_ALL, *STAGES], cwd=REPO, capture_output=True, text=True,
+                                   env=env)
+    missing = folder("missing")
+    procs["missing"] = dry_run(missing, {"model": {"source": "local", "path": str(missing / "absent")}}, env)
+    vllm = {"kind": "vllm", "device": "cuda", "tensor_parallel_size": 3}
+    procs["tp3"] = dry_run(folder("tp3"), {"model": {"source": "local", "path": str(model_dir)}, "engine": vllm}, env)
+    procs["tp2"] = dry_run(folder("tp2"), {"model": {"source": "local", "path": str(model_dir)},
+                                           "engine": {**vllm, "tensor_parallel_size": 2}}, env)
+    procs["tp_torch"] = dry_run(folder("tp_torch"), {"engine": {"tensor_parallel_size": 3}}, env)
+    weights_only = folder("weights") / "weights-only"
+    weights_only.mkdir()
+    (weights_only / "model.safetensors").write_bytes(b"\0" * 16)
+    procs["weights_only"] = dry_run(weights_only.parent, {"model": {"source": "local", "path": str(weights_only)}}, env)
+    fake = folder("gguf") / "model.gguf"
+    fake.write_bytes(b"PK\x03\x04 a zip file under a .gguf name")
+    procs["not_gguf"] = dry_run(fake.parent, {"model": {"source": "gguf", "gguf": {"path": str(fake)}}}, env)
+    procs["task_kind"] = dry_run(folder("task_kind"), {"task": {"kind": "cdoe"}, "gsm8k": {"n_train": 8}}, env)
+    if not cuda_driver.devices():
+        cuda = folder("cuda")
+        procs["cuda_dry"] = dry_run(cuda / "dry", CUDA_HERE_OVERLAY, env)
+        procs["cuda_run"] = run_here(cuda, CUDA_HERE_OVERLAY, env=env)
+    if importlib.util.find_spec("vllm") is None:
+        no_vllm = folder("no_vllm")
+        procs["vllm_dry"] = dry_run(no_vllm / "dry", VLLM_HERE_OVERLAY, env)
+        procs["vllm_run"] = run_here(no_vllm, VLLM_HERE_OVERLAY, env=env)
+        procs["vllm_run_made"] = [d for d in ("data", "results", "logs") if (no_vllm / d).exists()]
+        procs["vllm_fetch"] = run_here(no_vllm, VLLM_HERE_OVERLAY, "fetch_fineweb", env=env)
+    return procs
+
+
+def test_missing_local_model_dir_fails_at_dag_build(stage_processes):
+    proc, tmp_path = stage_processes["missing"], stage_processes["root"] / "missing"
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert f"config key 'model.path': {tmp_path / 'absent'} is not a directory" in out, out[-3000:]
@@ -143,23 +205,21 @@ def test_missing_local_model_dir_fails_at_dag_build(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_tensor_parallel_size_must_divide_the_heads_at_dag_build(tmp_path, tiny_model_dir):
-    vllm = {"kind": "vllm", "device": "cuda", "tensor_parallel_size": 3}
-    proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(tiny_model_dir)}, "engine": vllm})
+def test_tensor_parallel_size_must_divide_the_heads_at_dag_build(stage_processes):
+    proc = stage_processes["tp3"]
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert ("config key 'engine.tensor_parallel_size': 3 does not divide the 4 attention heads" in out
             and "use one of [1, 2, 4]" in out), out[-3000:]
     # a divisor builds the DAG
-    proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(tiny_model_dir)},
-                              "engine": {**vllm, "tensor_parallel_size": 2}})
+    proc = stage_processes["tp2"]
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_a_tensor_parallel_size_under_the_torch_engine_fails_at_dag_build(tmp_path):
+def test_a_tensor_parallel_size_under_the_torch_engine_fails_at_dag_build(stage_processes):
     """vLLM's GPUs per engine under the torch engine (issue 47): once accepted silently into the eval key, so a
     run recomputed everything for a knob no engine read."""
-    proc = dry_run(tmp_path, {"engine": {"tensor_parallel_size": 3}})
+    proc, tmp_path = stage_processes["tp_torch"], stage_processes["root"] / "tp_torch"
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert ("invalid config: config key 'engine.tensor_parallel_size': 3 is vLLM's (GPUs per engine) and engine.kind "
@@ -168,47 +228,41 @@ def test_a_tensor_parallel_size_under_the_torch_engine_fails_at_dag_build(tmp_pa
     assert not (tmp_path / "results").exists()
 
 
-def test_a_local_model_dir_without_config_json_fails_at_dag_build(tmp_path):
-    model = tmp_path / "weights-only"
-    model.mkdir()
-    (model / "model.safetensors").write_bytes(b"\0" * 16)
-    proc = dry_run(tmp_path, {"model": {"source": "local", "path": str(model)}})
+def test_a_local_model_dir_without_config_json_fails_at_dag_build(stage_processes):
+    proc, tmp_path = stage_processes["weights_only"], stage_processes["root"] / "weights"
+    model = tmp_path / "weights-only"   # a model.safetensors of 16 bytes, no config.json
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
     assert f"config key 'model.path': {model} is not a Hugging Face model dir (no config.json)" in out, out[-3000:]
     assert not (tmp_path / "results").exists()
 
 
-def test_a_gguf_path_to_a_file_that_is_not_gguf_fails_at_dag_build(tmp_path):
-    fake = tmp_path / "model.gguf"
-    fake.write_bytes(b"PK\x03\x04 a zip file under a .gguf name")
-    proc = dry_run(tmp_path, {"model": {"source": "gguf", "gguf": {"path": str(fake)}}})
+def test_a_gguf_path_to_a_file_that_is_not_gguf_fails_at_dag_build(stage_processes):
+    proc, tmp_path = stage_processes["not_gguf"], stage_processes["root"] / "gguf"
+    fake = tmp_path / "model.gguf"   # a zip file's first bytes under a .gguf name
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
     assert f"config key 'model.gguf.path': {fake}: not a GGUF file" in out, out[-3000:]
     assert not (tmp_path / "results").exists()
 
 
-def test_an_unknown_task_kind_beside_a_gsm8k_block_blames_the_kind(tmp_path):
-    proc = dry_run(tmp_path, {"task": {"kind": "cdoe"}, "gsm8k": {"n_train": 8}})
+def test_an_unknown_task_kind_beside_a_gsm8k_block_blames_the_kind(stage_processes):
+    proc = stage_processes["task_kind"]
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
     assert "config key 'task.kind': must be one of" in out and 'did you mean "code"?' in out, out[-3000:]
     assert "config key 'gsm8k'" not in out
 
 
-def test_device_cuda_without_cuda_fails_at_the_runs_start_not_under_a_dry_run(tmp_path):
+def test_device_cuda_without_cuda_fails_at_the_runs_start_not_under_a_dry_run(stage_processes):
     """As vLLM missing does (below): a dry run is a legitimate plan for another host; a run stops at its
     start (onstart), before any job, with the key and the fix, and no traceback."""
     from randopt.runtime import cuda_driver
     if cuda_driver.devices():
         pytest.skip("this host has CUDA: the run would start")
-    overlay = {"engine": {"device": "cuda"}}
-    assert dry_run(tmp_path / "dry", overlay).returncode == 0
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(overlay))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-                           str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "--cores", "1"],
-                          capture_output=True, text=True, timeout=300)
+    tmp_path = stage_processes["root"] / "cuda"
+    assert stage_processes["cuda_dry"].returncode == 0
+    proc = stage_processes["cuda_run"]
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
     assert ("invalid config: config key 'engine.device': cuda, but this host has no usable CUDA device" in out
@@ -216,26 +270,23 @@ def test_device_cuda_without_cuda_fails_at_the_runs_start_not_under_a_dry_run(tm
     assert not any((tmp_path / d).exists() for d in ("data", "results", "logs"))  # no job ran
 
 
-def test_vllm_missing_here_fails_at_the_runs_start_not_under_a_dry_run(tmp_path):
+def test_vllm_missing_here_fails_at_the_runs_start_not_under_a_dry_run(stage_processes):
     """engine.kind vllm on a host without vLLM (issue 47: it failed only inside evaluate_shard). A dry run of a
     GPU config on a CPU machine stays legitimate; a run that would start engine jobs here stops at its start
     (onstart), before any job, with the key, the problem and the install; one that needs no engine runs."""
     import importlib.util
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here: the run would start")
-    overlay = {"engine": {"kind": "vllm", "device": "cuda"}}
-    assert dry_run(tmp_path / "dry", overlay).returncode == 0
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(overlay))
-    run = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--configfile", str(tmp_path / "c.yaml"), "--cores", "1"]
-    proc = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    tmp_path = stage_processes["root"] / "no_vllm"
+    assert stage_processes["vllm_dry"].returncode == 0
+    proc = stage_processes["vllm_run"]
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert ("invalid config: config key 'engine.kind': vllm, but vLLM is not installed in this Python" in out
             and "pip install -r envs/requirements-gpu.txt), or use engine.kind torch" in out), out[-3000:]
-    assert not any((tmp_path / d).exists() for d in ("data", "results", "logs"))  # no job ran
+    assert not stage_processes["vllm_run_made"]  # no job ran (seen before the run below)
     # the held-out text needs no engine: that run goes ahead
-    proc = subprocess.run([*run, "fetch_fineweb"], capture_output=True, text=True, timeout=300)
+    proc = stage_processes["vllm_fetch"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert list((tmp_path / "data" / "heldout").glob("*/heldout.jsonl"))
 
