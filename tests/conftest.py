@@ -172,6 +172,29 @@ def engine_dag_builds_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def export_command_started(background, tmp_path_factory, tiny_model_dir):
+    """export_member's command (tests/test_export.py, export_command), queued in the background."""
+    from tests.test_export import export_command
+    return background.submit(export_command, tmp_path_factory.mktemp("export-command"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
+def kernels_import_started(background):
+    """Hugging Face's kernels beside randopt's (tests/test_import_names.py, kernels_beside_randopt), queued in the
+    background."""
+    from tests.test_import_names import kernels_beside_randopt
+    return background.submit(kernels_beside_randopt, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
+def prompt_check_started(background, tmp_path_factory, tiny_model_dir):
+    """bench/prompts/check_prompts.py on the tiny model (tests/test_prompt_style.py, prompt_check), queued in the
+    background."""
+    from tests.test_prompt_style import prompt_check
+    return background.submit(prompt_check, tmp_path_factory.mktemp("prompt-check"), tiny_model_dir, SESSION_ENV)
+
+
+@pytest.fixture(scope="session")
 def engine_slots_run_started(background, tmp_path_factory, tiny_model_dir):
     """A run with two torch engines side by side on the CPU (tests/support/slot_runs.py), queued in the
     background, for tests/test_engine_slots.py."""
@@ -335,9 +358,10 @@ def early_runs(request):
     and in the queue, in the order the tests come to them, the member-batch bench's runs
     (test_bench_member_batch), the stages' imports (test_code_keys), the runs under the stand-in MPS daemon
     (test_cuda_mps), the killed distill_train (test_distill), the dry runs and the two-engine run of
-    test_engine_slots, the inputs edited in place of test_inputs, the jobs with engines inside them
+    test_engine_slots, export_member's command (test_export), Hugging Face's kernels beside randopt's
+    (test_import_names), the inputs edited in place of test_inputs, the jobs with engines inside them
     (test_job_engines), the lm_eval command (test_lm_eval), the SmolLM2 conversion (test_lm_eval,
-    test_prepare_model), the racing benchmark, the racing workflow, the resident A/B bench (test_resident),
+    test_prepare_model), the prompt check (test_prompt_style), the racing benchmark, the racing workflow, the resident A/B bench (test_resident),
     the shared tiny run, the shape model's run and the dry runs of a 72B shape's layouts, the stages' --help and
     failing dry runs (test_stage_clis), the half-finished runs of test_status, the task runs,
     the kill-and-resume sequence and the reuse sequence of test_resume_reuse (the foreground's longest
@@ -351,8 +375,8 @@ def early_runs(request):
     needed = {name for item in request.session.items for name in item.fixturenames}
     for name in ("slurm_runs", "package_install_started", "member_batch_bench_started", "stage_imports_started",
                  "mps_runs_started", "distill_kill_started", "engine_dag_builds_started", "engine_slots_run_started",
-                 "stale_inputs_started", "job_engines_started", "lm_eval_command_started", "smollm2_started",
-                 "racing_bench_started", "racing_workflow_started", "resident_ab_started", "tiny_run_started",
+                 "export_command_started", "kernels_import_started", "stale_inputs_started", "job_engines_started",
+                 "lm_eval_command_started", "smollm2_started", "prompt_check_started", "racing_bench_started", "racing_workflow_started", "resident_ab_started", "tiny_run_started",
                  "shape_run_started", "layout_dry_runs_started", "stage_cli_processes_started",
                  "status_runs_started",
                  "task_runs_started", "killed_runs_started", "reuse_sequence_started", "gaussian_run_started",

@@ -96,14 +96,22 @@ def test_a_failure_midway_leaves_no_half_export(tiny_model_dir, tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_cli_exports_and_refuses_bad_input(tiny_model_dir, tmp_path, capsys):
+def export_command(root, model_dir, env):
+    """The command as a user runs it: a process of ~10 s, made where the session queues it (fixture
+    export_command_started, tests/conftest.py: in the background, beside other tests). env: the session's
+    environment as it began. (the process, its --out)"""
+    return subprocess.run([sys.executable, "-m", "randopt.stages.export_member", "--model-dir", str(model_dir),
+                           "--seed", "5", "--sigma", "0.003", "--out", str(root / "m")], capture_output=True, text=True,
+                          env=env), root / "m"
+
+
+def test_the_cli_exports_and_refuses_bad_input(export_command_started, tiny_model_dir, tmp_path, capsys):
     """The command as a user runs it (its own process), then a bad sigma through the same main() in this
     process (a second interpreter and torch import would check nothing more)."""
     from randopt.stages.export_member import main
-    ok = subprocess.run([sys.executable, "-m", "randopt.stages.export_member", "--model-dir", str(tiny_model_dir),
-                         "--seed", "5", "--sigma", "0.003", "--out", str(tmp_path / "m")], capture_output=True, text=True)
+    ok, out = export_command_started.result()
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["seed"] == 5 and (tmp_path / "m" / "model.safetensors").is_file()
+    assert json.loads(ok.stdout)["seed"] == 5 and (out / "model.safetensors").is_file()
     capsys.readouterr()
     rc = main(["--model-dir", str(tiny_model_dir), "--seed", "5", "--sigma", "-1", "--out", str(tmp_path / "bad")])
     assert rc == 2 and "sigma must be" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -55,12 +55,20 @@ def test_the_kernels_import_nothing_else_of_randopt(module):
 
 @pytest.mark.skipif(importlib.util.find_spec("kernels") is None,
                     reason="Hugging Face's kernels package is not installed (transformers >= 5.25 brings it)")
-def test_hugging_faces_kernels_and_transformers_import_beside_randopt():
-    """What broke a clean clone with transformers 5.25: its model classes import `kernels`."""
+def kernels_beside_randopt(env) -> subprocess.CompletedProcess:
+    """Hugging Face's kernels, transformers' model classes and randopt's kernels in one process (~8 s), made where
+    the session queues it (fixture kernels_import_started, tests/conftest.py: in the background, beside other
+    tests). env: the session's environment as it began."""
     code = ("import kernels, transformers; from transformers import AutoModelForCausalLM; "
             "from randopt.kernels.noise_ref import reconstruct_reference_; print(kernels.__file__)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    assert str(REPO / "kernels") not in out
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+
+
+def test_hugging_faces_kernels_and_transformers_import_beside_randopt(kernels_import_started):
+    """What broke a clean clone with transformers 5.25: its model classes import `kernels`."""
+    proc = kernels_import_started.result()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert str(REPO / "kernels") not in proc.stdout
 
 
 ENGINES = sorted(f"randopt.engines.{p.stem}" for p in (REPO / "randopt" / "engines").glob("*.py") if p.stem != "__init__")

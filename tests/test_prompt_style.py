@@ -190,16 +190,23 @@ def test_reasoning_has_no_stop_string_that_cuts_working_short():
         assert REASONING[kind]["stop"] == [], kind
 
 
-def test_the_prompt_check_asks_a_model_with_the_styles_prompt_and_scores_it(tiny_model_dir, tmp_path):
+def prompt_check(root, model_dir, env):
+    """bench/prompts/check_prompts.py on the tiny model: a process of ~10 s, made where the session queues it
+    (fixture prompt_check_started, tests/conftest.py: in the background, beside other tests). env: the session's
+    environment as it began. (the process, the file it wrote)"""
+    import subprocess
+    import sys
+    out = root / "check.jsonl"
+    return subprocess.run([sys.executable, "bench/prompts/check_prompts.py", "--model-dir", str(model_dir),
+                           "--task", "countdown", "--style", "reasoning", "--n", "2", "--max-tokens", "4",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, env=env), out
+
+
+def test_the_prompt_check_asks_a_model_with_the_styles_prompt_and_scores_it(prompt_check_started):
     """bench/prompts/check_prompts.py end to end on the tiny model: the reasoning style's decoding (no stop
     strings, an explicit max_tokens over the style's), a row per problem with the task's reward, a summary."""
     import json
-    import subprocess
-    import sys
-    out = tmp_path / "check.jsonl"
-    proc = subprocess.run([sys.executable, "bench/prompts/check_prompts.py", "--model-dir", str(tiny_model_dir),
-                           "--task", "countdown", "--style", "reasoning", "--n", "2", "--max-tokens", "4",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    proc, out = prompt_check_started.result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     *rows, last = [json.loads(line) for line in out.read_text().splitlines()]
     summary = last["summary"]
