@@ -4,6 +4,7 @@ dataset's size, a missing LoRA target is named, and a killed distill_train leave
 reruns to the same weights."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -215,7 +216,8 @@ def kill_and_rerun(root: Path, model_dir: Path, env: dict) -> dict:
                 assert proc.poll() is None, f"distill_train ended before the kill point:\n{stdout.read_text()}"
                 time.sleep(0.05)
         finally:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):   # gone already: the assertion above says why
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     after_kill = sorted(p.name for p in out.iterdir()) if out.exists() else []
     rerun = subprocess.run(args + outputs, cwd=REPO, capture_output=True, text=True, env=env)
