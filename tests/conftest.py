@@ -102,21 +102,6 @@ def tiny_run(tiny_run_started):
 
 
 @pytest.fixture(scope="session")
-def member_batch_bench_started(background, tmp_path_factory, tiny_model_dir):
-    """bench/engines_per_gpu/member_batch.py's runs (tests/test_bench_member_batch.py, bench_runs), queued in the
-    background."""
-    from tests.test_bench_member_batch import bench_runs
-    return background.submit(bench_runs, tmp_path_factory.mktemp("member-batch-bench"), tiny_model_dir, SESSION_ENV)
-
-
-@pytest.fixture(scope="session")
-def stage_imports_started(background):
-    """What each stage's process imports (tests/test_code_keys.py, stage_imports), queued in the background."""
-    from tests.test_code_keys import stage_imports
-    return background.submit(stage_imports, SESSION_ENV)
-
-
-@pytest.fixture(scope="session")
 def mps_runs_started(background, tmp_path_factory, tiny_model_dir):
     """The dry runs and the run under the stand-in CUDA MPS daemon (tests/test_cuda_mps.py, mps_workflow_runs),
     queued in the background."""
@@ -211,11 +196,17 @@ def stale_inputs_started(background, tmp_path_factory, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
-def racing_bench_started(background, tmp_path_factory, tiny_model_dir):
-    """bench/racing/racing.py end to end in phases on the tiny workflow (tests/support/racing_runs.py), queued
-    in the background, for tests/test_racing_bench.py."""
+def racing_bench_started(tmp_path_factory, tiny_model_dir):
+    """bench/racing/racing.py end to end in phases on the tiny workflow (tests/support/racing_runs.py), for
+    tests/test_racing_bench.py and a real model's record in tests/test_shape_model.py: in a thread of its own
+    from the session's start, beside the queue. Its ~8 calls of Snakemake, one after another, keep about half
+    a core busy for ~80 s; queued, they held the queue that long (the fast pass's foreground then waited 70 s
+    for it at test_racing_bench, 2026-12-07)."""
+    from tests.support.background import Background
     from tests.support.racing_runs import bench_in_phases
-    return background.submit(bench_in_phases, tmp_path_factory.mktemp("racing-bench"), tiny_model_dir)
+    thread = Background(bench_in_phases, tmp_path_factory.mktemp("racing-bench"), tiny_model_dir)
+    yield thread
+    thread.wait()
 
 
 @pytest.fixture(scope="session")
@@ -354,14 +345,15 @@ def no_resident_engine_outlives_the_tests(tmp_path_factory):
 def early_runs(request):
     """Start, at the session's start, the background runs (tests/support/background.py says why) that
     some selected test will read: the SLURM runs in their own thread (they mostly wait on the cluster), the
-    package's install in another (it mostly waits on pip),
-    and in the queue, in the order the tests come to them, the member-batch bench's runs
-    (test_bench_member_batch), the stages' imports (test_code_keys), the runs under the stand-in MPS daemon
+    package's install in another (it mostly waits on pip), the racing benchmark in a third (fixture
+    racing_bench_started says why),
+    and in the queue, in the order the tests come to them, the runs under the stand-in MPS daemon
     (test_cuda_mps), the killed distill_train (test_distill), the dry runs and the two-engine run of
     test_engine_slots, export_member's command (test_export), Hugging Face's kernels beside randopt's
     (test_import_names), the inputs edited in place of test_inputs, the jobs with engines inside them
     (test_job_engines), the lm_eval command (test_lm_eval), the SmolLM2 conversion (test_lm_eval,
-    test_prepare_model), the prompt check (test_prompt_style), the racing benchmark, the racing workflow, the resident A/B bench (test_resident),
+    test_prepare_model), the prompt check (test_prompt_style), the racing workflow, the resident A/B bench
+    (test_resident),
     the shared tiny run, the shape model's run and the dry runs of a 72B shape's layouts, the stages' --help and
     failing dry runs (test_stage_clis), the half-finished runs of test_status, the task runs,
     the kill-and-resume sequence and the reuse sequence of test_resume_reuse (the foreground's longest
@@ -373,11 +365,12 @@ def early_runs(request):
     Nothing starts that no selected test needs. (Defined after the fixture above, so that at the
     session's end the runs are over before it stops the resident engines left behind.)"""
     needed = {name for item in request.session.items for name in item.fixturenames}
-    for name in ("slurm_runs", "package_install_started", "member_batch_bench_started", "stage_imports_started",
-                 "mps_runs_started", "distill_kill_started", "engine_dag_builds_started", "engine_slots_run_started",
+    for name in ("slurm_runs", "package_install_started", "racing_bench_started", "mps_runs_started",
+                 "distill_kill_started", "engine_dag_builds_started", "engine_slots_run_started",
                  "export_command_started", "kernels_import_started", "stale_inputs_started", "job_engines_started",
-                 "lm_eval_command_started", "smollm2_started", "prompt_check_started", "racing_bench_started", "racing_workflow_started", "resident_ab_started", "tiny_run_started",
-                 "shape_run_started", "layout_dry_runs_started", "stage_cli_processes_started",
+                 "lm_eval_command_started", "smollm2_started", "prompt_check_started", "racing_workflow_started",
+                 "resident_ab_started", "tiny_run_started", "shape_run_started", "layout_dry_runs_started",
+                 "stage_cli_processes_started",
                  "status_runs_started",
                  "task_runs_started", "killed_runs_started", "reuse_sequence_started", "gaussian_run_started",
                  "member_batch_runs_started",

@@ -1,15 +1,9 @@
 """bench/engines_per_gpu/member_batch.py on a tiny model on the CPU: the device call it is written for
-must not be the first place it runs.
-
-The bench runs are processes of their own (~20 s of one core in all): bench_runs makes them where the
-session queues it (fixture member_batch_bench_started, tests/conftest.py: in the background, beside other
-tests); the tests check what they wrote."""
+must not be the first place it runs."""
 import json
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [{"question": "Tom has 3 apples and buys 2 more. How many apples?", "answer": "3 + 2 = 5\n#### 5"},
@@ -17,43 +11,14 @@ ROWS = [{"question": "Tom has 3 apples and buys 2 more. How many apples?", "answ
         {"question": "Sara had 9 pens and gave away 4. How many are left?", "answer": "9 - 4 = 5\n#### 5"}]
 
 
-def bench(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "bench/engines_per_gpu/member_batch.py", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, env=env)
-
-
-def vllm_baseline(path: Path, prompts: int) -> Path:
-    """bench/peers/executor_modes.py's JSON in its layout (vLLM cannot run on this CPU, so a file stands in)."""
-    path.write_text(json.dumps({"protocol": {"prompts": prompts, "max_tokens": 6, "prompt": "project"},
-                                "modes": {"inproc": {"engine_start_s": 30.0, "s_per_member": 2.0,
-                                                     "gen_tokens_per_s": 100.0, "members": [{}] * 4}}}))
-    return path
-
-
-def bench_runs(root: Path, model_dir: Path, env: dict) -> dict:
-    """The sweep, the static decode against a vLLM baseline of the same protocol, and one of another protocol,
-    in root; env: the session's environment as it began. name -> (the process, the report it wrote)."""
-    train = root / "train.jsonl"
+def test_member_batch_bench_sweeps_members_and_reports_each(tiny_model_dir, tmp_path):
+    train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    common = ["--model-dir", str(model_dir), "--train", str(train), "--prompts", "3", "--max-tokens", "6",
-              "--sigma", "0.05", "--device", "cpu", "--compute-dtype", "float32"]
-    runs = {"sweep": (bench(*common, "--members", "1", "3", "--out", str(root / "member_batch.json"), env=env),
-                      root / "member_batch.json")}
-    for name, prompts in (("static", 3), ("other_protocol", 128)):
-        out = root / f"{name}.json"
-        runs[name] = (bench(*common, "--members", "2", "--decode", "static", "--plain-members", "1",
-                            "--vllm-baseline", str(vllm_baseline(root / f"vllm-{prompts}.json", prompts)),
-                            "--out", str(out), env=env), out)
-    return runs
-
-
-@pytest.fixture(scope="module")
-def runs(member_batch_bench_started):
-    return member_batch_bench_started.result()
-
-
-def test_member_batch_bench_sweeps_members_and_reports_each(runs):
-    proc, out = runs["sweep"]
+    out = tmp_path / "member_batch.json"
+    proc = subprocess.run([sys.executable, "bench/engines_per_gpu/member_batch.py", "--model-dir", str(tiny_model_dir),
+                           "--train", str(train), "--prompts", "3", "--max-tokens", "6", "--members", "1", "3",
+                           "--sigma", "0.05", "--device", "cpu", "--compute-dtype", "float32", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert [r["members"] for r in report["runs"]] == [1, 3]
@@ -66,17 +31,30 @@ def test_member_batch_bench_sweeps_members_and_reports_each(runs):
     assert report["one_at_a_time"]["members"] == 2 and len(report["one_at_a_time"]["seconds"]) == 2
 
 
-def test_member_batch_bench_static_times_each_shape_twice_and_sets_members_against_vllm(runs):
+def test_member_batch_bench_static_times_each_shape_twice_and_sets_members_against_vllm(tiny_model_dir, tmp_path):
     """--decode static: the baseline and each M are called twice (the first call compiles on CUDA), the answers
-    of both calls the same; --vllm-baseline: bench/peers/executor_modes.py's JSON gives each M's ratio to one
-    vLLM engine, and one of another protocol is refused."""
-    proc, out = runs["static"]
+    of both calls the same; --vllm-baseline: bench/peers/executor_modes.py's JSON (vLLM cannot run on this CPU, so
+    a file in its layout stands in) gives each M's ratio to one vLLM engine, and one of another protocol is refused."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    vllm = tmp_path / "vllm.json"
+
+    def run(prompts):
+        vllm.write_text(json.dumps({"protocol": {"prompts": prompts, "max_tokens": 6, "prompt": "project"},
+                                    "modes": {"inproc": {"engine_start_s": 30.0, "s_per_member": 2.0,
+                                                         "gen_tokens_per_s": 100.0, "members": [{}] * 4}}}))
+        return subprocess.run([sys.executable, "bench/engines_per_gpu/member_batch.py", "--model-dir",
+                               str(tiny_model_dir), "--train", str(train), "--prompts", "3", "--max-tokens", "6",
+                               "--members", "2", "--sigma", "0.05", "--device", "cpu", "--compute-dtype", "float32",
+                               "--decode", "static", "--plain-members", "1", "--vllm-baseline", str(vllm),
+                               "--out", str(tmp_path / "mb.json")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = run(3)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = json.loads((tmp_path / "mb.json").read_text())
     assert report["decode"] == "static" and report["vllm"]["members_per_s"] == 0.5
     two = report["runs"][0]
     assert two["first_call_identical"] is True and two["first_call_s"] > 0 and two["compile_s"] is None   # CPU
     assert two["members_per_s_over_vllm"] == two["members_per_s"] / 0.5
     assert report["one_at_a_time"]["members"] == 1 and report["one_at_a_time"]["first_call_s"] > 0
-    proc, out = runs["other_protocol"]
+    proc = run(128)
     assert proc.returncode != 0 and "run both on the same prompts" in proc.stderr

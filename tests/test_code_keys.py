@@ -84,6 +84,18 @@ print(json.dumps(loaded))
 """ % (PROJECT,)
 
 
+def test_every_module_a_stage_process_loads_is_in_its_closure():
+    """What each stage CLI really imports when it starts (module level), read from sys.modules."""
+    stages = [f"randopt.stages.{stage}" for stage in STAGES]
+    out = subprocess.run([sys.executable, "-c", PROBE, *stages], cwd=REPO, check=True, capture_output=True,
+                         text=True).stdout
+    loaded = json.loads(out.splitlines()[-1])
+    assert set(loaded) == set(stages)
+    for stage in STAGES:
+        missing = set(loaded[f"randopt.stages.{stage}"]) - set(closure([f"randopt.stages.{stage}"]))
+        assert not missing, f"randopt/stages/{stage}.py loads {sorted(missing)}, which its code key leaves out"
+
+
 def test_every_rule_runs_a_stage_whose_code_reruns_it():
     """A rule's outputs are keyed by its code (KEY_STAGES: randopt/keys.py), or, for outputs under no
     key, the rule carries its code as a param (so Snakemake reruns it)."""
@@ -342,24 +354,3 @@ def test_the_parse_memo_on_disk_keys_the_same_and_is_read_only_for_the_same_text
             key_code("eval")
     fresh(code_keys._SourceMemo(path))
     assert {k: key_code(k) for k in KEY_STAGES} == scratch
-
-
-# Last in the module: its process runs in the background meanwhile.
-def stage_imports(env: dict) -> subprocess.CompletedProcess:
-    """PROBE on every stage: a process of ~10 s (torch, transformers, then a fork a stage), made where the session
-    queues it (fixture stage_imports_started, tests/conftest.py: in the background, beside other tests). env:
-    the session's environment as it began."""
-    return subprocess.run([sys.executable, "-c", PROBE, *[f"randopt.stages.{stage}" for stage in STAGES]], cwd=REPO,
-                          capture_output=True, text=True, env=env)
-
-
-def test_every_module_a_stage_process_loads_is_in_its_closure(stage_imports_started):
-    """What each stage CLI really imports when it starts (module level), read from sys.modules."""
-    stages = [f"randopt.stages.{stage}" for stage in STAGES]
-    proc = stage_imports_started.result()
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    loaded = json.loads(proc.stdout.splitlines()[-1])
-    assert set(loaded) == set(stages)
-    for stage in STAGES:
-        missing = set(loaded[f"randopt.stages.{stage}"]) - set(closure([f"randopt.stages.{stage}"]))
-        assert not missing, f"randopt/stages/{stage}.py loads {sorted(missing)}, which its code key leaves out"
