@@ -163,7 +163,11 @@ def _pack_signs_kernel(signs_ptr, keys_ptr, row_slot_ptr, row_base_ptr, N, K, n_
     k = offs_w[:, None] * 32 + j[None, :]
     h = _mixed(row_base[:, None, None] + k.to(tl.uint32)[None, :, :], k1, kb)
     negative = (h >> 31) & (k < K).to(tl.uint32)[None, :, :]
-    packed = tl.sum(negative << j.to(tl.uint32)[None, None, :], axis=2).to(tl.uint32)   # distinct bits: sum = or
+    # distinct bits: their sum is their or. tl.reduce (a builtin) with tl.sum's own combine rather than tl.sum: tl.sum
+    # is a jit'd helper of triton.language, compiled-mode if triton was imported before TRITON_INTERPRET was set (as
+    # torch's own Triton ops now do), which the interpreter cannot call (tests/test_kernel_triton.py: the kernels use
+    # builtins only); the interpreter still takes its numpy sum for this combine, and a compiled launch is tl.sum's
+    packed = tl.reduce(negative << j.to(tl.uint32)[None, None, :], 2, tl.standard._sum_combine)
     w_ok = offs_w < words
     out = signs_ptr + (m.to(tl.int64) * N + offs_n.to(tl.int64))[:, None] * words + offs_w[None, :]
     tl.store(out, packed.to(tl.int32, bitcast=True), mask=n_ok[:, None] & w_ok[None, :])
