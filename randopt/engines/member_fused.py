@@ -68,24 +68,51 @@ def kernel_members(members: Sequence[tuple[int | None, float]]) -> list[Member]:
 
 class MemberRows:
     """Which member each batch row belongs to, shared by every swapped module of one model. counts None: the
-    batch split equally, member-major (the torch engine's generate_members layout); else batch rows per member."""
+    batch split equally, member-major (the torch engine's generate_members layout); else batch rows per member.
+
+    The segment offsets and the per-row member index are made once per (batch, tokens a row, device) and kept until
+    the counts change: a forward pass's ~200 projections and norms then reuse them, with no host-to-device copy
+    each."""
 
     def __init__(self, members: int) -> None:
-        self.members, self.counts = members, None
+        self.members, self._counts = members, None
+        self._made: dict = {}
+
+    @property
+    def counts(self) -> list[int] | None:
+        return self._counts
+
+    @counts.setter
+    def counts(self, value: list[int] | None) -> None:
+        self._counts, self._made = value, {}
 
     def split(self, batch: int) -> list[int]:
-        if self.counts is not None:
-            if sum(self.counts) != batch:
-                raise ValueError(f"rows per member {self.counts} do not add up to the batch's {batch} rows")
-            return list(self.counts)
+        if self._counts is not None:
+            if sum(self._counts) != batch:
+                raise ValueError(f"rows per member {self._counts} do not add up to the batch's {batch} rows")
+            return list(self._counts)
         if batch % self.members:
             raise ValueError(f"a batch of {batch} rows does not split equally over {self.members} members")
         return [batch // self.members] * self.members
 
+    def offsets(self, batch: int, per_row: int, device: torch.device) -> tuple[torch.Tensor, int]:
+        """int32 [M + 1] token-row offsets of the members' segments (each batch row holds per_row tokens), and the
+        longest segment's rows."""
+        key = ("offsets", batch, per_row, device)
+        if key not in self._made:
+            counts = self.split(batch)
+            self._made[key] = (segment_offsets([c * per_row for c in counts], device),
+                               max(counts, default=0) * per_row)
+        return self._made[key]
+
     def row_member(self, batch: int, device: torch.device) -> torch.Tensor:
         """int32 [batch]: the member of each batch row."""
-        counts = torch.tensor(self.split(batch), device=device)
-        return torch.repeat_interleave(torch.arange(self.members, device=device, dtype=torch.int32), counts)
+        key = ("row_member", batch, device)
+        if key not in self._made:
+            counts = torch.tensor(self.split(batch), device=device)
+            self._made[key] = torch.repeat_interleave(
+                torch.arange(self.members, device=device, dtype=torch.int32), counts)
+        return self._made[key]
 
 
 class _Projection:
@@ -107,9 +134,8 @@ class _Projection:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         batch, k = x.shape[0], x.shape[-1]
         per_row = x[0].numel() // k          # tokens a batch row (T)
-        counts = self.rows.split(batch)
-        offsets = segment_offsets([c * per_row for c in counts], x.device)
-        y = self.linear(x.reshape(-1, k), self.bias, offsets=offsets, max_rows=max(counts, default=0) * per_row)
+        offsets, longest = self.rows.offsets(batch, per_row, x.device)
+        y = self.linear(x.reshape(-1, k), self.bias, offsets=offsets, max_rows=longest)
         return y.view(*x.shape[:-1], y.shape[-1])
 
 
