@@ -165,6 +165,11 @@ METADATA = {
     # the 7B-shaped benchmark on the pair: the JSON names one GPU's model, not how many there were
     **{f"tensor_parallel_h200x2_vllm_bench_tp{tp}.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"}
        for tp in (1, 2)},
+    # the lease of 2026-12-07 22:59-23:00 UTC (an H100 where an H200 was asked for; host an Intel Xeon), main at 61e82b8
+    "roofline_h100_fused_linear.json": {"machine": "1× NVIDIA H100 80GB HBM3 (host: Intel Xeon)", "commit": "61e82b8",
+                                        "date": "2026-12-07"},
+    "roofline_h100_fused_linear_log.txt": {"machine": "1× NVIDIA H100 80GB HBM3 (host: Intel Xeon)", "commit": "61e82b8",
+                                           "date": "2026-12-07"},
 }
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -338,7 +343,20 @@ def _perturb_cpu(d):
 
 # (the top-level keys it reads, its headline figures): the first entry whose keys a file has all of
 # reads it; one that then fails on the file's inner shape leaves it to the fallback (its numbers).
+def _fused_linear(d: dict) -> list[str]:
+    """bench/roofline/fused_linear_bench.py: the checks, and a decode step of the 28 layers' projections at M."""
+    step = {(r["members"], r["rows"]): r for r in d["model_step"]}
+    rows = [f"bits: {'all ' + str(len(d['checks'])) + ' checks pass' if d['checks_ok'] else 'A CHECK FAILED'}"]
+    for m in (8, 16, 32):
+        if (m, 8) in step:
+            r = step[(m, 8)]
+            rows.append(f"M={m}, 8 rows: hashed {r['fused_ms']:.1f} ms, packed signs {r['signs_ms']:.1f}, bmm of copies "
+                        f"{r['bmm_ms']:.1f}, W0 alone {r['w0_ms']:.2f} (signs/bmm **{r['signs_over_bmm']:.2f}**)")
+    return rows + [f"noise draws/s {d['info']['fused_noise_draws_per_s_max']:.3g}"]
+
+
 FIGURES = [
+    (("model_step", "ragged", "checks_ok"), _fused_linear),
     (("ratios", "arms", "protocol", "target"), _peers),
     (("modes", "protocol", "model_dir"), _modes),
     (("batch_invariant", "summary", "protocol"), lambda d: [   # bench/vllm/batch_invariance.py
