@@ -5,7 +5,7 @@ import os
 import shlex
 import sys
 
-from randopt.code_keys import code_version
+from randopt.code_keys import code_version, modules_version
 from randopt.config import ConfigError, check_engine_installed
 from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError

@@ -98,9 +98,9 @@ rule self_consistency:
         decode=q_text(DECODE),
         sampling=q(PLAN.block_json("controls.self_consistency")),
         code=code_version("self_consistency"),
-        # the finished pieces, beside the samples and under the stage's code version: a killed job resumes, and
-        # edited code never reads an older code's pieces
-        cache=lambda wildcards, output: f"{os.path.dirname(output.samples)}/pieces/{code_version('self_consistency')}",
+        # the finished pieces, beside the samples and under the sampling code's version (not the stage's command
+        # line): a killed job resumes, and edited sampling code never reads an older code's pieces
+        cache=lambda wildcards, output: f"{os.path.dirname(output.samples)}/pieces/{modules_version('randopt.distill.sampled_split')}",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:

@@ -132,7 +132,7 @@ def test_sampled_in_pieces_it_draws_what_one_call_draws_and_a_rerun_resumes(tmp_
     from randopt.distill.sample import torch_samples
     from randopt.engines.factory import make_engine
     from randopt.scoring.scorer import DecodeSpec
-    from randopt.stages.self_consistency import piece_size, sample_rows
+    from randopt.distill.sampled_split import piece_size, sample_rows
     from randopt.tasks import registry
 
     engine = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=4)
