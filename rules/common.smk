@@ -11,7 +11,7 @@ from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError
 from randopt.keys import key_code
 from randopt.plan import Host, PlanError, RunPlan
-from randopt.paths import LAST_RECORD, RACE_CHUNK_STEM, RACE_SURVIVORS
+from randopt.paths import LAST_RECORD, MEMBER_FILE, RACE_CHUNK_STEM, RACE_SURVIVORS
 from randopt.result.last_run import publish
 from randopt.population import SHARD_STEM, sigma_label
 from randopt.runtime import mps_daemon
