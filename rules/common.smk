@@ -5,6 +5,7 @@ import os
 import shlex
 import sys
 
+from randopt.block_files import write_block
 from randopt.code_keys import code_version
 from randopt.config import ConfigError, check_engine_installed
 from randopt.inputs import CACHE_PATH as INPUT_CACHE
@@ -78,15 +79,28 @@ localrules:
     last_record,
 
 
-def q(obj):
-    """One shell word holding obj as JSON (or a plain string as itself)."""
-    return shlex.quote(obj if isinstance(obj, str) else json.dumps(obj))
+def q(text):
+    """One shell word holding a plain string (a model id, a path)."""
+    return shlex.quote(text)
 
 
-def q_text(obj):
-    """q(obj) as a param that may hold braces (a task's template "{numbers}", MATH's "\\boxed{}"): a function,
-    so that Snakemake does not read them as wildcards."""
-    return lambda wildcards: q(obj)
+def block(value):
+    """A config block (JSON-ready) as a stage gets it: the path of a file holding it, .snakemake/blocks/<sha256 of
+    its text>.json, written here at DAG build if it is not there yet (randopt/block_files.py says why a file,
+    not JSON on the command line: the commands, SLURM submissions and `reason:` lines stay short). A param
+    holding the path changes exactly when the block does."""
+    try:
+        return write_block(value)
+    except OSError as err:
+        raise WorkflowError(
+            f"cannot write a config block file for the stages: {err}; the directory the workflow "
+            "runs in must be writable"
+        )
+
+
+def engine_args(model_dir=None, generating=True, **extra):
+    """The engine flags of a stage on model_dir (the prepared model's by default): its options in a block file."""
+    return PLAN.engine_args(block(PLAN.engine_options(generating, **extra)), model_dir)
 
 
 def round_of(wildcards) -> int:
@@ -101,17 +115,17 @@ def round_path(name, below=None):
 
 def round_engine_args(generating=True, **extra):
     """A param function: the engine flags on the job's round's base model (round 1: the prepared model)."""
-    return lambda wildcards: PLAN.engine_args(
+    return lambda wildcards: engine_args(
         f"{PLAN.rounds.paths(round_of(wildcards))['model']}/model", generating, **extra
     )
 
 
 def distill_knob(name):
-    """A param function: the job's round's distill knob (randopt/config.py round_knobs); a block as JSON."""
+    """A param function: the job's round's distill knob (randopt/config.py round_knobs); a block as its file."""
 
     def knob(wildcards):
         value = PLAN.round_knobs(round_of(wildcards))[name]
-        return q(value) if isinstance(value, dict) else value
+        return block(value) if isinstance(value, dict) else value
 
     return knob
 

@@ -19,6 +19,7 @@ import yaml
 from randopt.runtime import gpu_slots
 from randopt.runtime.gpu_slots import GpuSlotError, claim, groups
 from tests.conftest import REPO
+from tests.support.blocks import block
 from tests.support.workflow import SNAKEMAKE, tiny_config
 
 
@@ -166,7 +167,7 @@ print(json.dumps(seen))
 def test_stage_cli_claims_before_the_engine(engine, options, env, expected, tmp_path):
     """The stage CLIs' --gpu-slots: the engine is created seeing only the claimed GPUs."""
     locks = tmp_path / "locks"
-    args = ["--model-dir", "m", "--engine", engine, "--engine-options", json.dumps(options), "--decode", "{}",
+    args = ["--model-dir", "m", "--engine", engine, "--engine-options-file", block(tmp_path, options), "--decode-file", block(tmp_path, {}),
             "--train", "t", "--sigma", "0.1", "--first-seed", "0", "--last-seed", "0", "--cache-dir", "c", "--out", "o",
             "--timings", "t", "--gpu-slots", "4", "--gpu-lock-dir", str(locks)]
     proc = subprocess.run([sys.executable, "-c", STAGE, *args], capture_output=True, text=True,
