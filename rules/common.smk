@@ -14,6 +14,7 @@ from randopt.keys import key_code
 from randopt.plan import Host, PlanError, RunPlan
 from randopt.paths import LAST_RECORD, MEMBER_FILE, RACE_CHUNK_STEM, RACE_SURVIVORS
 from randopt.result.last_run import publish
+from randopt.result.run_started import write_run_config
 from randopt.population import SHARD_STEM, sigma_label
 from randopt.runtime import mps_daemon
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
@@ -162,6 +163,12 @@ def check_engine_here():
             check_engine_installed(PLAN.config)
         except ConfigError as err:
             raise WorkflowError(f"invalid config: {err}")
+
+
+def write_run_folder():
+    """The run's start (the Snakefile's onstart, never under -n): its config in its own folder, before its record,
+    so that `make status` finds the run in progress and reads its config (randopt/result/run_started.py)."""
+    write_run_config(PLAN.run_key, PLAN.config)
 
 
 def start_run_engines():
