@@ -12,6 +12,7 @@ from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError
 from randopt.keys import key_code
 from randopt.plan import Host, PlanError, RunPlan
+from randopt.plan.search_change import search_change_note
 from randopt.paths import LAST_RECORD, MEMBER_FILE, RACE_CHUNK_STEM, RACE_SURVIVORS
 from randopt.result.last_run import publish
 from randopt.result.run_started import write_run_config
@@ -33,6 +34,11 @@ except (PlanError, InputError) as err:
     raise WorkflowError(str(err))
 for note in PLAN.notes:  # not an error: the run is right, only slower than it could be
     print(f"randopt: {note}", file=sys.stderr)
+# A knob that changes answers (engine.batch_size) reruns the whole search, rightly; Snakemake would only say
+# "missing output files", so one line names the knobs that differ from the last finished run of this run_name.
+SEARCH_CHANGE = search_change_note(PLAN.config, PLAN.inputs, PLAN.run_key)
+if SEARCH_CHANGE:
+    print(f"randopt: {SEARCH_CHANGE}", file=sys.stderr)
 config = PLAN.config  # Snakemake's own view of the run's config: what the plan validated and resolved
 KEYS, PATHS, DECODE, ENGINES, CONFIG = PLAN.keys, PLAN.paths, PLAN.decode, PLAN.engines, PLAN.blocks
 # The round rules' folders: their round's keys as wildcards (randopt/plan/rounds.py), so a path names its round.
