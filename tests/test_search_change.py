@@ -18,6 +18,7 @@ def test_only_the_knobs_that_move_the_search_key_are_named():
                     "resources": {"runtime": {"evaluate_shard": 7}}, "decode": {"max_tokens": 9}})
     assert answer_changes(old, new, {}, {}) == ["decode.max_tokens 32 → 9", "engine.batch_size 32 → 16"]
     assert answer_changes(old, old, {}, {}) == []
+    assert answer_changes(old, validate({"task": {"kind": "countdown"}}), {}, {}) == ["task.kind gsm8k → countdown"]
     # an external input's bytes key the search too: a local model's files changed in place
     local = validate({"model": {"source": "local", "path": "/models/m"}})
     assert answer_changes(local, local, {"model": "a" * 64}, {"model": "b" * 64}) == ["the model's files"]

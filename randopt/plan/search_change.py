@@ -23,6 +23,8 @@ from randopt.paths import RUNS
 
 # one line: a few knobs by name, the rest counted
 SHOWN = 4
+# what computing a key of a config from an older layout, or of one value set alone, may raise
+KEY_ERRORS = (KeyError, TypeError, ValueError, AttributeError)
 
 
 def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -57,14 +59,21 @@ def answer_changes(old: dict, new: dict, old_inputs: dict, new_inputs: dict,
     """The knobs (and external inputs) in which new differs from old that each alone move old's search key, as
     "engine.batch_size 32 → 16" (and "the model's files")."""
     base = key(old, old_inputs)
+
+    def moves(config: dict, inputs: dict) -> bool:
+        try:
+            return key(config, inputs) != base
+        except KEY_ERRORS:   # a value that makes no config alone (task.kind without its task's block): it differs
+            return True
+
     before, after = leaves(old), leaves(new)
     changes = []
     for path in sorted(before.keys() | after.keys()):
         was, now = before.get(path), after.get(path)
-        if was != now and key(with_value(old, path, now), old_inputs) != base:
+        if was != now and moves(with_value(old, path, now), old_inputs):
             changes.append(f"{path} {_shown(was)} → {_shown(now)}")
     for name in sorted(old_inputs.keys() | new_inputs.keys()):
-        if old_inputs.get(name) != new_inputs.get(name) and key(old, {**old_inputs, name: new_inputs.get(name)}) != base:
+        if old_inputs.get(name) != new_inputs.get(name) and moves(old, {**old_inputs, name: new_inputs.get(name)}):
             changes.append(f"the {name}'s files")
     return changes
 
@@ -99,7 +108,7 @@ def search_change_note(config: dict, inputs: dict, run_key: str, directory: str 
         if eval_key(last["config"], old_inputs) == eval_key(config, inputs):
             return None
         changes = answer_changes(last["config"], config, old_inputs, inputs)
-    except (KeyError, TypeError, ValueError, AttributeError):   # a record of an older config layout: no line
+    except KEY_ERRORS:   # a record of an older layout of the config: no line
         return None
     if not changes:
         return None
