@@ -172,8 +172,8 @@ def check_engine_here():
 
 
 def write_run_folder():
-    """The run's start (the Snakefile's onstart, never under -n): its config in its own folder, before its record,
-    so that `make status` finds the run in progress and reads its config (randopt/result/run_started.py)."""
+    """The run's start (the Snakefile's onstart, never under -n): its config, before its record, so that
+    `make status` finds the run in progress and reads its config (randopt/result/run_started.py)."""
     write_run_config(PLAN.run_key, PLAN.config)
 
 

@@ -8,7 +8,7 @@ logs one structured line a seed: randopt/runtime/seed_progress.py); a shard is r
 run holds the directory (its lock files), else it is stopped. The run: the --configfile files' (the repo's
 config/config.yaml with them merged over it in order, as Snakemake merges them), finished or not; the run folder
 --run names; or by default the run in progress (the one whose record a Snakemake run here is making, with the
-config it wrote to its folder at its start: randopt/result/run_started.py), else the last finished run's
+config it wrote at its start: randopt/result/run_started.py), else the last finished run's
 (results/record.json's config), else the embedded default's. The first line says which run, and whether it is
 finished.
 """
@@ -171,7 +171,7 @@ def chosen_run(run_dir: Path, run: str | None, configfiles: list[str]) -> tuple[
             return config, None, f"run: of {' '.join(map(str, configfiles))}, its folder unknown here ({err})"
         return config, run_dir / run_folder(key) / "record.json", run_line(run_dir, key)
     if run is None:
-        for key in runs_in_progress(run_dir):   # a run under way, whose config is in its folder since it started
+        for key in runs_in_progress(run_dir):   # a run under way, whose config is on disk since it started
             config = run_config(key, run_dir)
             if config is not None:
                 return config, run_dir / run_folder(key) / "record.json", run_line(run_dir, key)
