@@ -466,12 +466,17 @@ FIGURES = [
 ]
 
 
+def result_files(results: Path) -> list[Path]:
+    """Every result file, in its topic's folder (results/<topic>/<file>) or, not yet filed, at the top; by name."""
+    return sorted((p for p in [*results.iterdir(), *results.glob("*/*")] if p.is_file()), key=lambda p: p.name)
+
+
 def results_table(results: Path = BENCH / "results") -> str:
     """The text of bench/RESULTS.md for the files in results."""
     topics = sorted((p.name for p in results.parent.iterdir() if p.is_dir() and p != results
                      and not p.name.startswith(("_", "."))), key=len, reverse=True)
     rows = []
-    for path in sorted(p for p in results.iterdir() if p.is_file()):
+    for path in result_files(results):
         meta = METADATA.get(path.name, {})
         data = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else {}
         read = next((read for keys, read in FIGURES if all(k in data for k in keys)), None)
@@ -488,11 +493,12 @@ def results_table(results: Path = BENCH / "results") -> str:
         found = {"machine": _machine(data), "commit": _commit(data),
                  "date": str(data.get("created_utc") or data.get("date") or "")[:10] or None}
         cells = [f"{meta[k]} †" if k in meta else found[k] or "not recorded" for k in ("machine", "commit", "date")]
-        topic = next((t for t in topics if path.name.startswith(t + "_") or path.stem == t), None)
+        topic = path.parent.name if path.parent != results else \
+            next((t for t in topics if path.name.startswith(t + "_") or path.stem == t), None)
         link = f"[{topic}]({topic}/README.md)" if topic and (results.parent / topic / "README.md").is_file() \
             else topic or "—"
-        rows.append((topic or "~", path.name, [link, f"[{path.name}](results/{path.name})", *cells,
-                                               "; ".join(figures)]))
+        rows.append((topic or "~", path.name, [link, f"[{path.name}](results/{path.relative_to(results).as_posix()})",
+                                               *cells, "; ".join(figures)]))
     lines = ["# Every measured figure", "",
              "Written by `python bench/results_table.py` from the files in [results/](results/), not by hand;",
              "`tests/test_bench_results.py` fails when this page is stale. Machine, commit and date are each",
@@ -512,11 +518,11 @@ def records_section(results: Path) -> list[str]:
              "primary test), Holm's p over the record's top-k fractions, and the smallest gain the design detects with",
              "80 % power (docs/report.md says how). Recomputed here from `per_problem`, not copied from `statistics`.",
              "", "| file | test problems | comparison | per top-k fraction |", "| --- | --- | --- | --- |"]
-    for path in sorted(results.glob("*.json")):
+    for path in (p for p in result_files(results) if p.suffix == ".json"):
         record = json.loads(path.read_text(encoding="utf-8"))
         if not ("statistics" in record and "accuracy" in record and "topk" in record):
             continue   # not a run record
-        link = f"[{path.name}](results/{path.name})"
+        link = f"[{path.name}](results/{path.relative_to(results).as_posix()})"
         if not has_vectors(record):
             lines.append(f"| {link} | {record.get('data', {}).get('n_test', 'not recorded')} | — | {NO_VECTORS} |")
             continue

@@ -98,11 +98,15 @@ rule self_consistency:
         decode=block(DECODE),
         sampling=block(PLAN.block_json("controls.self_consistency")),
         code=code_version("self_consistency"),
+        # the finished pieces, beside the samples and under the stage's code version: a killed job resumes, and
+        # edited code never reads an older code's pieces
+        cache=lambda wildcards, output: f"{os.path.dirname(output.samples)}/pieces/{code_version('self_consistency')}",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
         "{PY} randopt.stages.self_consistency {params.engine}{DISTILL_LOCAL} --threads {threads} --decode-file {params.decode}"
-        " --test {input.test} --sampling-file {params.sampling} --out {output.samples} --summary {output.summary} 2> {log}"
+        " --test {input.test} --sampling-file {params.sampling} --cache-dir {params.cache} --out {output.samples}"
+        " --summary {output.summary} 2> {log}"
 
 
 rule vote:

@@ -18,6 +18,7 @@ from randopt.engines.memory import check_fit, largest_fitting, memory_utilizatio
 from randopt.plan.engine_slots import resolve
 from randopt.runtime.resident import identity
 from tests.conftest import REPO
+from tests.support.bench_results import result_path, result_paths
 from tests.support.workflow import read_record, tiny_config
 from tests.support.blocks import block, flag_block
 
@@ -51,13 +52,11 @@ def test_engines_that_start_together_answer_nothing_until_all_are_up():
     # the constant is the median of what was measured: three together against one alone in the same lease, both
     # warm, in the peers workflow (16 s for two more), the enginecheck workflow in two leases (1.6 s; 13.2 and
     # 6.8 s) and the engines bench after one compile for both (17.5 s)
-    results = REPO / "bench/results"
-
     def groups(name: str) -> dict:
-        return {g["run"]: g for g in json.loads((results / name).read_text())["groups"]}
+        return {g["run"]: g for g in json.loads(result_path(name).read_text())["groups"]}
 
     def all_up(name: str) -> float:
-        return max(start["start_s"] for start in json.loads((results / name).read_text())["starts"])
+        return max(start["start_s"] for start in json.loads(result_path(name).read_text())["starts"])
 
     peers, check, recheck = groups("peers_h100_qwen15b_together_jobs.json"), \
         groups("engines_per_gpu_h100_qwen15b_workflow_jobs.json"), \
@@ -103,7 +102,7 @@ def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_thei
 
 
 def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which():
-    """The real 1.5B was measured on an H100 too (bench/results/engines_per_gpu_h100_qwen15b_*.json): a run
+    """The real 1.5B was measured on an H100 too (bench/results/engines_per_gpu/engines_per_gpu_h100_qwen15b_*.json): a run
     there takes those gains and that member time; a model or a card without rows of its own takes the H200's,
     and the record names the card the numbers come from. The H100's own 1.5B run (bench/peers/README.md,
     66 members in 9 shards) then estimates 2 and 3 engines within noise of each other, as the H200's did."""
@@ -150,7 +149,7 @@ def test_the_h100_row_is_the_median_of_every_committed_reading_of_its_protocol()
     import json
     from randopt.plan.engine_slots import ON_OTHER_CARDS
     readings: dict[int, list[float]] = {}
-    for path in sorted((REPO / "bench/results").glob("engines_per_gpu_h100_qwen15b_*.json")):
+    for path in result_paths("engines_per_gpu_h100_qwen15b_*.json"):
         result = json.loads(path.read_text())
         protocol = result.get("protocol", {})   # the workflow's own jobs (..._workflow_*.json) have none
         if (protocol.get("prompts"), protocol.get("max_tokens")) != (128, 512):

@@ -270,7 +270,7 @@ def test_dry_run_cpu_default_is_unchanged_by_gpu_resources(tiny_model_dir, tmp_p
 @pytest.mark.slow
 def test_dry_run_racing_rounds_use_every_gpu(tiny_model_dir, tmp_path):
     """A racing round splits its members over at least one job per GPU, however large the shard size
-    (bench/results/racing_h200x2.json had every round on one GPU of two: 0.50x full evaluation's seeds/s)."""
+    (bench/results/racing/racing_h200x2.json had every round on one GPU of two: 0.50x full evaluation's seeds/s)."""
     racing = tiny_config(tiny_model_dir, engine={"kind": "vllm", "device": "cuda", "tensor_parallel_size": 1},
                          gsm8k={"n_train": 24}, population={"shard_size": 64},
                          selection={"mode": "racing", "first_slice": 6, "growth": 2.0})   # rounds of 6, 12, 24

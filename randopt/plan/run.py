@@ -74,7 +74,7 @@ class RunPlan:
         # The engines come before the keys: selection.mode auto is decided from them, and the mode is in the keys
         # under racing. The prepared model's folder, where they read the model's size, has a key without it.
         model_dir = f"{layout(run_keys(with_mode(config, 'full'), inputs=inputs, specs=specs))['model']}/model"
-        engines = plan_engines(config, host, population, problems=problems["n_train"],
+        engines = plan_engines(config, host, population, specs.engine, problems=problems["n_train"],
                                max_tokens=decode["max_tokens"], model_dir=model_dir,
                                racing=config["selection"]["mode"] == "racing")
         selection = plan_selection(config, engines, population, decode["max_tokens"], model_dir)
@@ -82,7 +82,7 @@ class RunPlan:
             config = with_mode(config, selection.mode)
         racing = config["selection"]["mode"] == "racing"
         if selection and racing:  # from here an auto run that races is a racing run: its engines sized as racing's
-            engines = plan_engines(config, host, population, problems=problems["n_train"],
+            engines = plan_engines(config, host, population, specs.engine, problems=problems["n_train"],
                                    max_tokens=decode["max_tokens"], model_dir=model_dir, racing=True)
         rounds = Rounds(tuple(round_keys(config, inputs=inputs, specs=specs)))
         key = run_key(list(rounds.keys), config["run_name"])  # the run's folder: every round's keys, the name as given
