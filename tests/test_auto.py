@@ -16,6 +16,7 @@ from randopt.plan.auto_selection import SearchShape, call_seconds, choose, engin
 from randopt.selection.plan import RacePlan
 from tests.conftest import REPO
 from tests.support.bench_results import result_path, result_paths
+from tests.support.blocks import flag_block
 from tests.support.old_records import config_as_today
 
 SMOLLM2 = engine_slots.MEASURED[0].weight_bytes
@@ -207,7 +208,8 @@ def test_a_dry_run_records_what_auto_chose_and_runs_racing_with_explicit_racings
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-2000:]
     record = next(line for line in text.splitlines() if "randopt.stages.record " in line)
-    assert "--selection-auto" in record and '"mode": "racing"' in record and "512 x 64" in record, record
+    chosen = flag_block(record, "--selection-auto-file", tmp_path)
+    assert chosen["mode"] == "racing" and "512 x 64" in chosen["why"], chosen
     racing = layout(run_keys(effective_config(overlay | {"selection": {"mode": "racing", "first_slice": 64}})))
     assert f"{racing['rank']}/topk.json" in text and f"{racing['race']}/round=03/chunk_000.parquet" in text
     assert "randopt.stages.evaluate_shard " not in text

@@ -20,6 +20,7 @@ from randopt.runtime.resident import identity
 from tests.conftest import REPO
 from tests.support.bench_results import result_path, result_paths
 from tests.support.workflow import read_record, tiny_config
+from tests.support.blocks import block, flag_block
 
 GB = 10**9
 
@@ -192,7 +193,8 @@ def test_auto_sizes_engines_from_the_runs_own_task_not_gsm8ks(tmp_path):
         cmd = workflow_command(tmp_path / str(len(str(overlay))), overlay, "-n", "-p", "--resources", "gpu=1")
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
-        why = next(line for line in (proc.stdout + proc.stderr).splitlines() if "randopt.stages.record " in line)
+        record = next(line for line in (proc.stdout + proc.stderr).splitlines() if "randopt.stages.record " in line)
+        why = str(flag_block(record, "--engines-file", tmp_path / str(len(str(overlay)))))
         return float(why.split("members a GPU group, about ")[1].split(" s each")[0])
 
     engine = {"kind": "vllm", "device": "cuda", "batch_size": 256}
@@ -440,8 +442,9 @@ def check_members_evaluated_in_parts(workdir, record, tmp_path, tiny_model_dir):
     assert len(benchmarks) == 2 and record["timings_s"]["evaluate_members_part"] == benchmark_seconds(benchmarks)
     # One evaluate_members job on one engine, on a cache of its own, then the vote: the record's accuracies
     out, problems = tmp_path / "one", next((workdir / "data" / "problems").rglob("test.jsonl")).parent
-    run_stage("evaluate_members", "--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options",
-              json.dumps({"device": "cpu", "batch_size": 8}), "--threads", 2, "--decode", json.dumps(record["decode"]),
+    run_stage("evaluate_members", "--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options-file",
+              block(tmp_path, {"device": "cpu", "batch_size": 8}), "--threads", 2,
+              "--decode-file", block(tmp_path, record["decode"]),
               "--test", problems / "test.jsonl", "--train", problems / "train.jsonl",
               "--topk", next((workdir / "results" / "rank").rglob("topk.json")), "--cache-dir", out / "cache",
               "--out", out / "answers.parquet", "--timings", out / "timings.json",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 from randopt.runtime.resident import processes
 from tests.conftest import REPO
+from tests.support.blocks import block
 
 PROBLEMS = [("2 + 3?", "5"), ("Tom has 4 apples and eats one. How many are left?", "3"), ("7 - 2?", "5"),
             ("Half of 10?", "5")]
@@ -28,8 +29,8 @@ def shard(tmp_path, model_dir, name: str, *flags: str, options=None) -> subproce
     out = tmp_path / name
     return subprocess.run(
         [sys.executable, "-m", "randopt.stages.evaluate_shard", "--model-dir", str(model_dir), "--engine", "torch",
-         "--engine-options", json.dumps(options or {"device": "cpu", "batch_size": 4}), "--threads", "2",
-         "--decode", json.dumps({"max_tokens": 6}), "--train", str(train_file(tmp_path)), "--sigma", "0.05",
+         "--engine-options-file", block(tmp_path, options or {"device": "cpu", "batch_size": 4}), "--threads", "2",
+         "--decode-file", block(tmp_path, {"max_tokens": 6}), "--train", str(train_file(tmp_path)), "--sigma", "0.05",
          "--first-seed", "0", "--last-seed", "5", "--cache-dir", str(out / "cache"), "--out", str(out / "s.parquet"),
          "--timings", str(out / "t.json"), *flags],
         cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -86,8 +87,9 @@ def test_a_racing_slice_with_two_engines_inside_its_job_is_the_one_engine_slice(
         out = tmp_path / name
         proc = subprocess.run(
             [sys.executable, "-m", "randopt.stages.race_slice", "--model-dir", str(tiny_model_dir), "--engine", "torch",
-             "--engine-options", json.dumps({"device": "cpu", "batch_size": plan.answer_block}), "--threads", "2",
-             "--decode", json.dumps({"max_tokens": 4}), "--train", str(train), "--plan", plan.to_json(),
+             "--engine-options-file", block(tmp_path, {"device": "cpu", "batch_size": plan.answer_block}),
+             "--threads", "2", "--decode-file", block(tmp_path, {"max_tokens": 4}), "--train", str(train),
+             "--plan-file", block(tmp_path, json.loads(plan.to_json())),
              "--round", "0", "--chunk", "0", "--cache-dir", str(out / "cache"), "--out", str(out / "t.parquet"),
              "--timings", str(out / "t.json"), *flags], cwd=REPO, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -38,10 +38,10 @@ def test_the_default_on_a_cpu_host():
     assert p.engines.threads(p.config, 2) == 2 and p.engines.resources(p.config, "evaluate_shard")["gpu"] == 0
     assert len(p.shards()) == p.population.size // p.config["population"]["shard_size"]
     assert p.search_tables() == p.shards() and p.race_rounds() == [] and not p.racing and not p.notes
-    args = shlex.split(p.engine_args())
-    assert args[:4] == ["--model-dir", f"{p.paths['model']}/model", "--engine", "torch"]
-    assert json.loads(args[5]) == {"device": "cpu", "batch_size": 64, "trust_remote_code": False,
-                                   "compute_dtype": p.compute_dtype}
+    args = shlex.split(p.engine_args("blocks/x.json"))
+    assert args == ["--model-dir", f"{p.paths['model']}/model", "--engine", "torch", "--engine-options-file", "blocks/x.json"]
+    assert p.engine_options() == {"device": "cpu", "batch_size": 64, "trust_remote_code": False,
+                                  "compute_dtype": p.compute_dtype}
 
 
 QWEN15B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,

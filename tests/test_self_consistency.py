@@ -13,6 +13,7 @@ from randopt.records.per_problem import per_problem_block
 from randopt.records.self_consistency import sc_results
 from randopt.records.statistics import record_statistics
 from tests.conftest import REPO
+from tests.support.blocks import block, flag_block
 from tests.test_controls import ranked, run_stage
 
 REFERENCES = {"p1": "1", "p2": "2", "p3": "3"}
@@ -80,8 +81,9 @@ def test_the_base_samples_the_test_split_seeded_and_the_vote_votes_them(tmp_path
 
     def sample(name, seed):
         run_stage("self_consistency", "--model-dir", tiny_model_dir, "--engine", "torch",
-                  "--engine-options", json.dumps({"device": "cpu"}), "--decode", json.dumps({"max_tokens": 6}),
-                  "--test", test, "--sampling", json.dumps({"samples": 3, "temperature": 1.0, "seed": seed}),
+                  "--engine-options-file", block(tmp_path, {"device": "cpu"}),
+                  "--decode-file", block(tmp_path, {"max_tokens": 6}), "--test", test,
+                  "--sampling-file", block(tmp_path, {"samples": 3, "temperature": 1.0, "seed": seed}),
                   "--out", tmp_path / f"{name}.parquet", "--summary", tmp_path / f"{name}.json")
         return pd.read_parquet(tmp_path / f"{name}.parquet")
 
@@ -118,7 +120,8 @@ def test_the_workflow_samples_and_votes_only_when_on(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     sampled = [line for line in lines if "randopt.stages.self_consistency " in line]
-    assert len(sampled) == 1 and '--sampling \'{"samples": 4, "seed": 2, "temperature": 0.5}\'' in sampled[0]
+    assert len(sampled) == 1
+    assert flag_block(sampled[0], "--sampling-file", tmp_path / "on") == {"samples": 4, "seed": 2, "temperature": 0.5}
     assert any("randopt.stages.vote " in line and "--self-consistency " in line for line in lines)
     off = dry_run(tmp_path / "off", {})
     assert off.returncode == 0, off.stderr[-3000:]

@@ -20,16 +20,17 @@ from randopt.engines.base import Engine
 from randopt.io import atomic_path, read_jsonl, verify_against_manifest, write_json_atomic
 from randopt.runtime.cli import run_stage
 from randopt.runtime.engine_args import add_engine_args, engine_from_args, stage_kwargs
+from randopt.block_files import object_block
 from randopt.scoring.scorer import DecodeSpec
-from randopt.stages._args import json_arg, stage_parser
+from randopt.stages._args import stage_parser
 from randopt.tasks import registry
 
 
 def parse_args(argv=None):
-    p = stage_parser("self_consistency", __doc__, "--decode", "--test")
+    p = stage_parser("self_consistency", __doc__, "--decode-file", "--test")
     add_engine_args(p)
-    p.add_argument("--sampling", type=json_arg, required=True,
-                   help='JSON: the config\'s controls.self_consistency block, {"samples", "temperature", "seed"}')
+    p.add_argument("--sampling-file", dest="sampling", type=object_block, required=True,
+                   help='a JSON file holding the config\'s controls.self_consistency block, {"samples", "temperature", "seed"}')
     p.add_argument("--out", required=True, help="parquet: one row a sample (problem_id, sample, answer, correct, ...)")
     p.add_argument("--summary", required=True, help="JSON: the sampling, its accuracy per sample and its seconds")
     p.add_argument("--cache-dir", default=None,
