@@ -122,9 +122,11 @@ include: "rules/lm_eval.smk"
 
 # Resident engines (engine.keep_loaded_s; randopt/runtime/resident/) and the CUDA MPS daemon they share a GPU under
 # (engine.cuda_mps; randopt/runtime/mps_daemon.py) serve this run only: the daemon starts with it, and both stop
-# when it ends, however it ends (a killed run's engines after keep_loaded_s idle seconds, then its daemon).
+# when it ends, however it ends (a killed run's engines after keep_loaded_s idle seconds, then its daemon). The
+# run's config is written at the start, so that `make status` sees the run before its record exists.
 onstart:
     check_engine_here()
+    write_run_folder()
     start_run_engines()
 
 

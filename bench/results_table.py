@@ -165,6 +165,11 @@ METADATA = {
     # the 7B-shaped benchmark on the pair: the JSON names one GPU's model, not how many there were
     **{f"tensor_parallel_h200x2_vllm_bench_tp{tp}.json": {"machine": "2× NVIDIA H200", "date": "2026-11-30"}
        for tp in (1, 2)},
+    # the lease of 2026-12-07 22:59-23:00 UTC (an H100 where an H200 was asked for; host an Intel Xeon), main at 61e82b8
+    "roofline_h100_fused_linear.json": {"machine": "1× NVIDIA H100 80GB HBM3 (host: Intel Xeon)", "commit": "61e82b8",
+                                        "date": "2026-12-07"},
+    "roofline_h100_fused_linear_log.txt": {"machine": "1× NVIDIA H100 80GB HBM3 (host: Intel Xeon)", "commit": "61e82b8",
+                                           "date": "2026-12-07"},
 }
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -338,7 +343,20 @@ def _perturb_cpu(d):
 
 # (the top-level keys it reads, its headline figures): the first entry whose keys a file has all of
 # reads it; one that then fails on the file's inner shape leaves it to the fallback (its numbers).
+def _fused_linear(d: dict) -> list[str]:
+    """bench/roofline/fused_linear_bench.py: the checks, and a decode step of the 28 layers' projections at M."""
+    step = {(r["members"], r["rows"]): r for r in d["model_step"]}
+    rows = [f"bits: {'all ' + str(len(d['checks'])) + ' checks pass' if d['checks_ok'] else 'A CHECK FAILED'}"]
+    for m in (8, 16, 32):
+        if (m, 8) in step:
+            r = step[(m, 8)]
+            rows.append(f"M={m}, 8 rows: hashed {r['fused_ms']:.1f} ms, packed signs {r['signs_ms']:.1f}, bmm of copies "
+                        f"{r['bmm_ms']:.1f}, W0 alone {r['w0_ms']:.2f} (signs/bmm **{r['signs_over_bmm']:.2f}**)")
+    return rows + [f"noise draws/s {d['info']['fused_noise_draws_per_s_max']:.3g}"]
+
+
 FIGURES = [
+    (("model_step", "ragged", "checks_ok"), _fused_linear),
     (("ratios", "arms", "protocol", "target"), _peers),
     (("modes", "protocol", "model_dir"), _modes),
     (("batch_invariant", "summary", "protocol"), lambda d: [   # bench/vllm/batch_invariance.py
@@ -466,12 +484,17 @@ FIGURES = [
 ]
 
 
+def result_files(results: Path) -> list[Path]:
+    """Every result file, in its topic's folder (results/<topic>/<file>) or, not yet filed, at the top; by name."""
+    return sorted((p for p in [*results.iterdir(), *results.glob("*/*")] if p.is_file()), key=lambda p: p.name)
+
+
 def results_table(results: Path = BENCH / "results") -> str:
     """The text of bench/RESULTS.md for the files in results."""
     topics = sorted((p.name for p in results.parent.iterdir() if p.is_dir() and p != results
                      and not p.name.startswith(("_", "."))), key=len, reverse=True)
     rows = []
-    for path in sorted(p for p in results.iterdir() if p.is_file()):
+    for path in result_files(results):
         meta = METADATA.get(path.name, {})
         data = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else {}
         read = next((read for keys, read in FIGURES if all(k in data for k in keys)), None)
@@ -488,11 +511,12 @@ def results_table(results: Path = BENCH / "results") -> str:
         found = {"machine": _machine(data), "commit": _commit(data),
                  "date": str(data.get("created_utc") or data.get("date") or "")[:10] or None}
         cells = [f"{meta[k]} †" if k in meta else found[k] or "not recorded" for k in ("machine", "commit", "date")]
-        topic = next((t for t in topics if path.name.startswith(t + "_") or path.stem == t), None)
+        topic = path.parent.name if path.parent != results else \
+            next((t for t in topics if path.name.startswith(t + "_") or path.stem == t), None)
         link = f"[{topic}]({topic}/README.md)" if topic and (results.parent / topic / "README.md").is_file() \
             else topic or "—"
-        rows.append((topic or "~", path.name, [link, f"[{path.name}](results/{path.name})", *cells,
-                                               "; ".join(figures)]))
+        rows.append((topic or "~", path.name, [link, f"[{path.name}](results/{path.relative_to(results).as_posix()})",
+                                               *cells, "; ".join(figures)]))
     lines = ["# Every measured figure", "",
              "Written by `python bench/results_table.py` from the files in [results/](results/), not by hand;",
              "`tests/test_bench_results.py` fails when this page is stale. Machine, commit and date are each",
@@ -512,11 +536,11 @@ def records_section(results: Path) -> list[str]:
              "primary test), Holm's p over the record's top-k fractions, and the smallest gain the design detects with",
              "80 % power (docs/report.md says how). Recomputed here from `per_problem`, not copied from `statistics`.",
              "", "| file | test problems | comparison | per top-k fraction |", "| --- | --- | --- | --- |"]
-    for path in sorted(results.glob("*.json")):
+    for path in (p for p in result_files(results) if p.suffix == ".json"):
         record = json.loads(path.read_text(encoding="utf-8"))
         if not ("statistics" in record and "accuracy" in record and "topk" in record):
             continue   # not a run record
-        link = f"[{path.name}](results/{path.name})"
+        link = f"[{path.name}](results/{path.relative_to(results).as_posix()})"
         if not has_vectors(record):
             lines.append(f"| {link} | {record.get('data', {}).get('n_test', 'not recorded')} | — | {NO_VECTORS} |")
             continue

@@ -12,6 +12,10 @@ RUNS = "results/runs"
 # The design card's target: a copy of the last finished run's record, which names its run folder
 # (randopt/result/last_run.py says why a copy and not a pointer).
 LAST_RECORD = "results/record.json"
+# The file an exported member's model dir describes it by (randopt/result/export.py), and the export rule's
+# output: a file of the model dir, not the dir, whose directory() output would get Snakemake's
+# .snakemake_timestamp inside it, a stray file in a folder a user copies or uploads as a model.
+MEMBER_FILE = "randopt_member.json"
 
 
 def run_folder(run_key: str) -> str:

@@ -212,18 +212,18 @@ def check_source(section: str, source) -> dict:
 
 
 def check_decode(decode) -> dict:
-    """--decode of evaluate_shard / evaluate_members: the config's decode block, defaults filled."""
+    """--decode-file of evaluate_shard / evaluate_members: the config's decode block, defaults filled."""
     decode = copy.deepcopy(decode)
     validate_block(decode, {"$ref": "#/definitions/decode"},
-              lambda path: "--decode" + (f" key '{'.'.join(map(str, path))}'" if path else ""))
+              lambda path: "--decode-file" + (f" key '{'.'.join(map(str, path))}'" if path else ""))
     return decode
 
 
 def check_engine_options(options) -> dict:
-    """--engine-options of the engine stages: only the keys an engine knows, each of its type."""
+    """--engine-options-file of the engine stages: only the keys an engine knows, each of its type."""
     options = copy.deepcopy(options)
     validate_block(options, {"$ref": "#/definitions/engine_options"},
-              lambda path: "--engine-options" + (f" key '{'.'.join(map(str, path))}'" if path else ""))
+              lambda path: "--engine-options-file" + (f" key '{'.'.join(map(str, path))}'" if path else ""))
     return options
 
 
@@ -242,7 +242,7 @@ def check_commit(name: str, revision: str) -> None:
                           f"(e.g. HfApi().model_info(repo).sha, or dataset_info for a dataset)")
 
 
-# The prompt keys every task's block holds (task.<kind>), which the engine stages get inside --decode.
+# The prompt keys every task's block holds (task.<kind>), which the engine stages get inside --decode-file.
 TASK_PROMPT_KEYS = ("system", "examples", "stop")
 
 

@@ -88,7 +88,7 @@ class Spec:
         return {f.name: getattr(self, f.name) for f in fields(self) if key in f.metadata["keys"] and self.keyed(f)}
 
     def options(self, engine: str, generating: bool = True) -> dict:
-        """The fields the engine `engine` is built with (--engine-options of the stage CLIs)."""
+        """The fields the engine `engine` is built with (--engine-options-file of the stage CLIs)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if engine in f.metadata["engines"] and (generating or not f.metadata["generating_only"])
                 and self._holds(f, "passed_when")}
@@ -167,6 +167,6 @@ class Specs:
         return self.engine.key(key) | self.perturbation.key(key)
 
     def engine_options(self, generating: bool = True) -> dict:
-        """--engine-options of the stage CLIs: what the run's engine is built with."""
+        """--engine-options-file of the stage CLIs: what the run's engine is built with."""
         kind = self.engine.kind
         return self.engine.options(kind, generating) | self.perturbation.options(kind, generating)

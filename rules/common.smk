@@ -5,14 +5,17 @@ import os
 import shlex
 import sys
 
-from randopt.code_keys import code_version
+from randopt.block_files import write_block
+from randopt.code_keys import code_version, modules_version
 from randopt.config import ConfigError, check_engine_installed
 from randopt.inputs import CACHE_PATH as INPUT_CACHE
 from randopt.io import InputError
 from randopt.keys import key_code
 from randopt.plan import Host, PlanError, RunPlan
-from randopt.paths import LAST_RECORD, RACE_CHUNK_STEM, RACE_SURVIVORS
+from randopt.plan.search_change import search_change_note
+from randopt.paths import LAST_RECORD, MEMBER_FILE, RACE_CHUNK_STEM, RACE_SURVIVORS
 from randopt.result.last_run import publish
+from randopt.result.run_started import write_run_config
 from randopt.population import SHARD_STEM, sigma_label
 from randopt.runtime import mps_daemon
 from randopt.runtime.resident import DEFAULT_DIR as RESIDENT_DIR, stop_all as stop_resident_engines
@@ -31,6 +34,11 @@ except (PlanError, InputError) as err:
     raise WorkflowError(str(err))
 for note in PLAN.notes:  # not an error: the run is right, only slower than it could be
     print(f"randopt: {note}", file=sys.stderr)
+# A knob that changes answers (engine.batch_size) reruns the whole search, rightly; Snakemake would only say
+# "missing output files", so one line names the knobs that differ from the last finished run of this run_name.
+SEARCH_CHANGE = search_change_note(PLAN.config, PLAN.inputs, PLAN.run_key)
+if SEARCH_CHANGE:
+    print(f"randopt: {SEARCH_CHANGE}", file=sys.stderr)
 config = PLAN.config  # Snakemake's own view of the run's config: what the plan validated and resolved
 KEYS, PATHS, DECODE, ENGINES, CONFIG = PLAN.keys, PLAN.paths, PLAN.decode, PLAN.engines, PLAN.blocks
 # The round rules' folders: their round's keys as wildcards (randopt/plan/rounds.py), so a path names its round.
@@ -78,15 +86,28 @@ localrules:
     last_record,
 
 
-def q(obj):
-    """One shell word holding obj as JSON (or a plain string as itself)."""
-    return shlex.quote(obj if isinstance(obj, str) else json.dumps(obj))
+def q(text):
+    """One shell word holding a plain string (a model id, a path)."""
+    return shlex.quote(text)
 
 
-def q_text(obj):
-    """q(obj) as a param that may hold braces (a task's template "{numbers}", MATH's "\\boxed{}"): a function,
-    so that Snakemake does not read them as wildcards."""
-    return lambda wildcards: q(obj)
+def block(value):
+    """A config block (JSON-ready) as a stage gets it: the path of a file holding it, .snakemake/blocks/<sha256 of
+    its text>.json, written here at DAG build if it is not there yet (randopt/block_files.py says why a file,
+    not JSON on the command line: the commands, SLURM submissions and `reason:` lines stay short). A param
+    holding the path changes exactly when the block does."""
+    try:
+        return write_block(value)
+    except OSError as err:
+        raise WorkflowError(
+            f"cannot write a config block file for the stages: {err}; the directory the workflow "
+            "runs in must be writable"
+        )
+
+
+def engine_args(model_dir=None, generating=True, **extra):
+    """The engine flags of a stage on model_dir (the prepared model's by default): its options in a block file."""
+    return PLAN.engine_args(block(PLAN.engine_options(generating, **extra)), model_dir)
 
 
 def round_of(wildcards) -> int:
@@ -101,17 +122,17 @@ def round_path(name, below=None):
 
 def round_engine_args(generating=True, **extra):
     """A param function: the engine flags on the job's round's base model (round 1: the prepared model)."""
-    return lambda wildcards: PLAN.engine_args(
+    return lambda wildcards: engine_args(
         f"{PLAN.rounds.paths(round_of(wildcards))['model']}/model", generating, **extra
     )
 
 
 def distill_knob(name):
-    """A param function: the job's round's distill knob (randopt/config.py round_knobs); a block as JSON."""
+    """A param function: the job's round's distill knob (randopt/config.py round_knobs); a block as its file."""
 
     def knob(wildcards):
         value = PLAN.round_knobs(round_of(wildcards))[name]
-        return q(value) if isinstance(value, dict) else value
+        return block(value) if isinstance(value, dict) else value
 
     return knob
 
@@ -148,6 +169,12 @@ def check_engine_here():
             check_engine_installed(PLAN.config)
         except ConfigError as err:
             raise WorkflowError(f"invalid config: {err}")
+
+
+def write_run_folder():
+    """The run's start (the Snakefile's onstart, never under -n): its config, before its record, so that
+    `make status` finds the run in progress and reads its config (randopt/result/run_started.py)."""
+    write_run_config(PLAN.run_key, PLAN.config)
 
 
 def start_run_engines():

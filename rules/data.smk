@@ -14,7 +14,7 @@ rule freeze_problems:
         f"{PATHS['benchmarks']}/freeze_problems/{KEYS['problems']}.tsv"
     params:
         # the task: its kind and block (GSM8K's: its selected source; randopt/config.py task_spec)
-        task=q_text(PLAN.task_spec),
+        task=block(PLAN.task_spec),
         n_train=PLAN.problems["n_train"],
         n_test=PLAN.problems["n_test"],
         selection_seed=PLAN.problems["selection_seed"],
@@ -28,7 +28,7 @@ rule freeze_problems:
         code=key_code("problems"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.freeze_problems --task-json {params.task} --n-train {params.n_train}"
+        "{PY} randopt.stages.freeze_problems --task-file {params.task} --n-train {params.n_train}"
         " --n-test {params.n_test} --selection-seed {params.selection_seed} {params.pins} {params.source_sha256}"
         " --out-train {output.train} --out-test {output.test} --manifest {output.manifest} 2> {log}"
 
@@ -42,11 +42,11 @@ rule fetch_fineweb:
     benchmark:
         f"{PATHS['benchmarks']}/fetch_fineweb/{KEYS['heldout']}.tsv"
     params:
-        source=q(PLAN.heldout_source),
+        source=block(PLAN.heldout_source),
         pin=f"--pinned-sha256 {CONFIG.heldout.sha256}" if CONFIG.heldout.sha256 else "",
         source_sha256=PLAN.source_sha256_arg("heldout"),
         code=key_code("heldout"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.fetch_fineweb --source-json {params.source} {params.pin} {params.source_sha256}"
+        "{PY} randopt.stages.fetch_fineweb --source-file {params.source} {params.pin} {params.source_sha256}"
         " --out {output.text} --manifest {output.manifest} 2> {log}"

@@ -28,7 +28,7 @@ rule distill_data:
         **PLAN.distill_resources(),
     params:
         engine=round_engine_args(generating=False),
-        decode=q_text(DECODE),
+        decode=block(DECODE),
         cache=round_path("answer_cache"),
         fraction=distill_knob("fraction"),
         per_problem=distill_knob("per_problem"),
@@ -38,9 +38,9 @@ rule distill_data:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} randopt.stages.distill_data {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} randopt.stages.distill_data {params.engine}{DISTILL_LOCAL} --threads {threads} --decode-file {params.decode} --train {input.train}"
         " --topk {input.topk} --fraction {params.fraction} --cache-dir {params.cache} --per-problem {params.per_problem}"
-        " --control {params.control} --round {params.round} --out-distilled {output.distilled}"
+        " --control-file {params.control} --round {params.round} --out-distilled {output.distilled}"
         " --out-control {output.control} --manifest {output.manifest} 2> {log}"
 
 
@@ -74,7 +74,7 @@ rule distill_train:
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
         "{PY} randopt.stages.distill_train --base-dir {input.base} --base-manifest {input.base_manifest} --data {input.data}"
-        " --arm {wildcards.arm} --round {params.round} --lora {params.lora} --train {params.train}"
+        " --arm {wildcards.arm} --round {params.round} --lora-file {params.lora} --train-file {params.train}"
         " --device {params.device}{DISTILL_LOCAL} --threads {threads} {params.trust_remote_code} --compute-dtype {params.compute_dtype}"
         " --out-model {output.model}"
         " --out-adapter {output.adapter} --manifest {output.manifest} 2> {log}"
@@ -98,14 +98,14 @@ rule evaluate_distilled:
         **PLAN.distill_resources(),
     params:
         # the base's engine options and the bpb window, on the fine-tuned model dir
-        engine=lambda wildcards, input: PLAN.engine_args(
+        engine=lambda wildcards, input: engine_args(
             input.model, generating=False, max_context=CONFIG.heldout.max_context
         ),
-        decode=q_text(DECODE),
+        decode=block(DECODE),
         code=key_code("distill_eval"),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} randopt.stages.evaluate_distilled {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode}"
+        "{PY} randopt.stages.evaluate_distilled {params.engine}{DISTILL_LOCAL} --threads {threads} --decode-file {params.decode}"
         " --model-manifest {input.model_manifest} --arm {wildcards.arm} --test {input.test} --heldout {input.heldout}"
         " --out-answers {output.answers} --out {output.result} 2> {log}"

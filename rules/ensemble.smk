@@ -28,7 +28,7 @@ rule evaluate_members_part:
         **job_resources("evaluate_members"),
     params:
         engine=round_engine_args(),
-        decode=q_text(DECODE),
+        decode=block(DECODE),
         cache=round_path("members", "cache"),
         base_compositions=CONFIG.controls.base_compositions,
         parts=PLAN.member_parts,
@@ -36,7 +36,7 @@ rule evaluate_members_part:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.evaluate_members_part {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode}"
+        "{PY} randopt.stages.evaluate_members_part {params.engine}{LOCAL_ENGINE} --threads {threads} --decode-file {params.decode}"
         " --test {input.test} --train {input.train} --topk {input.topk} --base-compositions {params.base_compositions}"
         " --cache-dir {params.cache} --part {wildcards.part} --parts {params.parts} --out {output.part} 2> {log}"
 
@@ -63,7 +63,7 @@ rule evaluate_members:
         **job_resources("evaluate_members"),
     params:
         engine=round_engine_args(),
-        decode=q_text(DECODE),
+        decode=block(DECODE),
         cache=round_path("members", "cache"),
         base_compositions=CONFIG.controls.base_compositions,
         code=key_code("eval"),
@@ -71,7 +71,7 @@ rule evaluate_members:
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode {params.decode} --test {input.test}"
+        "{PY} randopt.stages.evaluate_members {params.engine}{LOCAL_ENGINE} --threads {threads} --decode-file {params.decode} --test {input.test}"
         " --train {input.train} --base-train-out {output.base_train}"
         " --base-compositions {params.base_compositions} --base-compositions-out {output.base_compositions}"
         " --topk {input.topk} --cache-dir {params.cache} --out {output.answers} --timings {output.timings}{params.parts} 2> {log}"
@@ -95,14 +95,18 @@ rule self_consistency:
         **PLAN.distill_resources(),
     params:
         engine=round_engine_args(generating=False),
-        decode=q_text(DECODE),
-        sampling=q(PLAN.block_json("controls.self_consistency")),
+        decode=block(DECODE),
+        sampling=block(PLAN.block_json("controls.self_consistency")),
         code=code_version("self_consistency"),
+        # the finished pieces, beside the samples and under the sampling code's version (not the stage's command
+        # line): a killed job resumes, and edited sampling code never reads an older code's pieces
+        cache=lambda wildcards, output: f"{os.path.dirname(output.samples)}/pieces/{modules_version('randopt.distill.sampled_split')}",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     # lint: DISTILL_LOCAL comes from outside the rule on purpose (as LOCAL_ENGINE: it changes no result).
     shell:
-        "{PY} randopt.stages.self_consistency {params.engine}{DISTILL_LOCAL} --threads {threads} --decode {params.decode}"
-        " --test {input.test} --sampling {params.sampling} --out {output.samples} --summary {output.summary} 2> {log}"
+        "{PY} randopt.stages.self_consistency {params.engine}{DISTILL_LOCAL} --threads {threads} --decode-file {params.decode}"
+        " --test {input.test} --sampling-file {params.sampling} --cache-dir {params.cache} --out {output.samples}"
+        " --summary {output.summary} 2> {log}"
 
 
 rule vote:

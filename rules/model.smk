@@ -21,7 +21,7 @@ rule prepare_model:
         gguf_file=q(CONFIG.model.gguf_file),
         path=f"--path {q(CONFIG.model.path)}" if CONFIG.model.path else "",
         # model.source gguf only, so other sources' params stay as they were
-        gguf=f"--gguf {q(PLAN.block_json('model.gguf'))}" if CONFIG.model.source == "gguf" else "",
+        gguf=f"--gguf-source-file {block(PLAN.block_json('model.gguf'))}" if CONFIG.model.source == "gguf" else "",
         # the GGUF's (or local dir's) sha256 at DAG build, which the model key holds: other bytes are refused
         source_sha256=PLAN.source_sha256_arg("model"),
         revision=f"--revision {q(CONFIG.model.revision)}" if CONFIG.model.revision else "",

@@ -34,9 +34,9 @@ rule race_slice:
     resources:
         **job_resources("evaluate_shard"),
     params:
-        engine=PLAN.engine_args(),
-        decode=q_text(DECODE),
-        plan=q(PLAN.race.to_json()),
+        engine=engine_args(),
+        decode=block(DECODE),
+        plan=block(json.loads(PLAN.race.to_json())),
         round=lambda wc: int(wc.round),
         chunk=lambda wc: int(wc.chunk),
         survivors=lambda wc, input: f"--survivors {input.survivors}" if input.survivors else "",
@@ -46,8 +46,8 @@ rule race_slice:
     # lint: JOB_ENGINES comes from outside the rule on purpose (rules/common.smk says why).
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
-        " --plan {params.plan} --round {params.round} --chunk {params.chunk} {params.survivors}"
+        "{PY} randopt.stages.race_slice {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode-file {params.decode} --train {input.train}"
+        " --plan-file {params.plan} --round {params.round} --chunk {params.chunk} {params.survivors}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
 
 
@@ -63,10 +63,10 @@ rule race_round:
     log:
         f"logs/race_round/{KEYS['race']}/round={{round}}.log",
     params:
-        plan=q(PLAN.race.to_json()),
+        plan=block(json.loads(PLAN.race.to_json())),
         round=lambda wc: int(wc.round),
         survivors=lambda wc, input: f"--survivors-in {input.survivors}" if input.survivors else "",
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.race_round --tables {input.tables} {params.survivors} --plan {params.plan}"
+        "{PY} randopt.stages.race_round --tables {input.tables} {params.survivors} --plan-file {params.plan}"
         " --round {params.round} --out {output.survivors} 2> {log}"

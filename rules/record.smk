@@ -28,7 +28,7 @@ rule record:
     log:
         f"logs/record/{PLAN.run_key}.log",
     params:
-        config=q_text(PLAN.config),
+        config=block(PLAN.config),
         run_name=q(PLAN.run_name),
         run_key=PLAN.run_key,
         repo=q(workflow.basedir),
@@ -36,7 +36,7 @@ rule record:
         records_md=q(CONFIG.records_md),
         # the record is under no content key: its own code reruns it (randopt/code_keys.py)
         code=code_version("record"),
-        engines=q(ENGINES.layout.as_record() | ENGINES.mps.as_record(ENGINES.engines_per_gpu)),
+        engines=block(ENGINES.layout.as_record() | ENGINES.mps.as_record(ENGINES.engines_per_gpu)),
         distill=lambda wildcards, input: (
             " ".join(
                 "--distill-round " + " ".join(input[f"distill_round{r}"]) for r in range(1, len(PLAN.rounds.keys) + 1)
@@ -45,9 +45,7 @@ rule record:
             else ""
         ),
         # selection.mode auto: what it took and why (randopt/plan/selection.py; only then, so other runs' params stay)
-        selection_auto=(
-            (lambda wildcards: f"--selection-auto {q(PLAN.selection.as_record())}") if PLAN.selection else ""
-        ),
+        selection_auto=(f"--selection-auto-file {block(PLAN.selection.as_record())}" if PLAN.selection else ""),
         full_ranking=lambda wildcards, input: (
             f"--full-ranking {input.full_ranking} --full-topk {input.full_topk}"
             if "full_ranking" in input.keys()
@@ -55,11 +53,11 @@ rule record:
         ),
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
-        "{PY} randopt.stages.record --config-json {params.config} --run-name {params.run_name} --run-key {params.run_key}"
+        "{PY} randopt.stages.record --config-file {params.config} --run-name {params.run_name} --run-key {params.run_key}"
         " --repo-dir {params.repo}"
         " --model-manifest {input.model} --problems-manifest {input.problems} --heldout-manifest {input.heldout}"
         " --topk {input.topk} --ranking {input.ranking} --vote {input.vote} --bpb {input.bpb}"
         " --shard-timings {input.shard_timings}"
         " --members-timings {input.members_timings} --base-train {input.base_train} --benchmarks {params.benchmarks}"
-        " --records-md {params.records_md} --engines {params.engines} {params.distill} {params.full_ranking}"
+        " --records-md {params.records_md} --engines-file {params.engines} {params.distill} {params.full_ranking}"
         " {params.selection_auto} --out {output.record} 2> {log}"

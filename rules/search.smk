@@ -19,7 +19,7 @@ rule evaluate_shard:
         **job_resources("evaluate_shard"),
     params:
         engine=round_engine_args(),
-        decode=q_text(DECODE),
+        decode=block(DECODE),
         first=lambda wc: int(wc.first),
         last=lambda wc: int(wc.last),
         cache=round_path("answer_cache"),
@@ -34,7 +34,7 @@ rule evaluate_shard:
     # lint: LOCAL_ENGINE comes from outside the rule on purpose (rules/common.smk says why: in params, a run
     # with --resources gpu=N, or another engine.keep_loaded_s, would rerun every job another run had finished).
     shell:
-        "{PY} randopt.stages.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode {params.decode} --train {input.train}"
+        "{PY} randopt.stages.evaluate_shard {params.engine}{LOCAL_ENGINE}{JOB_ENGINES} --threads {threads} --decode-file {params.decode} --train {input.train}"
         " --sigma {wildcards.sigma} --first-seed {params.first} --last-seed {params.last}"
         " {params.batch_size} --order-seed {params.order_seed} {params.member_batch}"
         " --cache-dir {params.cache} --out {output.table} --timings {output.timings} 2> {log}"
@@ -57,11 +57,11 @@ rule rank:
         fractions=" ".join(map(repr, CONFIG.topk.fractions)),
         n_train=PLAN.problems["n_train"],
         # full evaluation: only the mode, so that racing knobs left in a config rerun nothing
-        selection=q(PLAN.block_json("selection") if PLAN.racing else {"mode": "full"}),
+        selection=block(PLAN.block_json("selection") if PLAN.racing else {"mode": "full"}),
         random_vote=" ".join(map(repr, CONFIG.controls.random_vote)),
         random_members=CONFIG.controls.random_members,
     # lint: PY comes from outside the rule on purpose (rules/common.smk says why).
     shell:
         "{PY} randopt.stages.rank --shards {input.shards} --n-seeds {params.n_seeds} --sigmas {params.sigmas}"
-        " --fractions {params.fractions} --random-vote {params.random_vote} --random-members {params.random_members} --n-train {params.n_train} --selection {params.selection}"
+        " --fractions {params.fractions} --random-vote {params.random_vote} --random-members {params.random_members} --n-train {params.n_train} --selection-file {params.selection}"
         " --rounds {input.rounds} --ranking {output.ranking} --topk {output.topk} 2> {log}"

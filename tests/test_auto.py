@@ -1,5 +1,5 @@
 """selection.mode auto (randopt/plan/auto_selection.py): the decision between full evaluation and racing, on the
-inputs of the races measured (bench/results/racing_*.json and issue 48's real 1.5B), and in a dry run of the
+inputs of the races measured (bench/results/racing/racing_*.json and issue 48's real 1.5B), and in a dry run of the
 workflow, where the record's params carry the choice and the keys are explicit racing's."""
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from randopt.plan.call_cost import CALL_COSTS, relative_call
 from randopt.plan.auto_selection import SearchShape, call_seconds, choose, engine_start_s, estimate, survivors
 from randopt.selection.plan import RacePlan
 from tests.conftest import REPO
+from tests.support.bench_results import result_path, result_paths
+from tests.support.blocks import flag_block
 from tests.support.old_records import config_as_today
 
-RESULTS = REPO / "bench" / "results"
 SMOLLM2 = engine_slots.MEASURED[0].weight_bytes
 
 
@@ -29,7 +30,7 @@ def shards(config: dict) -> list[int]:
 def recorded(name: str, slots: int, resident: bool) -> tuple[RacePlan, SearchShape, list[int], float]:
     """A measured race's plan, search shape and full shards (its racing arm's effective config, the GPUs it ran
     on, whether each job started its own engine), with the racing/full seeds/s it measured."""
-    report = json.loads((RESULTS / name).read_text())
+    report = json.loads(result_path(name).read_text())
     racing, full = (config_as_today(report["configs"]["effective"][arm]) for arm in ("racing", "full"))
     engine = racing["engine"]
     device = "cuda" if str(engine["device"]).startswith("cuda") else "cpu"
@@ -90,11 +91,11 @@ def test_the_real_15b_overlay_runs_full_where_racing_took_0_55x():
 
 
 def test_the_real_15b_two_round_race_measured_at_0_90x_runs_full():
-    """bench/results/racing_qwen15b_h100.json: the overlay's population on one H100, 3 engines under MPS,
+    """bench/results/racing/racing_qwen15b_h100.json: the overlay's population on one H100, 3 engines under MPS,
     checkpoints 64 and 128, test split cut to 128: racing's search took 330 s against full's 296 s (0.90x);
     its one decision kept 85 of 192 members. auto takes full, and at the measured survivors its estimate
     lands within 0.1 of the measured ratio."""
-    report = json.loads((RESULTS / "racing_qwen15b_h100.json").read_text())
+    report = json.loads(result_path("racing_qwen15b_h100.json").read_text())
     config = config_as_today(report["configs"]["effective"]["racing"])
     shape = real_15b_shape(config)
     plan = RacePlan.from_config(config, parallel=3)
@@ -110,12 +111,12 @@ def test_the_real_15b_two_round_race_measured_at_0_90x_runs_full():
 
 
 def test_the_real_15b_at_512_problems_where_racing_only_tied_runs_full():
-    """bench/results/racing_qwen15b_512_h100_together.json: 48 members on 512 real GSM8K problems, rounds at
+    """bench/results/racing/racing_qwen15b_512_h100_together.json: 48 members on 512 real GSM8K problems, rounds at
     128/256/512, one H100, 3 engines under MPS: racing 1.02x full (its engines came up 13 s sooner, the compile
     cache warmer; 0.94x without that), for 1.71x fewer slots and a top-10 % recall of 0.8. Its calls measured
     the 1.5B's curve past 128 problems, and with it auto takes full (the curves either side had it take racing
     at an estimated 1.22x); at the race's own survivors the estimate lands within 0.1 of the measured ratio."""
-    report = json.loads((RESULTS / "racing_qwen15b_512_h100_together.json").read_text())
+    report = json.loads(result_path("racing_qwen15b_512_h100_together.json").read_text())
     config = config_as_today(report["configs"]["effective"]["racing"])
     shape, plan = real_15b_shape(config), RacePlan.from_config(config, parallel=3)
     assert plan.checkpoints == (128, 256, 512)
@@ -146,7 +147,7 @@ def test_the_call_cost_curves_are_the_committed_measurements():
     past 256 from the curve to 512, joined at 256; the real 1.5B's past 128 from its 512-problem race, a
     member's call after its engine over one on 128 problems (both racing rounds at 128, by their members)."""
     def medians(name):
-        return {int(m): r["call_s_median"] for m, r in json.loads((RESULTS / name).read_text())["curves"]["fixed"].items()}
+        return {int(m): r["call_s_median"] for m, r in json.loads(result_path(name).read_text())["curves"]["fixed"].items()}
     smol, to512, qwen = (medians(f"vllm_h200_call_cost_{n}.json") for n in ("smollm2", "smollm2_to512", "qwen7b"))
     expect = {m: s / smol[128] for m, s in smol.items()} | {m: to512[m] / to512[256] * smol[256] / smol[128]
                                                             for m in (384, 512)}
@@ -155,7 +156,7 @@ def test_the_call_cost_curves_are_the_committed_measurements():
     assert curves["SmolLM2-135M-Instruct"].relative == pytest.approx(expect, abs=6e-5)
     assert curves["Qwen2.5-7B shape"].relative == pytest.approx({m: s / qwen[128] for m, s in qwen.items()}, abs=6e-5)
     alone = medians("vllm_h100_call_cost_qwen15b.json")
-    groups = json.loads((RESULTS / "racing_qwen15b_512_h100_together_jobs.json").read_text())["groups"]
+    groups = json.loads(result_path("racing_qwen15b_512_h100_together_jobs.json").read_text())["groups"]
     at128 = [g for g in groups if g["problems"] == [128]]
     c128 = sum(g["call_s"] * g["members"] for g in at128) / sum(g["members"] for g in at128)
     raced = {g["problems"][0]: g["call_s"] / c128 for g in groups if g["problems"][0] > 128}
@@ -207,7 +208,8 @@ def test_a_dry_run_records_what_auto_chose_and_runs_racing_with_explicit_racings
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-2000:]
     record = next(line for line in text.splitlines() if "randopt.stages.record " in line)
-    assert "--selection-auto" in record and '"mode": "racing"' in record and "512 x 64" in record, record
+    chosen = flag_block(record, "--selection-auto-file", tmp_path)
+    assert chosen["mode"] == "racing" and "512 x 64" in chosen["why"], chosen
     racing = layout(run_keys(effective_config(overlay | {"selection": {"mode": "racing", "first_slice": 64}})))
     assert f"{racing['rank']}/topk.json" in text and f"{racing['race']}/round=03/chunk_000.parquet" in text
     assert "randopt.stages.evaluate_shard " not in text

@@ -8,6 +8,7 @@ import pytest
 
 from bench.results_table import main, results_table
 from tests.conftest import REPO
+from tests.support.bench_results import result_path, result_paths
 
 RESULTS = REPO / "bench" / "results"
 
@@ -19,9 +20,18 @@ def test_results_md_is_current():
 
 def test_every_result_file_has_a_row():
     text = (REPO / "bench" / "RESULTS.md").read_text(encoding="utf-8")
-    files = sorted(p.name for p in RESULTS.iterdir() if p.is_file())
+    files = sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.rglob("*") if p.is_file())
     assert any(name.endswith(".json") for name in files)
-    assert [name for name in files if f"| [{name}](results/{name}) |" not in text] == []
+    assert [name for name in files if f"| [{name.split('/')[-1]}](results/{name}) |" not in text] == []
+
+
+def test_every_result_file_is_filed_under_its_topic():
+    """bench/results/<topic>/<file>, the topic being the bench folder (with the README that says what the numbers
+    mean) whose name the file's name starts with: nothing loose at the top, nothing in a folder of no topic."""
+    loose = [p.name for p in RESULTS.iterdir() if p.is_file()]
+    misfiled = [p.relative_to(RESULTS).as_posix() for p in RESULTS.glob("*/*")
+                if not ((REPO / "bench" / p.parent.name / "README.md").is_file() and p.name.startswith(p.parent.name + "_"))]
+    assert loose == [] and misfiled == [], (loose, misfiled)
 
 
 def test_an_unknown_result_joins_with_its_own_numbers(tmp_path, capsys):
@@ -30,11 +40,12 @@ def test_an_unknown_result_joins_with_its_own_numbers(tmp_path, capsys):
     results = tmp_path / "results"
     results.mkdir()
     (tmp_path / "engines_per_gpu").mkdir()
-    (results / "engines_per_gpu_h200_4.json").write_text(json.dumps(
+    (results / "engines_per_gpu").mkdir()
+    (results / "engines_per_gpu" / "engines_per_gpu_h200_4.json").write_text(json.dumps(
         {"gpu": "NVIDIA H200", "engines": 4, "seeds_per_s": 12.3456, "ok": True, "commit": {"sha": "a" * 40}}))
     (results / "lone.json").write_text(json.dumps({"notes": "no numbers"}))
     rows = {line.split(" | ")[1]: line for line in results_table(results).splitlines() if line.startswith("| ")}
-    new = rows["[engines_per_gpu_h200_4.json](results/engines_per_gpu_h200_4.json)"]
+    new = rows["[engines_per_gpu_h200_4.json](results/engines_per_gpu/engines_per_gpu_h200_4.json)"]
     lone = rows["[lone.json](results/lone.json)"]
     assert new.startswith("| engines_per_gpu |") and "1× NVIDIA H200" in new and "aaaaaaa" in new
     assert "engines 4; seeds_per_s 12.35" in new and "ok" not in new.split(" | ")[-1]
@@ -73,14 +84,14 @@ def test_a_records_comparisons_are_recomputed_from_its_vectors(tmp_path):
 
 # Committed run records that carry per-problem vectors (records written since issue 68); none before it, so until
 # the first such record lands this test is reported as skipped (an empty parameter set), never as passed.
-RECORDS_WITH_VECTORS = sorted(p.name for p in RESULTS.glob("*_record.json")
+RECORDS_WITH_VECTORS = sorted(p.name for p in result_paths("*_record.json")
                               if "per_problem" in json.loads(p.read_text(encoding="utf-8")))
 
 
 @pytest.mark.parametrize("name", RECORDS_WITH_VECTORS)
 def test_a_committed_records_statistics_recompute_from_its_vectors(name):
     from randopt.records.comparisons import comparisons
-    record = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    record = json.loads(result_path(name).read_text(encoding="utf-8"))
     got, stats = comparisons(record), record["statistics"]
     assert got["topk_vs_base"] == stats["ensemble_gain"]
     for fraction, control in stats.get("random_vote", {}).items():
@@ -94,8 +105,8 @@ def test_the_default_after_the_house_move_answers_as_before():
     made after it (b6131b1, the same kind of host) holds the same answers, votes, top-k members, bpb and gains as the
     one before (44d954c), and only adds the per-problem vectors and the new statistics' fields."""
     import json
-    before = json.loads((REPO / "bench" / "results" / "cpu_default_epyc_zen4_record.json").read_text())
-    after = json.loads((REPO / "bench" / "results" / "cpu_default_epyc_zen4_task_gsm8k_record.json").read_text())
+    before = json.loads(result_path("cpu_default_epyc_zen4_record.json").read_text())
+    after = json.loads(result_path("cpu_default_epyc_zen4_task_gsm8k_record.json").read_text())
     for part in ("accuracy", "bpb", "k_curve", "decode"):
         assert after[part] == before[part], part
     members = [[(m["seed"], m["sigma"], m["train_reward"]) for m in lst["members"]] for lst in before["topk"]]

@@ -1,4 +1,5 @@
 import re
+from pathlib import Path
 
 import pytest
 
@@ -342,20 +343,23 @@ def test_an_unknown_noise_kind_fails_when_snakemake_builds_the_dag(tmp_path):
 
 
 @pytest.mark.slow
-def test_gaussian_noise_reaches_every_engine_command_and_the_export(tmp_path, default_dry_run):
-    """The engine stages get "noise": "gaussian" in --engine-options only when it is chosen, so the
+def test_gaussian_noise_reaches_every_engine_command_and_the_export(tmp_path, default_dry_run_at):
+    """The engine stages get "noise": "gaussian" in their engine options only when it is chosen, so the
     default's commands (and params) are what they were; the export rule passes it too."""
     import yaml
+
+    from tests.support.blocks import flag_block
     overlay = tmp_path / "gauss.yaml"
     overlay.write_text(yaml.safe_dump({"perturbation": {"noise": "gaussian"}}))
     out = dry_run(tmp_path / "g", overlay)
     engine_rules = ("evaluate_shard", "evaluate_members", "score_bpb")
+    options = lambda command, workdir: flag_block(command, "--engine-options-file", workdir)  # noqa: E731
     for rule in engine_rules:
         commands = commands_of(out, rule)
-        assert commands and all('"noise": "gaussian"' in c for c in commands), rule
-    default = default_dry_run
+        assert commands and all(options(c, tmp_path / "g" / "run")["noise"] == "gaussian" for c in commands), rule
+    workdir, default = default_dry_run_at
     for rule in engine_rules:
-        assert all('"noise"' not in c for c in commands_of(default, rule)), rule
+        assert all("noise" not in options(c, workdir) for c in commands_of(default, rule)), rule
     export = dry_run_target(tmp_path / "e", overlay, target="export")
     assert any("--noise gaussian" in c for c in commands_of(export, "export_member"))
 
@@ -442,17 +446,25 @@ def commands_of(out: str, rule: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def default_dry_run(tmp_path_factory) -> str:
-    """dry_run of the embedded default, once for the module's tests that read it."""
-    return dry_run(tmp_path_factory.mktemp("default-dry-run"))
+def default_dry_run_at(tmp_path_factory) -> tuple[Path, str]:
+    """dry_run of the embedded default, once for the module's tests that read it: the directory it ran in (where
+    its commands' block files lie, randopt/block_files.py) and its output."""
+    workdir = tmp_path_factory.mktemp("default-dry-run")
+    return workdir / "run", dry_run(workdir)
+
+
+@pytest.fixture(scope="module")
+def default_dry_run(default_dry_run_at) -> str:
+    return default_dry_run_at[1]
 
 
 @pytest.mark.slow
-def test_the_embedded_default_dry_runs_through_snakemake(default_dry_run):
+def test_the_embedded_default_dry_runs_through_snakemake(default_dry_run_at):
     """`make record`'s config (no --configfile): its DAG, with the generated GSM8K-style data and the
     synthetic held-out text it reads, whatever real data the machine has."""
+    from tests.support.blocks import flag_block
     from tests.support.workflow import jobs_run
-    out = default_dry_run
+    workdir, out = default_dry_run_at
     default = validate(load_yaml(CONFIG_DIR / "config.yaml"))
     pop = default["population"]
     shards = len(pop["sigmas"]) * -(-pop["n_seeds"] // pop["shard_size"])
@@ -460,16 +472,17 @@ def test_the_embedded_default_dry_runs_through_snakemake(default_dry_run):
                                               "evaluate_shard": shards, "rank": 1, "evaluate_members": 1, "vote": 1,
                                               "score_bpb": 1, **RUN_END}
     (freeze,) = commands_of(out, "freeze_problems")
-    assert '"source": "generated"' in freeze and f"--n-train {default['task']['gsm8k']['n_train']}" in freeze
+    assert flag_block(freeze, "--task-file", workdir)["source"] == "generated"
+    assert f"--n-train {default['task']['gsm8k']['n_train']}" in freeze
     (fetch,) = commands_of(out, "fetch_fineweb")
-    assert '"kind": "synthetic"' in fetch
+    assert flag_block(fetch, "--source-file", workdir)["kind"] == "synthetic"
     assert all("--engine torch" in c for c in commands_of(out, "evaluate_shard"))
     # no warning of its own: racing's decision is named a local rule only where racing's rules exist
     assert "not present in the Snakefile" not in out, out[:2000]
 
 
 @pytest.mark.slow
-def test_gsm8k_and_countdown_get_their_problems_from_the_one_freeze_rule(default_dry_run, tmp_path):
+def test_gsm8k_and_countdown_get_their_problems_from_the_one_freeze_rule(default_dry_run_at, tmp_path):
     """GSM8K is one task among the others: the workflow has one freeze rule, and the default (GSM8K) and
     config/countdown.yaml both freeze their problems with it, each into its own data/problems/<key>, which
     their engine stages read."""
@@ -480,12 +493,13 @@ def test_gsm8k_and_countdown_get_their_problems_from_the_one_freeze_rule(default
                              "--list-rules"], capture_output=True, text=True)
     assert listed.returncode == 0, listed.stderr[-3000:]
     assert [r for r in listed.stdout.split() if r.startswith("freeze")] == ["freeze_problems"]
+    from tests.support.blocks import flag_block
     countdown = dry_run(tmp_path, CONFIG_DIR / "countdown.yaml")
     folders = []
-    for out, kind in ((default_dry_run, "gsm8k"), (countdown, "countdown")):
+    for (workdir, out), kind in ((default_dry_run_at, "gsm8k"), ((tmp_path / "run", countdown), "countdown")):
         assert jobs_run(subprocess_like(out))["freeze_problems"] == 1
         (freeze,) = commands_of(out, "freeze_problems")
-        assert f"randopt.stages.freeze_problems --task-json '{{\"kind\": \"{kind}\"" in freeze
+        assert flag_block(freeze, "--task-file", workdir)["kind"] == kind
         folders.append(re.search(r"--out-train (data/problems/[0-9a-f]{12})/train\.jsonl", freeze).group(1))
         shards = commands_of(out, "evaluate_shard")
         assert shards and all(f"{folders[-1]}/train.jsonl" in c for c in shards)
@@ -494,13 +508,14 @@ def test_gsm8k_and_countdown_get_their_problems_from_the_one_freeze_rule(default
 
 @pytest.mark.slow
 def test_the_default_on_vllm_dry_runs_through_snakemake(tmp_path):
+    from tests.support.blocks import flag_block
     from tests.support.workflow import jobs_run
     out = dry_run(tmp_path, CONFIG_DIR / "default_vllm.yaml")
     jobs = jobs_run(subprocess_like(out))
     assert jobs["evaluate_shard"] == 2  # 32 seeds x 2 sigmas in shards of 32
     assert all("--engine vllm" in c for c in commands_of(out, "evaluate_shard"))
     (freeze,) = commands_of(out, "freeze_problems")
-    assert '"source": "generated"' in freeze  # the same data as the CPU default
+    assert flag_block(freeze, "--task-file", tmp_path / "run")["source"] == "generated"  # the CPU default's data
 
 
 def subprocess_like(out: str):

@@ -16,6 +16,7 @@ from randopt.selection.random_pool import random_pool
 from randopt.selection.ranking import random_k, rank_population
 from tests.conftest import REPO
 from tests.test_stage_clis import dry_run
+from tests.support.blocks import block
 
 
 def ranked(n_seeds=20, sigmas=(0.01, 0.02), seed=0):
@@ -107,8 +108,8 @@ def test_controls_are_answered_voted_and_reported(tmp_path, tiny_model_dir):
     pool = random_pool(population, top, 3)   # controls.random_members: 3 members, k-subsets of 2
     (tmp_path / "topk.json").write_text(json.dumps({"topk": top, "controls": controls, "random_pool": pool}))
     out = tmp_path / "members"
-    evaluate = ["--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options", json.dumps({"device": "cpu"}),
-                "--decode", json.dumps({"max_tokens": 6}), "--test", test, "--train", train,
+    evaluate = ["--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options-file", block(tmp_path, {"device": "cpu"}),
+                "--decode-file", block(tmp_path, {"max_tokens": 6}), "--test", test, "--train", train,
                 "--topk", tmp_path / "topk.json", "--cache-dir", out / "cache", "--out", out / "answers.parquet",
                 "--timings", out / "timings.json", "--base-train-out", out / "base_train.json",
                 "--base-compositions", 3, "--base-compositions-out", out / "compositions.json"]

@@ -19,6 +19,7 @@ from randopt.runtime import cuda_mps, mps_daemon
 from randopt.plan.engine_slots import resolve as resolve_engines
 from tests.support.stub_cuda import build_stub_driver
 from tests.conftest import REPO
+from tests.support.blocks import flag_block
 from tests.support.mps_control_standin import install
 from tests.support.workflow import tiny_config, workflow_command
 
@@ -290,7 +291,7 @@ def test_a_gpu_dry_run_puts_engines_side_by_side_under_the_runs_daemon(mps_runs)
         assert jobs and all(f"--engines-per-gpu {engines}" in j for j in jobs)
         assert all(("--cuda-mps-dir .snakemake/mps" in j) == mps for j in jobs)
         record = next(line for line in text.splitlines() if "randopt.stages.record " in line)
-        assert f'"cuda_mps": {str(mps).lower()}' in record
+        assert flag_block(record, "--engines-file", mps_runs["root"] / "dry" / str(mps))["cuda_mps"] is mps
         assert ("engine.engines_per_gpu 4 with 4 search shard(s) a GPU group" in text) == mps
         assert not daemon_dir_made   # a dry run starts no daemon
     proc = mps_runs["cpu"]

@@ -28,6 +28,7 @@ from randopt.io import InputError, read_jsonl, sha256_file, write_json_atomic, w
 from randopt.scoring import answer_cache
 from randopt.stages import distill_data, distill_train
 from tests.conftest import REPO
+from tests.support.blocks import block
 
 LORA = {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"], "dropout": 0.0}
 TRAIN = {"lr": 0.05, "epochs": 2, "max_length": 64, "seed": 0, "batch_size": 2}
@@ -89,8 +90,8 @@ def test_training_on_an_empty_dataset_is_refused(tmp_path, tiny_model_dir):
     write_jsonl_atomic(tmp_path / "empty.jsonl", [])
     proc = subprocess.run([sys.executable, "-m", "randopt.stages.distill_train", "--base-dir", str(tiny_model_dir),
                            "--base-manifest", str(base_manifest(tmp_path, tiny_model_dir)), "--data",
-                           str(tmp_path / "empty.jsonl"), "--arm", "control", "--lora", json.dumps(LORA), "--train",
-                           json.dumps(TRAIN), "--out-model", str(tmp_path / "m"), "--out-adapter", str(tmp_path / "a"),
+                           str(tmp_path / "empty.jsonl"), "--arm", "control", "--lora-file", block(tmp_path, LORA),
+                           "--train-file", block(tmp_path, TRAIN), "--out-model", str(tmp_path / "m"), "--out-adapter", str(tmp_path / "a"),
                            "--manifest", str(tmp_path / "m.json")], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "dataset is empty" in proc.stderr
     assert not any((tmp_path / p).exists() for p in ("m", "a", "m.json"))
@@ -204,7 +205,8 @@ def kill_and_rerun(root: Path, model_dir: Path, env: dict) -> dict:
     long = TRAIN | {"epochs": 40}  # ~80 steps: long enough to be killed mid-way
     args = [sys.executable, "-m", "randopt.stages.distill_train", "--base-dir", str(model_dir),
             "--base-manifest", str(base_manifest(root, model_dir)), "--data", str(write_dataset(root)),
-            "--arm", "distilled", "--lora", json.dumps(LORA), "--train", json.dumps(long), "--threads", "1"]
+            "--arm", "distilled", "--lora-file", block(root, LORA), "--train-file", block(root, long),
+            "--threads", "1"]
     out = root / "killed"
     outputs = ["--out-model", str(out / "model"), "--out-adapter", str(out / "adapter"), "--manifest", str(out / "manifest.json")]
     stdout = root / "stdout"

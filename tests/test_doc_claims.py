@@ -11,12 +11,12 @@ import pytest
 
 from randopt.records.paired import detectable_gain, mcnemar_exact_p
 from tests.conftest import REPO
+from tests.support.bench_results import result_path, result_paths
 
-RESULTS = REPO / "bench" / "results"
 
 
 def record(name: str) -> dict:
-    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    return json.loads(result_path(name).read_text(encoding="utf-8"))
 
 
 def text(path: str) -> str:

@@ -18,7 +18,9 @@ from randopt.engines.memory import check_fit, largest_fitting, memory_utilizatio
 from randopt.plan.engine_slots import resolve
 from randopt.runtime.resident import identity
 from tests.conftest import REPO
+from tests.support.bench_results import result_path, result_paths
 from tests.support.workflow import read_record, tiny_config
+from tests.support.blocks import block, flag_block
 
 GB = 10**9
 
@@ -50,13 +52,11 @@ def test_engines_that_start_together_answer_nothing_until_all_are_up():
     # the constant is the median of what was measured: three together against one alone in the same lease, both
     # warm, in the peers workflow (16 s for two more), the enginecheck workflow in two leases (1.6 s; 13.2 and
     # 6.8 s) and the engines bench after one compile for both (17.5 s)
-    results = REPO / "bench/results"
-
     def groups(name: str) -> dict:
-        return {g["run"]: g for g in json.loads((results / name).read_text())["groups"]}
+        return {g["run"]: g for g in json.loads(result_path(name).read_text())["groups"]}
 
     def all_up(name: str) -> float:
-        return max(start["start_s"] for start in json.loads((results / name).read_text())["starts"])
+        return max(start["start_s"] for start in json.loads(result_path(name).read_text())["starts"])
 
     peers, check, recheck = groups("peers_h100_qwen15b_together_jobs.json"), \
         groups("engines_per_gpu_h100_qwen15b_workflow_jobs.json"), \
@@ -102,7 +102,7 @@ def test_auto_takes_more_engines_for_a_small_model_only_where_the_work_pays_thei
 
 
 def test_auto_takes_the_cards_own_measurements_where_it_has_them_and_says_which():
-    """The real 1.5B was measured on an H100 too (bench/results/engines_per_gpu_h100_qwen15b_*.json): a run
+    """The real 1.5B was measured on an H100 too (bench/results/engines_per_gpu/engines_per_gpu_h100_qwen15b_*.json): a run
     there takes those gains and that member time; a model or a card without rows of its own takes the H200's,
     and the record names the card the numbers come from. The H100's own 1.5B run (bench/peers/README.md,
     66 members in 9 shards) then estimates 2 and 3 engines within noise of each other, as the H200's did."""
@@ -149,7 +149,7 @@ def test_the_h100_row_is_the_median_of_every_committed_reading_of_its_protocol()
     import json
     from randopt.plan.engine_slots import ON_OTHER_CARDS
     readings: dict[int, list[float]] = {}
-    for path in sorted((REPO / "bench/results").glob("engines_per_gpu_h100_qwen15b_*.json")):
+    for path in result_paths("engines_per_gpu_h100_qwen15b_*.json"):
         result = json.loads(path.read_text())
         protocol = result.get("protocol", {})   # the workflow's own jobs (..._workflow_*.json) have none
         if (protocol.get("prompts"), protocol.get("max_tokens")) != (128, 512):
@@ -210,7 +210,8 @@ def dag_builds(root: Path, model_dir: Path, env: dict) -> dict:
         return subprocess.run(workflow_command(root / name, overlay, "-n", *extra), capture_output=True, text=True,
                               cwd=REPO, env=env)
     gpu = ("-p", "--resources", "gpu=1")
-    runs = {"countdown": dry("countdown", COUNTDOWN_512, *gpu), "gsm8k": dry("gsm8k", GSM8K_16, *gpu)}
+    runs: dict = {"root": root}
+    runs |= {"countdown": dry("countdown", COUNTDOWN_512, *gpu), "gsm8k": dry("gsm8k", GSM8K_16, *gpu)}
     runs |= {n_seeds: dry(str(n_seeds), seeds_overlay(n_seeds), *gpu) for n_seeds, _ in SEEDS_ENGINES}
     runs["zero"] = dry("zero", tiny_config(model_dir, engine={"engines_per_gpu": 0}))
     runs["gpu_two"] = dry("gpu", tiny_config(model_dir, engine={"kind": "torch", "device": "cuda", "engines_per_gpu": 2}))
@@ -228,7 +229,8 @@ def test_auto_sizes_engines_from_the_runs_own_task_not_gsm8ks(dag_built):
     def member_seconds_in_record(name):
         proc = dag_built[name]
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
-        why = next(line for line in (proc.stdout + proc.stderr).splitlines() if "randopt.stages.record " in line)
+        record = next(line for line in (proc.stdout + proc.stderr).splitlines() if "randopt.stages.record " in line)
+        why = str(flag_block(record, "--engines-file", dag_built["root"] / name))
         return float(why.split("members a GPU group, about ")[1].split(" s each")[0])
 
     countdown, gsm8k = member_seconds_in_record("countdown"), member_seconds_in_record("gsm8k")
@@ -463,8 +465,9 @@ def check_members_evaluated_in_parts(workdir, record, tmp_path, tiny_model_dir):
     assert len(benchmarks) == 2 and record["timings_s"]["evaluate_members_part"] == benchmark_seconds(benchmarks)
     # One evaluate_members job on one engine, on a cache of its own, then the vote: the record's accuracies
     out, problems = tmp_path / "one", next((workdir / "data" / "problems").rglob("test.jsonl")).parent
-    run_stage("evaluate_members", "--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options",
-              json.dumps({"device": "cpu", "batch_size": 8}), "--threads", 2, "--decode", json.dumps(record["decode"]),
+    run_stage("evaluate_members", "--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options-file",
+              block(tmp_path, {"device": "cpu", "batch_size": 8}), "--threads", 2,
+              "--decode-file", block(tmp_path, record["decode"]),
               "--test", problems / "test.jsonl", "--train", problems / "train.jsonl",
               "--topk", next((workdir / "results" / "rank").rglob("topk.json")), "--cache-dir", out / "cache",
               "--out", out / "answers.parquet", "--timings", out / "timings.json",

@@ -12,6 +12,7 @@ import pytest
 from randopt.data import synth
 from randopt.io import sha256_bytes, sha256_file
 from randopt.stages import fetch_fineweb, freeze_problems
+from tests.support.blocks import block
 from tests.support.workflow import gsm8k_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,8 +25,8 @@ def run_module(module: str, *args: str, env: dict | None = None) -> subprocess.C
                           capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("module, source", [("randopt.stages.freeze_problems", "--task-json"),
-                                            ("randopt.stages.fetch_fineweb", "--source-json")])
+@pytest.mark.parametrize("module, source", [("randopt.stages.freeze_problems", "--task-file"),
+                                            ("randopt.stages.fetch_fineweb", "--source-file")])
 def test_help(module, source):
     res = run_module(module, "--help")
     assert res.returncode == 0, res.stderr
@@ -42,8 +43,9 @@ def gsm_dir(tmp_path: Path) -> Path:
 
 
 def freeze_args(src: dict, out: Path, n_train=5, n_test=3, *extra: str) -> list[str]:
-    """freeze_problems' arguments for GSM8K from the source src (as rules/data.smk gives them)."""
-    return ["--task-json", json.dumps(gsm8k_task(src)), "--n-train", str(n_train), "--n-test", str(n_test),
+    """freeze_problems' arguments for GSM8K from the source src (as rules/data.smk gives them: the task in a file
+    beside out)."""
+    return ["--task-file", block(out.parent, gsm8k_task(src)), "--n-train", str(n_train), "--n-test", str(n_test),
             "--selection-seed", "0", "--out-train", str(out / "train.jsonl"), "--out-test", str(out / "test.jsonl"),
             "--manifest", str(out / "manifest.json"), *extra]
 
@@ -61,13 +63,14 @@ def test_freeze_cli(tmp_path, capsys):
                                          "--pinned-test-sha256", m["test"]["sha256"])) == 0
 
 
-@pytest.mark.parametrize("case", ["too_many", "empty", "bad_json", "missing_dir", "pin_mismatch", "bad_line"])
+@pytest.mark.parametrize("case", ["too_many", "empty", "bad_json", "no_file", "missing_dir", "pin_mismatch",
+                                  "bad_line"])
 def test_freeze_cli_failure_leaves_nothing(tmp_path, capsys, case):
     d = gsm_dir(tmp_path)
     src = {"kind": "jsonl", "path": str(d)}
     n_train, n_test, extra = 5, 3, []
     expect = {"too_many": "larger than the test pool", "empty": "n_test must be an integer >= 1",
-              "bad_json": "--task-json: malformed JSON", "missing_dir": "not a directory", "pin_mismatch": "config pins",
+              "bad_json": "malformed JSON", "no_file": "no such block file", "missing_dir": "not a directory", "pin_mismatch": "config pins",
               "bad_line": "test.jsonl:2: malformed"}[case]
     if case == "too_many":
         n_test = 11
@@ -84,7 +87,9 @@ def test_freeze_cli_failure_leaves_nothing(tmp_path, capsys, case):
             fh.seek(0), fh.truncate(), fh.writelines(lines)
     args = freeze_args(src, tmp_path / "o", n_train, n_test, *extra)
     if case == "bad_json":
-        args[1] = "{kind: jsonl"
+        Path(args[1]).write_text("{kind: jsonl")
+    elif case == "no_file":
+        args[1] = str(tmp_path / "absent.json")
     assert freeze_problems.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and expect in err
@@ -94,18 +99,18 @@ def test_freeze_cli_failure_leaves_nothing(tmp_path, capsys, case):
 def test_fetch_cli(tmp_path, capsys):
     src = {"kind": "synthetic", "n_docs": 6, "seed": 1}
     out, man = tmp_path / "o/h.jsonl", tmp_path / "o/m.json"
-    assert fetch_fineweb.main(["--source-json", json.dumps(src), "--out", str(out), "--manifest", str(man)]) == 0
+    assert fetch_fineweb.main(["--source-file", block(tmp_path, src), "--out", str(out), "--manifest", str(man)]) == 0
     m = json.loads(man.read_text())
     assert m["documents"] == 6 and m["synthetic"] is True and m["sha256"] == sha256_file(out)
     # a mismatching pin: exit 2, old outputs untouched
     before = out.read_bytes(), man.read_bytes()
-    rc = fetch_fineweb.main(["--source-json", json.dumps({**src, "n_docs": 7}), "--pinned-sha256", m["sha256"],
+    rc = fetch_fineweb.main(["--source-file", block(tmp_path, {**src, "n_docs": 7}), "--pinned-sha256", m["sha256"],
                              "--out", str(out), "--manifest", str(man)])
     assert rc == 2 and "error: " in capsys.readouterr().err
     assert (out.read_bytes(), man.read_bytes()) == before
     # a failure with no earlier outputs leaves none
     fresh = tmp_path / "fresh"
-    rc = fetch_fineweb.main(["--source-json", '{"kind": "jsonl", "path": "nope.jsonl", "n_docs": 1}',
+    rc = fetch_fineweb.main(["--source-file", block(tmp_path, {"kind": "jsonl", "path": "nope.jsonl", "n_docs": 1}),
                              "--out", str(fresh / "h.jsonl"), "--manifest", str(fresh / "m.json")])
     assert rc == 2 and "nope.jsonl: file not found" in capsys.readouterr().err
     assert not fresh.exists() or not any(fresh.iterdir())
@@ -148,13 +153,14 @@ def test_clis_offline_against_hub_cache_subprocess(tmp_path):
 
     fw = {"kind": "hub", "repo": "HuggingFaceFW/fineweb-edu", "revision": REV,
           "file": "sample/10BT/000_00000.parquet", "start": 10, "n_docs": 5}
-    res = run_module("randopt.stages.fetch_fineweb", "--source-json", json.dumps(fw),
+    res = run_module("randopt.stages.fetch_fineweb", "--source-file", block(tmp_path, fw),
                      "--out", str(tmp_path / "fw/h.jsonl"), "--manifest", str(tmp_path / "fw/m.json"), env=env)
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in (tmp_path / "fw/h.jsonl").read_text().splitlines()]
     assert rows == [{"id": f"doc-{i}", "text": f"text number {i}"} for i in range(10, 15)]
     # a file missing from the cache: exit 2, a clear message, no output
-    res = run_module("randopt.stages.fetch_fineweb", "--source-json", json.dumps({**fw, "file": "sample/10BT/009_00000.parquet"}),
+    res = run_module("randopt.stages.fetch_fineweb", "--source-file",
+                     block(tmp_path, {**fw, "file": "sample/10BT/009_00000.parquet"}),
                      "--out", str(tmp_path / "fw2/h.jsonl"), "--manifest", str(tmp_path / "fw2/m.json"), env=env)
     assert res.returncode == 2 and res.stderr.startswith("error: ") and "009_00000.parquet" in res.stderr
     assert not (tmp_path / "fw2").exists() or not any((tmp_path / "fw2").iterdir())

@@ -19,6 +19,7 @@ import yaml
 from randopt.runtime import gpu_slots
 from randopt.runtime.gpu_slots import GpuSlotError, claim, groups
 from tests.conftest import REPO
+from tests.support.blocks import block, flag_block
 from tests.support.workflow import SNAKEMAKE, tiny_config
 
 
@@ -166,7 +167,7 @@ print(json.dumps(seen))
 def test_stage_cli_claims_before_the_engine(engine, options, env, expected, tmp_path):
     """The stage CLIs' --gpu-slots: the engine is created seeing only the claimed GPUs."""
     locks = tmp_path / "locks"
-    args = ["--model-dir", "m", "--engine", engine, "--engine-options", json.dumps(options), "--decode", "{}",
+    args = ["--model-dir", "m", "--engine", engine, "--engine-options-file", block(tmp_path, options), "--decode-file", block(tmp_path, {}),
             "--train", "t", "--sigma", "0.1", "--first-seed", "0", "--last-seed", "0", "--cache-dir", "c", "--out", "o",
             "--timings", "t", "--gpu-slots", "4", "--gpu-lock-dir", str(locks)]
     proc = subprocess.run([sys.executable, "-c", STAGE, *args], capture_output=True, text=True,
@@ -241,9 +242,15 @@ def test_dry_run_local_gpu_slots(tiny_model_dir, tmp_path):
     # keep_loaded_s 0: each job loads its own engine; only the flag goes (no key, no param changes). In the same
     # dry run (one DAG build fewer), engine.worker_process reaches every engine's options and changes nothing else.
     own = dry_run(tmp_path, dict(vllm, engine=dict(vllm["engine"], keep_loaded_s=0, worker_process=True)))
-    assert all("--keep-loaded-s" not in c and '"worker_process": true' in c for r in GPU_RULES for _, c in own.get(r, []))
-    assert [c.replace(', "worker_process": true', "") for c in strip(own)] == strip(plain)
-    assert all("worker_process" not in c for r in GPU_RULES for _, c in plain.get(r, []))  # the default's params stay
+    options = lambda command: flag_block(command, "--engine-options-file", tmp_path / "w")  # noqa: E731
+    assert all("--keep-loaded-s" not in c and options(c)["worker_process"] is True
+               for r in GPU_RULES for _, c in own.get(r, []))
+    unnamed = lambda commands: [re.sub(r"--engine-options-file \S+", "--engine-options-file F", c)  # noqa: E731
+                                for c in commands]
+    assert unnamed(strip(own)) == unnamed(strip(plain))   # the options' file the one difference
+    assert sorted(str({k: v for k, v in options(c).items() if k != "worker_process"}) for c in strip(own)) == \
+        sorted(str(options(c)) for c in strip(plain))
+    assert all("worker_process" not in options(c) for r in GPU_RULES for _, c in plain.get(r, []))  # the default's
 
     tp2 = dict(vllm, engine=dict(vllm["engine"], tensor_parallel_size=2))
     for rule, runs in dry_run(tmp_path, tp2, "--resources", "gpu=4").items():
@@ -269,16 +276,17 @@ def test_dry_run_cpu_default_is_unchanged_by_gpu_resources(tiny_model_dir, tmp_p
 @pytest.mark.slow
 def test_dry_run_racing_rounds_use_every_gpu(tiny_model_dir, tmp_path):
     """A racing round splits its members over at least one job per GPU, however large the shard size
-    (bench/results/racing_h200x2.json had every round on one GPU of two: 0.50x full evaluation's seeds/s)."""
+    (bench/results/racing/racing_h200x2.json had every round on one GPU of two: 0.50x full evaluation's seeds/s)."""
     racing = tiny_config(tiny_model_dir, engine={"kind": "vllm", "device": "cuda", "tensor_parallel_size": 1},
                          gsm8k={"n_train": 24}, population={"shard_size": 64},
                          selection={"mode": "racing", "first_slice": 6, "growth": 2.0})   # rounds of 6, 12, 24
     pair = dry_run(tmp_path, racing, "--resources", "gpu=2")
     assert len(pair["race_slice"]) == 3 * 2 and len(pair["race_round"]) == 3
     # the racing plan every job reads (randopt/selection/plan.py) says how many run side by side
-    assert all('"parallel": 2' in c and " --gpu-slots 2 " in c for _, c in pair["race_slice"])
+    plan = lambda command: flag_block(command, "--plan-file", tmp_path / "w")  # noqa: E731
+    assert all(plan(c)["parallel"] == 2 and " --gpu-slots 2 " in c for _, c in pair["race_slice"])
     one = dry_run(tmp_path, racing)            # one GPU job at a time: one chunk a round
-    assert len(one["race_slice"]) == 3 and all('"parallel": 1' in c for _, c in one["race_slice"])
+    assert len(one["race_slice"]) == 3 and all(plan(c)["parallel"] == 1 for _, c in one["race_slice"])
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from randopt.runtime.resident import processes
 from tests.conftest import REPO
+from tests.support.blocks import block
 
 PROBLEMS = [("2 + 3?", "5"), ("Tom has 4 apples and eats one. How many are left?", "3"), ("7 - 2?", "5"),
             ("Half of 10?", "5")]
@@ -34,8 +35,8 @@ def shard(tmp_path, model_dir, name: str, *flags: str, options=None, env=None) -
     out = tmp_path / name
     return subprocess.run(
         [sys.executable, "-m", "randopt.stages.evaluate_shard", "--model-dir", str(model_dir), "--engine", "torch",
-         "--engine-options", json.dumps(options or {"device": "cpu", "batch_size": 4}), "--threads", "2",
-         "--decode", json.dumps({"max_tokens": 6}), "--train", str(train_file(tmp_path)), "--sigma", "0.05",
+         "--engine-options-file", block(tmp_path, options or {"device": "cpu", "batch_size": 4}), "--threads", "2",
+         "--decode-file", block(tmp_path, {"max_tokens": 6}), "--train", str(train_file(tmp_path)), "--sigma", "0.05",
          "--first-seed", "0", "--last-seed", "5", "--cache-dir", str(out / "cache"), "--out", str(out / "s.parquet"),
          "--timings", str(out / "t.json"), *flags],
         cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
@@ -53,8 +54,9 @@ def race(root: Path, model_dir: Path, name: str, *flags: str, env=None) -> subpr
     out = root / name
     return subprocess.run(
         [sys.executable, "-m", "randopt.stages.race_slice", "--model-dir", str(model_dir), "--engine", "torch",
-         "--engine-options", json.dumps({"device": "cpu", "batch_size": plan.answer_block}), "--threads", "2",
-         "--decode", json.dumps({"max_tokens": 4}), "--train", str(train), "--plan", plan.to_json(),
+         "--engine-options-file", block(root, {"device": "cpu", "batch_size": plan.answer_block}),
+         "--threads", "2", "--decode-file", block(root, {"max_tokens": 4}), "--train", str(train),
+         "--plan-file", block(root, json.loads(plan.to_json())),
          "--round", "0", "--chunk", "0", "--cache-dir", str(out / "cache"), "--out", str(out / "t.parquet"),
          "--timings", str(out / "t.json"), *flags], cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
 

@@ -18,6 +18,7 @@ from randopt.scoring.member_work import Item, deal, fewest_items, work_items
 from tests.test_controls import run_stage
 from tests.test_plan import benchmark_patterns, plan
 from tests.test_stage_clis import dry_run
+from tests.support.blocks import block
 
 MEMBERS = [(BASE, 0.0), (3, 0.01), (1, 0.02), (0, 0.01), (2, 0.02)]
 
@@ -113,8 +114,8 @@ def work(tmp_path, tiny_model_dir):
     topk = {"topk": [{"fraction": 0.75, "k": 2, "members": members[:2]}],
             "controls": [{"fraction": 0.75, "k": 2, "members": [members[2], members[0]]}]}
     (tmp_path / "topk.json").write_text(json.dumps(topk))
-    shared = ["--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options", json.dumps({"device": "cpu"}),
-              "--decode", json.dumps({"max_tokens": 6}), "--test", tmp_path / "test.jsonl",
+    shared = ["--model-dir", tiny_model_dir, "--engine", "torch", "--engine-options-file", block(tmp_path, {"device": "cpu"}),
+              "--decode-file", block(tmp_path, {"max_tokens": 6}), "--test", tmp_path / "test.jsonl",
               "--train", tmp_path / "train.jsonl", "--topk", tmp_path / "topk.json", "--base-compositions", 2]
     return tmp_path, shared
 

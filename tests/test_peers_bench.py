@@ -154,7 +154,7 @@ def test_members_per_s_once_an_engine_is_up_compares_like_with_like(tmp_path):
     """randopt's members_per_s counts its engine starts, FlashOpt's sampling does not: on the H100 lease of
     2026-12-07 randopt's 3 engines read 0.51 members/s against FlashOpt's 0.63, though once up they answered
     faster. members_per_s_once_up takes both from an engine's readiness."""
-    committed = json.loads((REPO / "bench/results/peers_h100_qwen15b_together.json").read_text())
+    committed = json.loads((REPO / "bench/results/peers/peers_h100_qwen15b_together.json").read_text())
     arms = [{"arm": tag, **{k: v for k, v in a.items() if k not in ("search_after_first_engine_s",
                                                                       "members_per_s_once_up")}}
             for tag, a in committed["arms"].items()]

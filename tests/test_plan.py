@@ -38,10 +38,10 @@ def test_the_default_on_a_cpu_host():
     assert p.engines.threads(p.config, 2) == 2 and p.engines.resources(p.config, "evaluate_shard")["gpu"] == 0
     assert len(p.shards()) == p.population.size // p.config["population"]["shard_size"]
     assert p.search_tables() == p.shards() and p.race_rounds() == [] and not p.racing and not p.notes
-    args = shlex.split(p.engine_args())
-    assert args[:4] == ["--model-dir", f"{p.paths['model']}/model", "--engine", "torch"]
-    assert json.loads(args[5]) == {"device": "cpu", "batch_size": 64, "trust_remote_code": False,
-                                   "compute_dtype": p.compute_dtype}
+    args = shlex.split(p.engine_args("blocks/x.json"))
+    assert args == ["--model-dir", f"{p.paths['model']}/model", "--engine", "torch", "--engine-options-file", "blocks/x.json"]
+    assert p.engine_options() == {"device": "cpu", "batch_size": 64, "trust_remote_code": False,
+                                  "compute_dtype": p.compute_dtype}
 
 
 QWEN15B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
@@ -86,14 +86,14 @@ def test_the_plan_names_the_card_whose_measurements_auto_took(tmp_path):
 def test_auto_weighs_vllm_engines_that_start_together_without_their_turns(tmp_path):
     """vLLM engines on one GPU whose share holds a fixed KV cache start together (VllmEngine.start_alongside), all
     up ~7 s later for each further engine (START_S_TOGETHER, the median of five pairs; e.g.
-    bench/results/peers_h100_qwen15b_together_jobs.json: one alone at 31.7 s, three together at 47.7 s), and auto
+    bench/results/peers/peers_h100_qwen15b_together_jobs.json: one alone at 31.7 s, three together at 47.7 s), and auto
     weighs them so. On bench/real_model/enginecheck.yaml's run on an H100 (48 members in 3 shards of 16, 128
     problems x 512 tokens) it takes 3 engines, where engines in turn (a share too small for a fixed cache) take 2.
     Measured there, warm, in the workflow: 3 engines searched in 83.9 s, one in 108.5 s
-    (bench/results/engines_per_gpu_h100_qwen15b_workflow_jobs.json); in a later lease 106.3 and 101.9 s against
+    (bench/results/engines_per_gpu/engines_per_gpu_h100_qwen15b_workflow_jobs.json); in a later lease 106.3 and 101.9 s against
     134.9 and 137.3 s (..._workflow_rerun_jobs.json). On FlashOpt's protocol (66 members in shards of 8) together
     it takes 3 (84 s against 2's 89 s), in turn 2; measured there once up, 3 engines were no slower than 2 (0.82
-    and 0.79 members/s, bench/results/peers_h100_qwen15b_together.json)."""
+    and 0.79 members/s, bench/results/peers/peers_h100_qwen15b_together.json)."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(QWEN15B))
     check = {"engine": {**VLLM["engine"], "batch_size": 256, "engines_per_gpu": "auto"},

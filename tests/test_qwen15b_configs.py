@@ -6,7 +6,6 @@ does not depend on which model answers."""
 from __future__ import annotations
 
 import json
-import shlex
 
 import pytest
 
@@ -14,6 +13,7 @@ from randopt.config import decode_for, load_schema, problems_block, task_spec
 from randopt.io import sha256_bytes
 from randopt.population import population_size, topk_size
 from tests.conftest import REPO, SHARED_GSM8K, skip_unless_ci
+from tests.support.blocks import flag_block
 from tests.support.workflow import RUN_END, gsm8k_task, jobs_run
 from tests.test_config import commands_of, subprocess_like
 from tests.test_standard_config import merged, resources_of
@@ -109,8 +109,7 @@ def test_overlay_builds_its_dag_offline(kind, tmp_path):
     # the engine stages get the resolved reasoning prompt (its texts, not the style's name)
     for command in commands_of(out, "evaluate_shard") + commands_of(out, "evaluate_members"):
         assert "--engine vllm" in command
-        args = shlex.split(command)
-        decode = json.loads(args[args.index("--decode") + 1])
+        decode = flag_block(command, "--decode-file", tmp_path / "run")
         assert decode["max_tokens"] == 512 and decode["stop"] == []
         assert decode["system"] == REASONING[kind]["system"] and "prompt_style" not in decode
 

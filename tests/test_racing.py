@@ -233,7 +233,7 @@ def test_chunks_split_the_racing_members_evenly_over_as_few_jobs_as_the_chunk_si
 
 def test_a_round_splits_its_members_over_every_job_that_can_run_side_by_side():
     """With two GPUs a round's members go to at least two jobs, however large the chunk size, so
-    neither GPU idles while the other races (bench/results/racing_h200x2.json measured one job on one GPU)."""
+    neither GPU idles while the other races (bench/results/racing/racing_h200x2.json measured one job on one GPU)."""
     from randopt.selection.chunks import chunk_members
     racing = Population(5, (0.01, 0.02), 4).members()
     assert [len(chunk_members(racing, c, 100, parallel=2)) for c in range(2)] == [5, 5]

@@ -15,6 +15,7 @@ from randopt.selection.random_pool import pool_sizes, random_pool, sigma_counts
 from randopt.selection.ranking import top_k
 from tests.conftest import REPO
 from tests.test_controls import ranked
+from tests.support.blocks import block
 
 
 def test_pool_sizes_scale_the_largest_lists_sigma_counts():
@@ -136,7 +137,7 @@ def test_rank_writes_the_pool_only_when_asked(tmp_path):
                          for s in range(10) for g in (0.01, 0.02) for _ in range(4)])
     rows.to_parquet(tmp_path / "shard.parquet")
     args = ["--shards", str(tmp_path / "shard.parquet"), "--n-seeds", "10", "--sigmas", "0.01", "0.02",
-            "--fractions", "0.1", "0.25", "--n-train", "4", "--selection", '{"mode": "full"}',
+            "--fractions", "0.1", "0.25", "--n-train", "4", "--selection-file", block(tmp_path, {"mode": "full"}),
             "--ranking", str(tmp_path / "ranking.parquet"), "--topk", str(tmp_path / "topk.json")]
     assert main(args) == 0
     assert "random_pool" not in json.loads((tmp_path / "topk.json").read_text())

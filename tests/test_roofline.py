@@ -90,7 +90,7 @@ def test_the_real_models_config_gives_the_records_weight_bytes():
     the embedding are all but the biases and norms (0.01 %)."""
     config = json.loads((REPO / "bench/roofline/qwen2.5-coder-1.5b.config.json").read_text())
     shape = RF.Shape.from_config(config)
-    record = json.loads((REPO / "bench/results/engines_per_gpu_h100_qwen15b_mps.json").read_text())
+    record = json.loads((REPO / "bench/results/engines_per_gpu/engines_per_gpu_h100_qwen15b_mps.json").read_text())
     assert (shape.matmul_params + shape.vocab * shape.hidden) * 2 == pytest.approx(record["weight_bytes"], rel=2e-4)
 
 

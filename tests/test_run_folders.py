@@ -124,7 +124,9 @@ def test_status_reads_the_last_run_by_default_and_another_by_its_folder(tmp_path
     publish(tmp_path / bigger.run_dir / "record.json", tmp_path / "results" / "record.json")
     assert status(["--directory", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("search: 0/96 seeds") and f"record: {tmp_path / bigger.run_dir / 'record.json'}" in out
+    assert out.startswith(f"run: {bigger.run_dir} (finished)\nsearch: 0/96 seeds")
+    assert f"record: {tmp_path / bigger.run_dir / 'record.json'}" in out
     assert status(["--directory", str(tmp_path), "--run", str(tmp_path / default.run_dir)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("search: 0/64 seeds") and f"record: {tmp_path / default.run_dir / 'record.json'}" in out
+    assert out.startswith(f"run: {default.run_dir} (finished)\nsearch: 0/64 seeds")
+    assert f"record: {tmp_path / default.run_dir / 'record.json'}" in out

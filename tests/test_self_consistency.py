@@ -13,6 +13,7 @@ from randopt.records.per_problem import per_problem_block
 from randopt.records.self_consistency import sc_results
 from randopt.records.statistics import record_statistics
 from tests.conftest import REPO
+from tests.support.blocks import block, flag_block
 from tests.test_controls import ranked, run_stage
 
 REFERENCES = {"p1": "1", "p2": "2", "p3": "3"}
@@ -80,8 +81,9 @@ def test_the_base_samples_the_test_split_seeded_and_the_vote_votes_them(tmp_path
 
     def sample(name, seed):
         run_stage("self_consistency", "--model-dir", tiny_model_dir, "--engine", "torch",
-                  "--engine-options", json.dumps({"device": "cpu"}), "--decode", json.dumps({"max_tokens": 6}),
-                  "--test", test, "--sampling", json.dumps({"samples": 3, "temperature": 1.0, "seed": seed}),
+                  "--engine-options-file", block(tmp_path, {"device": "cpu"}),
+                  "--decode-file", block(tmp_path, {"max_tokens": 6}), "--test", test,
+                  "--sampling-file", block(tmp_path, {"samples": 3, "temperature": 1.0, "seed": seed}),
                   "--out", tmp_path / f"{name}.parquet", "--summary", tmp_path / f"{name}.json")
         return pd.read_parquet(tmp_path / f"{name}.parquet")
 
@@ -118,8 +120,45 @@ def test_the_workflow_samples_and_votes_only_when_on(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     sampled = [line for line in lines if "randopt.stages.self_consistency " in line]
-    assert len(sampled) == 1 and '--sampling \'{"samples": 4, "seed": 2, "temperature": 0.5}\'' in sampled[0]
+    assert len(sampled) == 1
+    assert flag_block(sampled[0], "--sampling-file", tmp_path / "on") == {"samples": 4, "seed": 2, "temperature": 0.5}
     assert any("randopt.stages.vote " in line and "--self-consistency " in line for line in lines)
     off = dry_run(tmp_path / "off", {})
     assert off.returncode == 0, off.stderr[-3000:]
     assert not any("randopt.stages.self_consistency " in line or "--self-consistency " in line for line in off.stdout.splitlines())
+
+
+def test_sampled_in_pieces_it_draws_what_one_call_draws_and_a_rerun_resumes(tmp_path, tiny_model_dir):
+    """K samples of the whole split outlast a lease's call: the stage samples piece by piece into its cache, and
+    a piece draws what the whole split draws in one call (the torch engine seeds each batch of rows by its index
+    in the whole split), so a killed job resumes without changing an answer."""
+    from randopt.distill.sample import torch_samples
+    from randopt.engines.factory import make_engine
+    from randopt.scoring.scorer import DecodeSpec
+    from randopt.distill.sampled_split import piece_size, sample_rows
+    from randopt.tasks import registry
+
+    engine = make_engine("torch", str(tiny_model_dir), device="cpu", batch_size=4)
+    problems = [{"id": f"test-{i}", "question": f"What is {i} + 1?", "answer": f"#### {i + 1}"} for i in range(8)]
+    spec, sampling = DecodeSpec.from_config({"max_tokens": 5}), {"samples": 3, "temperature": 1.0, "seed": 5}
+    task = registry.make({"kind": "gsm8k"})
+    # 3 samples a problem in rows of 4: a piece starts on a batch every 4 problems
+    assert piece_size(engine, 3, rows=12) == 4 and piece_size(engine, 3, rows=1) == 4
+    whole = sample_rows(engine, problems, spec, sampling, task)
+    cache = tmp_path / "pieces"
+    pieced = sample_rows(engine, problems, spec, sampling, task, cache_dir=str(cache), piece_rows=12)
+    pd.testing.assert_frame_equal(pieced, whole)
+    assert len(whole) == 24 and whole["completion"].nunique() > 1
+    files = sorted(cache.iterdir())
+    assert [f.name[:6] for f in files] == ["000000", "000004"]
+    # a job killed after its first piece: the rerun reads that piece and samples only the second
+    kept = files[0].stat().st_mtime_ns
+    files[1].unlink()
+    again = sample_rows(engine, problems, spec, sampling, task, cache_dir=str(cache), piece_rows=12)
+    pd.testing.assert_frame_equal(again, whole)
+    assert files[0].stat().st_mtime_ns == kept and files[1].exists()
+    # another sampling seed keys other pieces: never the first seed's
+    other = sample_rows(engine, problems, spec, sampling | {"seed": 6}, task, cache_dir=str(cache), piece_rows=12)
+    assert len(list(cache.iterdir())) == 4 and other["completion"].tolist() != whole["completion"].tolist()
+    with pytest.raises(ValueError, match="does not start on a batch of 4 rows"):
+        torch_samples(engine, ["a"], n=3, temperature=1.0, seed=0, max_tokens=2, stop=[], first_prompt=1)

@@ -113,7 +113,7 @@ def test_a_knob_reaches_the_engine_by_its_schema_name():
 
 
 def test_the_default_passes_its_engine_only_what_it_always_did():
-    """Knobs passed only away from their defaults leave the default's --engine-options (rules' params) as they
+    """Knobs passed only away from their defaults leave the default's --engine-options-file (rules' params) as they
     were; the compute dtype is the one resolved where the run is planned."""
     specs = Specs.from_config(validate({}), compute_dtype_resolved="float32")
     assert specs.engine_options() == {"device": "auto", "batch_size": 32, "trust_remote_code": False,

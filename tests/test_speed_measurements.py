@@ -3,9 +3,7 @@ it came from; the planner's modules read them from there (none of its numbers is
 from __future__ import annotations
 
 from randopt.plan import auto_selection, call_cost, engine_slots, measurements
-from tests.conftest import REPO
-
-RESULTS = REPO / "bench" / "results"
+from tests.support.bench_results import result_paths
 
 
 def sources(node):
@@ -23,7 +21,7 @@ def sources(node):
 def test_every_measurement_names_committed_files_it_came_from():
     data = measurements.load()
     named = list(sources(data))
-    assert named and all((RESULTS / name).is_file() for name in named), [n for n in named if not (RESULTS / n).is_file()]
+    assert named and all(result_paths(name) for name in named), [n for n in named if not result_paths(n)]
     for row in data["engines"] + data["call_costs"]:
         assert row["source"], row["name"]
 

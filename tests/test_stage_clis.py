@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.support.blocks import block, flag_block
 from tests.support.workflow import SESSION_MEMO
 
 # Every stage module (randopt/stages/_args.py is their shared arguments, no stage).
@@ -100,17 +101,17 @@ def train_file(tmp_path):
 
 
 @pytest.mark.parametrize("decode, options, says", [
-    ({"max_tokens": 0}, {}, "--decode key 'max_tokens': must be >= 1 (got 0); the default is 32"),
-    ({"max_tokens": 8, "stopp": []}, {}, "--decode: unknown key(s) ['stopp']"),
-    ({"max_tokens": 8}, {"batchsize": 4}, "--engine-options: unknown key(s) ['batchsize']"),
-    ({"max_tokens": 8}, {"batch_size": "4"}, '--engine-options key \'batch_size\': must be an integer (got "4", a string)'),
+    ({"max_tokens": 0}, {}, "--decode-file key 'max_tokens': must be >= 1 (got 0); the default is 32"),
+    ({"max_tokens": 8, "stopp": []}, {}, "--decode-file: unknown key(s) ['stopp']"),
+    ({"max_tokens": 8}, {"batchsize": 4}, "--engine-options-file: unknown key(s) ['batchsize']"),
+    ({"max_tokens": 8}, {"batch_size": "4"}, '--engine-options-file key \'batch_size\': must be an integer (got "4", a string)'),
 ])
 def test_engine_stage_cli_checks_decode_and_engine_options(tmp_path, capsys, decode, options, says):
     """Checked before any engine loads (the model dir here does not even exist): exit 2, one line."""
     from randopt.stages import evaluate_shard
     out = tmp_path / "o" / "shard.parquet"
     rc = evaluate_shard.main(["--model-dir", str(tmp_path / "no-model"), "--engine", "torch",
-                              "--engine-options", json.dumps(options), "--decode", json.dumps(decode),
+                              "--engine-options-file", block(tmp_path, options), "--decode-file", block(tmp_path, decode),
                               "--train", str(train_file(tmp_path)), "--sigma", "0.01", "--first-seed", "0",
                               "--last-seed", "0", "--cache-dir", str(out.parent / "cache"), "--out", str(out), "--timings", str(tmp_path / "o" / "t.json")])
     err = capsys.readouterr().err
@@ -118,10 +119,10 @@ def test_engine_stage_cli_checks_decode_and_engine_options(tmp_path, capsys, dec
     assert not out.parent.exists()
 
 
-def test_data_cli_checks_source_json_with_the_schema(tmp_path, capsys):
+def test_data_cli_checks_its_source_with_the_schema(tmp_path, capsys):
     from randopt.stages import fetch_fineweb
     out = tmp_path / "o" / "heldout.jsonl"
-    rc = fetch_fineweb.main(["--source-json", json.dumps({"kind": "synthetic", "n_docs": 4, "sede": 1}),
+    rc = fetch_fineweb.main(["--source-file", block(tmp_path, {"kind": "synthetic", "n_docs": 4, "sede": 1}),
                              "--out", str(out), "--manifest", str(tmp_path / "o" / "m.json")])
     err = capsys.readouterr().err
     assert rc == 2 and "error: held-out source of kind 'synthetic': unknown key(s) ['sede']" in err, err
@@ -305,21 +306,23 @@ _DEFAULT_DRY_RUNS = SESSION_MEMO.setdefault("default_engine_stage_dry_runs", {})
 
 
 def check_reaches_engine_stages(tmp_path, model_dir, overlay: dict, option: str, value: str) -> None:
-    """`overlay` puts "option": "value" into every engine stage's --engine-options (4 of them on the tiny
+    """`overlay` puts "option": "value" into every engine stage's --engine-options-file (4 of them on the tiny
     model), and the default config puts no "option" there."""
     tiny = {"model": {"source": "local", "path": str(model_dir)}, "population": {"shard_size": 32}}
     proc = dry_run(tmp_path / "chosen", {**tiny, **overlay})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(engine_commands(proc)) == 4 and all(f'"{option}": "{value}"' in c for c in engine_commands(proc))
+    options = [flag_block(c, "--engine-options-file", tmp_path / "chosen") for c in engine_commands(proc)]
+    assert len(options) == 4 and all(o.get(option) == value for o in options)
     if str(model_dir) not in _DEFAULT_DRY_RUNS:
-        _DEFAULT_DRY_RUNS[str(model_dir)] = dry_run(tmp_path / "default", tiny)
-    proc = _DEFAULT_DRY_RUNS[str(model_dir)]
+        workdir = tmp_path / "default"
+        _DEFAULT_DRY_RUNS[str(model_dir)] = (workdir, dry_run(workdir, tiny))
+    workdir, proc = _DEFAULT_DRY_RUNS[str(model_dir)]
     assert proc.returncode == 0 and len(engine_commands(proc)) == 4
-    assert not any(f'"{option}"' in c for c in engine_commands(proc))
+    assert not any(option in flag_block(c, "--engine-options-file", workdir) for c in engine_commands(proc))
 
 
 def test_delta_switch_reaches_the_engine_stages_and_its_drift_is_recorded(tmp_path, tiny_model_dir):
-    """perturbation.switch: delta goes into the engine stages' --engine-options (and nowhere under the
+    """perturbation.switch: delta goes into the engine stages' --engine-options-file (and nowhere under the
     default), the stage walks its seeds in place and its timings carry the drift it measured; the
     record's summary takes the worst stage."""
     from randopt.records.assemble import switch_summary
@@ -328,8 +331,8 @@ def test_delta_switch_reaches_the_engine_stages_and_its_drift_is_recorded(tmp_pa
 
     out = tmp_path / "o"
     rc = evaluate_shard.main(["--model-dir", str(tiny_model_dir), "--engine", "torch",
-                              "--engine-options", json.dumps({"device": "cpu", "switch": "delta"}),
-                              "--decode", json.dumps({"max_tokens": 2}), "--train", str(train_file(tmp_path)),
+                              "--engine-options-file", block(tmp_path, {"device": "cpu", "switch": "delta"}),
+                              "--decode-file", block(tmp_path, {"max_tokens": 2}), "--train", str(train_file(tmp_path)),
                               "--sigma", "0.05", "--first-seed", "0", "--last-seed", "2",
                               "--cache-dir", str(out / "cache"), "--out", str(out / "s.parquet"),
                               "--timings", str(out / "t.json")])

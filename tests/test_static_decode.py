@@ -165,7 +165,7 @@ def test_torch_decode_keys_the_answers_only_when_static():
 
 
 def test_static_decode_reaches_every_torch_engine_stage(tmp_path, tiny_model_dir):
-    """engine.torch_decode static goes into the engine stages' --engine-options (score_bpb's too, so one resident
+    """engine.torch_decode static goes into the engine stages' --engine-options-file (score_bpb's too, so one resident
     engine serves the run), and nowhere under the default."""
     from tests.test_stage_clis import check_reaches_engine_stages
     check_reaches_engine_stages(tmp_path, tiny_model_dir, {"engine": {"torch_decode": "static"}}, "torch_decode", "static")

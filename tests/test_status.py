@@ -1,4 +1,5 @@
 """`python -m randopt.stages.status` on a half-finished run of the real workflow, and on constructed logs."""
+import re
 import subprocess
 import sys
 
@@ -45,7 +46,9 @@ def half_finished_runs(workdir, model_dir) -> dict:
 def test_status_of_a_half_finished_run(status_runs_started):
     runs = status_runs_started.result()
     tmp_path, shards, logs, text = runs["workdir"], runs["shards"], runs["logs"], runs["half"]
-    assert text.splitlines()[0].startswith("search: 4/8 seeds (50 %), 0 shards running, no run under way "
+    # the tiny config's run: its folder (its record not written yet)
+    assert re.fullmatch(r"run: results/runs/\S+ \(not finished, no run under way\)", text.splitlines()[0]), text
+    assert text.splitlines()[1].startswith("search: 4/8 seeds (50 %), 0 shards running, no run under way "
                                            "(restart it to go on); ETA then 0:")
     assert shard_line(text, "sigma=0.01/seeds_0000-0001")[1:] == ["2/2", "done"]
     assert shard_line(text, "sigma=0.02/seeds_0002-0003")[1:] == ["0/2", "waiting"]
@@ -61,7 +64,7 @@ def test_status_of_a_half_finished_run(status_runs_started):
             assert (done, state) == ("2/2", "done")
         else:
             assert (done, state) == (f"{lines}/2", "running" if log.is_file() else "waiting")
-    seeds_done = int(text.split()[1].split("/")[0])
+    seeds_done = int(text.splitlines()[1].split()[1].split("/")[0])
     assert 5 <= seeds_done <= 8
 
 
@@ -105,3 +108,47 @@ def test_a_bad_config_is_named(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "randopt.stages.status", "--directory", str(tmp_path),
                            "--configfile", str(tmp_path / "bad.yaml")], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "population.sigmas" in proc.stderr
+
+
+def status_of(workdir, *args) -> list[str]:
+    proc = subprocess.run([sys.executable, "-m", "randopt.stages.status", "--directory", str(workdir), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.slow
+def test_status_follows_the_run_in_progress_then_the_last_finished(tiny_run, tmp_path):
+    """`make status` while another config runs (issue 69): with no config, the run in progress (its folder, and its
+    search from the config it wrote at its start), not the last finished; with its config files, that
+    run too, unfinished; once it is stopped by Ctrl-C, the last finished run again."""
+    import json
+    import os
+    import signal
+    import time
+
+    from randopt.result.run_started import run_config, runs_in_progress
+    from tests.support.workflow import workflow_command
+    workdir = tiny_run.copy_to(tmp_path / "run")
+    finished = json.loads((workdir / "results" / "record.json").read_text())["run"]["dir"]
+    other = tiny_run.config | {"population": {"n_seeds": 6, "sigmas": [0.01, 0.02], "shard_size": 2}}
+    cmd = workflow_command(workdir, other)   # writes workdir/tiny.yaml: the other config's
+    with (tmp_path / "other.out").open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while not (keys := runs_in_progress(workdir)) or run_config(keys[0], workdir) is None:
+                assert proc.poll() is None, (tmp_path / "other.out").read_text()[-3000:]
+                time.sleep(0.05)
+            running = f"run: results/runs/{keys[0]} (in progress)"
+            assert keys[0] not in finished
+            plain = status_of(workdir)
+            assert plain[0] == running and re.match(r"search: \d+/12 seeds", plain[1]), plain
+            given = status_of(workdir, "--configfile", str(workdir / "tiny.yaml"))
+            assert given[0] == running and re.match(r"search: \d+/12 seeds", given[1]), given
+            assert proc.poll() is None, "the other run ended while status was read: the test saw no run in progress"
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)   # Ctrl-C: Snakemake stops its jobs and removes its locks
+            proc.wait(timeout=120)
+    assert not runs_in_progress(workdir)
+    after = status_of(workdir)
+    assert after[0] == f"run: {finished} (finished)" and after[1].startswith("search: 8/8 seeds (100 %)"), after

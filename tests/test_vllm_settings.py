@@ -122,7 +122,7 @@ def test_engines_side_by_side_start_together_with_their_share_as_a_fixed_kv_cach
     """VllmEngine.start_alongside: engines sharing one GPU build at once, each with a fixed KV cache of its share
     (the resident server then takes no start lock). The real 1.5B's weight bytes on the H100 (its total memory)
     give the 15.24 GiB KV cache the 2026-12-07 run started three engines with (its bench rounds to 0.01 GiB:
-    bench/results/engines_per_gpu_h100_qwen15b_mps_together3_warm.json, all up in 34.4 s)."""
+    bench/results/engines_per_gpu/engines_per_gpu_h100_qwen15b_mps_together3_warm.json, all up in 34.4 s)."""
     from randopt.engines.vllm_engine import VllmEngine
     model, h100 = weights(tmp_path, 3_554_214_752), 85_520_809_984
     options, why = VllmEngine.start_alongside(model, {"engines_per_gpu": 3, "gpu_memory_utilization": "auto"},

@@ -244,6 +244,11 @@ def test_the_export_target_writes_the_best_member(targets):
     member = json.loads(member_file.read_text())
     assert (member["seed"], member["sigma"]) == (best["seed"], best["sigma"])
     assert member["base_sha256"] == read_record(workdir)["model"]["sha256"]
+    # the folder holds the model's files and nothing else: no Snakemake marker (.snakemake_timestamp) a user
+    # would copy along with the model; the base's files, its weights rebuilt, and the member's description
+    base = next((workdir / "data").glob("models/*")) / "model"
+    assert sorted(p.name for p in member_file.parent.iterdir()) == sorted(
+        [p.name for p in base.iterdir() if not p.name.startswith(".")] + [member_file.name])
 
 
 def test_ask_gives_the_vote_stages_answers_for_the_test_problems(finished_run):

@@ -1,6 +1,6 @@
 """What distill.enabled adds to a run's time, from a run directory (bench/distill/README.md).
 
-    python bench/distill/measure.py --run-dir DIR --out bench/results/distill_cpu_<machine>.json
+    python bench/distill/measure.py --run-dir DIR --out bench/results/distill/distill_cpu_<machine>.json
 
 Each distillation job's Snakemake benchmark file (results/benchmarks/<rule>/..., the seconds the record's
 timings_s adds up: rules/common.smk get_benchmarks) gives the time it added; the sum over distill_data,

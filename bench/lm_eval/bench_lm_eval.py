@@ -2,7 +2,7 @@
 on the local tasks that ship with randopt, timed end to end (process start, lm-eval's import, the engine
 load, both models), with each part's seconds as the command's results report them.
 
-    python bench/lm_eval/bench_lm_eval.py --run-dir RUN --ensemble 0.1 --out bench/results/lm_eval_<machine>.json
+    python bench/lm_eval/bench_lm_eval.py --run-dir RUN --ensemble 0.1 --out bench/results/lm_eval/lm_eval_<machine>.json
     python bench/lm_eval/bench_lm_eval.py --run-dir RUN --from RUN/results/lm_eval/.../lm_eval.json \
         --benchmark RUN/results/benchmarks/lm_eval/....tsv --out ...    # what the workflow's rule lm_eval ran
 

@@ -30,7 +30,7 @@ from randopt.io import InputError, read_json, write_json_atomic  # noqa: E402
 
 # Three members far enough apart that their answers differ on some problems (tests/test_lm_eval.py's)
 MEMBERS = "7:0.012,3:0.016,11:0.012"
-# The engines' agreement on SmolLM2 in bf16 on the H200 (docs/gpu.md, bench/results/vllm_h200_verify.json)
+# The engines' agreement on SmolLM2 in bf16 on the H200 (docs/gpu.md, bench/results/vllm/vllm_h200_verify.json)
 KNOWN_AGREEMENT = {"teacher_forced_argmax": 0.9856, "free_running_identical_32_tokens": "36/64",
                    "median_first_divergence_token": 27, "bpb_relative_difference": 0.00098}
 N_SEEDS = 16  # the ranking lists every (seed < 16, sigma) of the members' sigmas, the members first

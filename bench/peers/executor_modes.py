@@ -1,6 +1,6 @@
 """Where does randopt's engine lose 1.17x per member to FlashOpt's? vLLM's process layout, measured (issue 28).
 
-bench/results/peers_h200_smollm2.json: on the same H200, the same model dir and the same 66 members x 128
+bench/results/peers/peers_h200_smollm2.json: on the same H200, the same model dir and the same 66 members x 128
 GSM8K prompts x 512 tokens, randopt's engine generated 22.3k tokens/s in its generate calls and FlashOpt's
 26.1k. Both are vLLM 0.25 with CUDA graphs, no prefix caching, max_num_seqs 512 and max_model_len 2048. One
 difference is where vLLM's pieces run. randopt (VLLM_ENABLE_V1_MULTIPROCESSING=0, one GPU) keeps the front

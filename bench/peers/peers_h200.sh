@@ -25,7 +25,7 @@
 # as it ends, so a cut loses only the arm in flight; a model's last part writes $OUT/peers_h200_<model>.json
 # over the arms this machine ran. If the 7B arms ran on two machines, join them on the host with
 #   m=qwen7b; python bench/peers/peers.py report --model $m --arms A/arm_flashopt.json B/arm_randopt_auto.json \
-#       --out bench/results/peers_h200_$m.json
+#       --out bench/results/peers/peers_h200_$m.json
 # Carried (ignored paths made by bench/peers/prep_host.py): .peers/wheels/p2 (ray's second part, snakemake,
 # jsonschema, MANIFEST.tsv), .peers/flashopt (FlashOpt at cc396cd), .peers/data (the GSM8K slice, both formats).
 #

@@ -1,7 +1,7 @@
 """The CPU kernel's seed switch under Gaussian noise, against the copy floor and against Rademacher,
 in one run; and the Gaussian table's resolution against an exact normal (issue 26).
 
-    PYTHONPATH=. python bench/perturb/bench_perturb_cpu.py --out bench/results/perturb_epyc_cpu_kernel.json
+    PYTHONPATH=. python bench/perturb/bench_perturb_cpu.py --out bench/results/perturb/perturb_epyc_cpu_kernel.json
 
 (a) ms per seed on a SmolLM2-135M-shaped bf16 set (the embedded default's model: 134.5M parameters
     in 272 tensors, tied embeddings), with the engines' CPU kernel (randopt/kernels/perturb_cpu.py, numba,

@@ -1,7 +1,7 @@
 """Full evaluation against racing on one population, in one run (issue 17).
 
-    python bench/racing/racing.py --configfile bench/racing/racing_cpu.yaml --workdir DIR --out bench/results/racing_cpu_<cpu>.json
-    python bench/racing/racing.py --configfile bench/racing/racing_h200.yaml --workdir DIR --out bench/results/racing_h200x2.json \\
+    python bench/racing/racing.py --configfile bench/racing/racing_cpu.yaml --workdir DIR --out bench/results/racing/racing_cpu_<cpu>.json
+    python bench/racing/racing.py --configfile bench/racing/racing_h200.yaml --workdir DIR --out bench/results/racing/racing_h200x2.json \\
         [--racing '{"rule": "exact"}'] [--set '{"gsm8k": {"n_train": 128}}'] [--cores all] [--resources gpu=1]
 
 Both arms run the real workflow (python -m snakemake, this checkout's Snakefile) on the same overlay

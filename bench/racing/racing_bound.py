@@ -6,13 +6,13 @@ end. No rule that keeps every member at or above that reward can do less work wi
 slice, so its speed-up bounds racing's on that population and plan. Two currencies, because the machines differ in what a member costs:
 
 - slots (member x problem pairs): what a member costs on a CPU, where seconds follow the problems
-  answered (bench/results/racing_cpu_*.json: 1.54x the seeds/s for 1.75x fewer slots);
+  answered (bench/results/racing/racing_cpu_*.json: 1.54x the seeds/s for 1.75x fewer slots);
 - a call-cost curve c(m), the seconds of one member's call on m problems, measured on the engine
   (bench/vllm/vllm_call_cost.py): on a GPU a member's decode is latency- or bandwidth-bound, so c(m)
   grows far slower than m, and every member pays one call whatever racing decides.
 
-    python bench/racing/racing_bound.py bench/results/racing_cpu_epyc_zen4_blocks.json [more reports...]
-    python bench/racing/racing_bound.py --call-cost bench/results/vllm_h200_call_cost_smollm2.json [--n 128] [--share 0.1]
+    python bench/racing/racing_bound.py bench/results/racing/racing_cpu_epyc_zen4_blocks.json [more reports...]
+    python bench/racing/racing_bound.py --call-cost bench/results/vllm/vllm_h200_call_cost_smollm2.json [--n 128] [--share 0.1]
 
 Both bounds leave out what racing adds and full evaluation does not (a decision job and a wave of
 engine starts per round): they are upper bounds on racing's speed-up, not predictions.

@@ -21,7 +21,7 @@ reports:
 
     python bench/real_model/answer_tail.py --answers 'DIR/results/shards/*/sigma=*/*.parquet' \
         --train DIR/data/problems/<key>/train.jsonl --tokenizer DIR/data/models/<key>/model \
-        --caps 192 256 320 384 --fractions 0.02 0.05 --out bench/results/real_model_<model>_<machine>_answer_tail.json
+        --caps 192 256 320 384 --fractions 0.02 0.05 --out bench/results/real_model/real_model_<model>_<machine>_answer_tail.json
 
 With --test-answers (evaluate_members' answers.parquet), --test (the frozen test split) and --topk (the rank
 stage's topk.json) it also reports, per cap, the votes on test with every member's and the base's test answers cut

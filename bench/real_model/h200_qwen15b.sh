@@ -182,7 +182,10 @@ print('no device visible:', cuda_driver.devices(), torch.cuda.is_available())"
 }
 
 save() {
-  local caches; caches=$(ls -d results/shards/*/cache results/members/*/cache results/bpb/*/cache 2>/dev/null)
+  # the self-consistency control's finished pieces too (randopt/stages/self_consistency.py: 1,319 problems x 38
+  # samples outlast a call)
+  local caches; caches=$(ls -d results/shards/*/cache results/members/*/cache results/bpb/*/cache \
+    results/members/*/*/self_consistency/pieces 2>/dev/null)
   [ -n "$caches" ] || { log "nothing to save"; return; }
   tar czf - $caches | split -b 15M - "$OUT/state.tgz."
   log "saved $(du -shc "$OUT"/state.tgz.* | tail -1 | cut -f1) of caches"
@@ -190,7 +193,7 @@ save() {
 
 restore() {
   ls .gpu-state/state.tgz.* >/dev/null 2>&1 || { log "no .gpu-state/state.tgz.* to restore"; return 1; }
-  cat .gpu-state/state.tgz.* | tar xzf - && log "restored $(ls -d results/*/*/cache | wc -l) caches"
+  cat .gpu-state/state.tgz.* | tar xzf - && log "restored $(ls -d results/*/*/cache results/members/*/*/self_consistency/pieces 2>/dev/null | wc -l) caches"
 }
 
 [ $# -gt 0 ] || { echo "usage: h200_qwen15b.sh install | gsm8k | engines | countdown | humaneval | distill | basecheck | probe | save | restore ..." >&2; exit 2; }

@@ -2,6 +2,7 @@
 Qwen2.5-Coder-1.5B's projection shapes, against what it replaces and against the card's roofline.
 
     python3 bench/roofline/fused_linear_bench.py --out $OUT/fused_linear.json            # on the GPU, < 3 min
+    python3 bench/roofline/fused_linear_bench.py --ragged-only --out $OUT/ragged.json    # (a) and (d) only
     TRITON_INTERPRET=1 python3 bench/roofline/fused_linear_bench.py --tiny --out /tmp/x.json   # CPU dry run
 
 Needs only torch and triton (and numpy, which the device image has); it puts the repo root on sys.path itself.
@@ -21,6 +22,10 @@ Needs only torch and triton (and numpy, which the device image has); it puts the
     max(bytes / HBM, flops / peak) / t.
 (c) A whole decode step of the model's 28 layers (q, k, v, o, gate, up, down summed; the lm_head left out) per arm,
     and the fused kernel's tile sweep on one shape.
+(d) Ragged segments (docs/member_batched_engine.md, step 1): X [rows, K] sorted by member with segment offsets, at a
+    decode mix (M 16, 0-32 rows a member) and a prefill mix (M 4, 115-230 prompt rows), hashed and packed signs,
+    against the same launch padded to the longest segment (what a static batch pays) and W0 alone on the total
+    rows (the floor); checked first (compiled: weights to the bit, products within bf16 tolerance, empty segments).
 """
 from __future__ import annotations
 
@@ -43,7 +48,8 @@ import triton  # noqa: E402
 from randopt.kernels import layout as L  # noqa: E402
 from randopt.kernels import member_linear_triton as ML  # noqa: E402
 from randopt.kernels import perturb_triton as PT  # noqa: E402
-from randopt.kernels.member_linear_ref import effective_weights_reference  # noqa: E402
+from randopt.kernels.member_linear_ref import (effective_weights_reference, member_linear_reference,  # noqa: E402
+                                               segment_offsets)
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,7 +61,10 @@ TINY = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "nu
         "num_key_value_heads": 2, "vocab_size": 512, "tie_word_embeddings": False}
 MEMBERS_CHECK = [(0, 1e-3), (7, 5e-4), (2**62 + 1, 2e-3), (None, 0.0), (99, 1e-2)]
 ROTATE_BYTES = 256 << 20     # distinct weights cycled per timed graph: 5x the H100's 50 MB L2
-RESULTS: dict = {"checks": {}, "timing": [], "sweep": [], "model_step": [], "skipped": [], "info": {}}
+RESULTS: dict = {"checks": {}, "timing": [], "sweep": [], "model_step": [], "ragged": [], "skipped": [], "info": {}}
+# (d)'s row mixes: rows per member at decode (finished rows gone, some members none) and at prefill (prompt rows)
+RAGGED_MIXES = {"decode": [32, 1, 0, 7, 18, 3, 0, 25, 12, 2, 9, 31, 4, 0, 16, 5], "prefill": [230, 115, 180, 140]}
+RAGGED_TINY = {"decode": [3, 0, 1, 2], "prefill": [19, 5]}
 DEADLINE = [float("inf")]   # perf_counter time after which timing points are skipped (and listed), not run
 
 
@@ -142,6 +151,37 @@ def run_checks(shape, device: str, noises: list[str], against_cpu: set[str]) -> 
             RESULTS["checks"][f"{noise}: {label} {tuple(layout.shape)}"] = result
             log(f"check {noise:10s} {label:20s} {str(tuple(layout.shape)):14s} {'ok' if ok else 'FAILED'} "
                 f"(max product err {result['products_max_abs_err']:.3g}, {result['seconds']} s)")
+    return ok_all
+
+
+def check_ragged(shape, device: str) -> bool:
+    """(d)'s check: the fused qkv layout over ragged segments (an empty first and middle member, a segment over two
+    r-tiles), hashed (both noises) and packed signs: weights bit-equal to the CPU definition, products within bf16
+    tolerance of the reference's (the same segments on the CPU)."""
+    gen = torch.Generator().manual_seed(13)
+    layout = check_layouts(shape)["qkv (fused)"]
+    base = _randn(layout.shape, gen, 0.02, device)
+    counts = [0, 3, 0, 90, 1]
+    offsets = segment_offsets(counts, device)
+    x = _randn((sum(counts), layout.cols), gen, 1.0, device)
+    ok_all = True
+    for noise, signs in (("rademacher", False), ("gaussian", False), ("rademacher", True)):
+        linear = ML.MemberLinear(base, layout, noise=noise, signs=signs)
+        linear.set_members(MEMBERS_CHECK)
+        w = torch.empty((len(MEMBERS_CHECK), *layout.shape), dtype=base.dtype, device=device)
+        y = linear(x, weights_out=w, offsets=offsets, max_rows=max(counts))
+        ref_w = effective_weights_reference(base.cpu(), layout, MEMBERS_CHECK, noise)
+        want = member_linear_reference(x.cpu().float(), base.cpu(), layout, MEMBERS_CHECK, noise,
+                                       offsets=offsets.cpu()).float()
+        err = (y.float().cpu() - want).abs()
+        result = {"weights_equal_to_cpu_definition": _same(w, ref_w),
+                  "products_within_bf16_tolerance": bool((err <= 2e-2 + 1.6e-2 * want.abs()).all()),
+                  "products_max_abs_err": float(err.max())}
+        ok = all(v for v in result.values() if isinstance(v, bool))
+        ok_all &= ok
+        RESULTS["checks"][f"ragged {noise}{' signs' if signs else ''}: qkv (fused) {counts}"] = result
+        log(f"check ragged {noise:10s} signs={signs!s:5s} qkv {counts} {'ok' if ok else 'FAILED'} "
+            f"(max product err {result['products_max_abs_err']:.3g})")
     return ok_all
 
 
@@ -291,6 +331,51 @@ def model_step(shape, ms: list[int], rows: list[int]) -> None:
                                               "fused_over_w0": step["fused"] / step["w0"]})
 
 
+def time_ragged(shape, card, timer: Timer, device: str, gen, tiny: bool) -> None:
+    """(d): the ragged launch at the decode and prefill mixes, hashed and packed signs, for the gate and down shapes,
+    against the same launch padded to the longest segment and W0 alone on the total rows."""
+    lin = shape.layer_linears()
+    for proj in ("gate", "down"):
+        n, k = lin[proj]
+        name = layer_names()[proj]
+        w_bytes = n * k * 2
+        w0s = [_randn((n, k), gen, 0.02, device) for _ in range(copies_for(w_bytes, device))]
+        for mix, counts in (RAGGED_TINY if tiny else RAGGED_MIXES).items():
+            m, total, longest = len(counts), sum(counts), max(counts)
+            offsets = segment_offsets(counts, device)
+            x = _randn((total, k), gen, 1.0, device)
+            padded = _randn((m, longest, k), gen, 1.0, device)
+            flops = 2.0 * total * n * k
+            io = total * (k + n) * 2
+            row = {"proj": proj, "n": n, "k": k, "mix": mix, "counts": counts}
+            for mode in ("hash", "signs"):
+                if out_of_time(f"ragged {proj} {mix} {mode}"):
+                    continue
+                first = ML.MemberLinear(w0s[0], name=name, signs=mode == "signs")
+                first.set_members(members_of(m))
+                linears = []
+                for w0 in w0s:
+                    linear = copy.copy(first)
+                    linear.base = w0
+                    if linear.signs:
+                        linear._signs = None
+                        linear.pack_signs()
+                    linears.append(linear)
+                sign_bytes = m * n * k / 8 if mode == "signs" else 0
+                t = timer([lambda lin=lin: lin(x, offsets=offsets, max_rows=longest) for lin in linears])
+                t_pad = timer([lambda lin=lin: lin(padded) for lin in linears])
+                row[mode] = {**_rates(t, w_bytes + sign_bytes + io, flops, card), "padded_us": t_pad * 1e6}
+            if out_of_time(f"ragged {proj} {mix} w0"):
+                continue
+            t_w0 = timer([lambda w0=w0: torch.matmul(x, w0.t()) for w0 in w0s])
+            row["w0"] = _rates(t_w0, w_bytes + io, flops, card)
+            RESULTS["ragged"].append(row)
+            log(f"ragged {proj:5s} {n:5d}x{k:<5d} {mix:8s} M={m:<3d} rows={total:<4d} (longest {longest}): "
+                + " | ".join(f"{mode} {row[mode]['us']:8.1f} us (padded {row[mode]['padded_us']:8.1f})"
+                             for mode in ("hash", "signs") if mode in row)
+                + f" | w0 {t_w0 * 1e6:7.1f} us")
+
+
 def sweep(card, timer: Timer, device: str, gen, tiny: bool) -> None:
     """The fused kernel's tiles on one shape (gate, M 8, rows 8), hashed and with packed signs (both unpackings);
     the defaults stay what LaunchConfig says unless the lead changes them from these readings."""
@@ -339,6 +424,8 @@ def main() -> int:
     ap.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--min-s", type=float, default=0.02, help="timed seconds per arm and point")
+    ap.add_argument("--ragged-only", action="store_true",
+                    help="checks, then (d) alone: the ragged segments' timings (~1 min on an H100)")
     ap.add_argument("--budget-s", type=float, default=160.0,
                     help="seconds from the start after which timing points are skipped (listed in the JSON)")
     args = ap.parse_args()
@@ -371,6 +458,7 @@ def run(args, t_start: float) -> int:
         f"{card.bf16_flops_s / 1e12:.0f} TFLOP/s")
     noises = ["rademacher", "gaussian"]
     ok = run_checks(shape, device, noises, against_cpu={"qkv (fused)", "down"})
+    ok &= check_ragged(shape, device)
     RESULTS["checks_ok"] = ok
     log(f"checks {'all passed' if ok else 'FAILED'} ({time.perf_counter() - t_start:.0f} s)")
     gen = torch.Generator().manual_seed(5)
@@ -379,10 +467,14 @@ def run(args, t_start: float) -> int:
     rows = [r for r in args.rows if not args.tiny or r <= 8]
     shapes = {"q": None, "k": None, "gate": None, "down": None}   # o = q's shape, v = k's, up = gate's
     lin = shape.layer_linears()
-    for proj in shapes:
-        time_shape(proj, *lin[proj], ms, rows, noises, card, timer, device, gen)
-    model_step(shape, ms, rows)
-    sweep(card, timer, device, gen, args.tiny)
+    if args.ragged_only:
+        time_ragged(shape, card, timer, device, gen, args.tiny)
+    else:
+        for proj in shapes:
+            time_shape(proj, *lin[proj], ms, rows, noises, card, timer, device, gen)
+        model_step(shape, ms, rows)
+        time_ragged(shape, card, timer, device, gen, args.tiny)
+        sweep(card, timer, device, gen, args.tiny)
     RESULTS["seconds"] = time.perf_counter() - t_start
     log(f"\nmodel decode step, {shape.layers} layers' projections (lm_head left out), ms: "
         "fused | signs | bmm (today) | w0 floor")

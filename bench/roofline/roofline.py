@@ -6,7 +6,7 @@ today's measured members/s as fractions of it (issue 70 item 1). Writes bench/ro
 Inputs (every number read from a committed file here, none typed in):
   shape        bench/roofline/qwen2.5-coder-1.5b.config.json (the model as randopt prepares it: output layer untied)
   protocol     128 GSM8K train problems a member, one call, greedy, max_tokens 512, the reasoning prompt: the
-               protocol of every bench/results/engines_per_gpu_h100_qwen15b_*.json whose protocol says (128, 512)
+               protocol of every bench/results/engines_per_gpu/engines_per_gpu_h100_qwen15b_*.json whose protocol says (128, 512)
                (the rows engine_slots' H100 row is the median of). From their per-member rows: the tokens a member
                generated (mean answer), its longest answer (the decode steps of its call) and its answers at the cap.
   lengths      the shape of the answer-length distribution below the cap: bench/results/
@@ -14,7 +14,7 @@ Inputs (every number read from a committed file here, none typed in):
                H100: median, p90 and the shares longer than 256..448 tokens), piecewise uniform between those
                points, the share at the cap from the engines' rows, and the lengths below the cap scaled so that the
                mean is the engines' rows' own.
-  prompt       tokens a prompt: bench/results/peers_h100_qwen15b.json's base_eval (44,250 prompt tokens over 384
+  prompt       tokens a prompt: bench/results/peers/peers_h100_qwen15b.json's base_eval (44,250 prompt tokens over 384
                prompts, FlashOpt's prompt: the question in Qwen's chat template). The overlay's prompt adds a system
                line and one worked example that no committed record counts, so the JSON gives the bounds at that
                count and at twice it (prompt length moves only the prefill FLOPs and the KV reads).
@@ -54,7 +54,7 @@ def engines_readings(pattern: str) -> tuple[dict[int, list[float]], list[dict], 
     """members/s per engine count and every member's row, over the records of the (128, 512) protocol."""
     readings: dict[int, list[float]] = {}
     rows, files = [], []
-    for path in sorted(glob.glob(str(RESULTS / pattern))):
+    for path in sorted(glob.glob(str(RESULTS / "*" / pattern))):
         record = json.loads(Path(path).read_text())
         protocol = record.get("protocol", {})
         if (protocol.get("prompts"), protocol.get("max_tokens")) != (128, 512):
@@ -102,8 +102,8 @@ def main() -> None:
     cap_share = sum(r["at_limit"] for r in rows) / (problems * len(rows))
     steps = statistics.mean(r["longest"] for r in rows)
     tail_file = "racing_qwen15b_512_h100_answer_tail.json"
-    hist = length_histogram(json.loads((RESULTS / tail_file).read_text()), cap, cap_share, mean_answer)
-    peers = json.loads((RESULTS / "peers_h100_qwen15b.json").read_text())
+    hist = length_histogram(json.loads(next(RESULTS.glob(f"*/{tail_file}")).read_text()), cap, cap_share, mean_answer)
+    peers = json.loads((RESULTS / "peers" / "peers_h100_qwen15b.json").read_text())
     base_eval = next(arm for arm in _find_all(peers, "base_eval"))
     prompt = base_eval["prompt_tokens"] / base_eval["prompts"]
 

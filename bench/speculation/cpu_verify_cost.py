@@ -13,7 +13,7 @@ and q = 1 + k new tokens a row over that KV cache, interleaved (--reps rounds, m
 The left side comes from the H200 arms (bench/speculation/speculation.py: accepted / proposed).
 
     python bench/speculation/cpu_verify_cost.py --model-dir M --train ../shared/data/gsm8k/train.jsonl \\
-        --batch 32 --ks 2 4 8 --out bench/results/speculation_cpu_verify_cost.json
+        --batch 32 --ks 2 4 8 --out bench/results/speculation/speculation_cpu_verify_cost.json
 """
 from __future__ import annotations
 

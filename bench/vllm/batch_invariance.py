@@ -2,7 +2,7 @@
 mode (VLLM_BATCH_INVARIANT=1) costs to make them not.
 
 On the real Qwen2.5-Coder-1.5B, racing's 64-problem calls and full evaluation's 128-problem calls answered the
-same (member, problem) otherwise in 22.4 % of the pairs (bench/results/racing_qwen15b_h100.json), where
+same (member, problem) otherwise in 22.4 % of the pairs (bench/results/racing/racing_qwen15b_h100.json), where
 SmolLM2's short answers never moved (racing_h200x2*.json). randopt gives vLLM a single answer block
 (randopt/scoring/answer_blocks.py), so an answer cache that mixes racing and full evaluation mixes
 compositions. This measures, on one engine, per member (seeds 0..members-1 at --sigma):

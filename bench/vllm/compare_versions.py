@@ -5,7 +5,7 @@ the same seeds in the same order (101000, 101001, ...) on the same problems and 
 mixes the versions with which members fell in the window and with the card's drift between runs; pairing the same
 seed's call under both versions removes the first, and running the versions in both orders shows the second.
 
-    python bench/vllm/compare_versions.py --order A1 B1 --order B2 A2 --out bench/results/vllm_<machine>_<what>.json
+    python bench/vllm/compare_versions.py --order A1 B1 --order B2 A2 --out bench/results/vllm/vllm_<machine>_<what>.json
 
 Each --order names two engines_per_gpu JSONs in the order they ran. For each the output has the seconds of the
 later run's calls over the earlier's (the median over the seeds both ran), whether the two versions gave the same

@@ -192,7 +192,7 @@ def search_seconds(n: int, work_s: float, gain: dict | None = None, start_s: flo
     of one engine's members. In turn (together False), the engines start one after another under the start lock,
     start_s apart, and those already up keep answering meanwhile at gain's combined rate (default: SmolLM2's,
     time-sliced): the starts overlap the work rather than add to it. (Checked on the H200 against
-    bench/results/peers_h200_smollm2.json: 66 members of 128 problems x 512 tokens, 124 s on one engine; this
+    bench/results/peers/peers_h200_smollm2.json: 66 members of 128 problems x 512 tokens, 124 s on one engine; this
     gives 92 s for three, and the workflow's search took 92 s after its first engine was up.) Together, all n are
     up (n - 1) x start_s after a lone engine would be, and answer from then on. With shards (each engine job's
     work, in one engine's seconds) the jobs are scheduled as the workflow runs them (scheduled_seconds): whole

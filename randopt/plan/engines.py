@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from randopt.plan.host import Host, PlanError
 from randopt.population import Population
 from randopt.runtime import cuda_mps
+from randopt.specs import EngineSpec
 from randopt.engines.memory import (CARD_BYTES, alongside_kv_cache, card_name, check_fit, gguf_weight_bytes,
                                     weight_bytes)
 from randopt.plan.engine_slots import MOST_ENGINES, EngineLayout, idle_engines_note, resolve
@@ -175,40 +176,41 @@ class EnginePlan:
         return res
 
 
-def starts_together(config: dict, gpus: int, weights: int | None, card: int | None) -> bool:
+def starts_together(engine: EngineSpec, gpus: int, weights: int | None, card: int | None) -> bool:
     """Whether vLLM engines side by side on one GPU would start together, each with a fixed KV cache
     (VllmEngine.start_alongside), rather than in turn: one GPU an engine, a known card and model size, and a
     fixed cache that fits beside the most engines auto weighs (where it does not, the estimate keeps the turns:
     fewer engines, never slower than one)."""
-    if config["engine"]["kind"] != "vllm" or gpus != 1 or not weights or not card:
+    if engine.kind != "vllm" or gpus != 1 or not weights or not card:
         return False
     try:
-        return alongside_kv_cache(config["engine"]["gpu_memory_utilization"], MOST_ENGINES, weights, card)[1] is not None
+        return alongside_kv_cache(engine.gpu_memory_utilization, MOST_ENGINES, weights, card)[1] is not None
     except ValueError:   # that many engines do not fit the card at all
         return False
 
 
-def plan_engines(config: dict, host: Host, population: Population, problems: int, max_tokens: int, model_dir: str,
-                 racing: bool) -> EnginePlan:
-    """The run's engines: problems and max_tokens are a member's train problems (the run's task's) and its
-    decode's; model_dir the prepared model's (its weights, where prepared, size auto); racing: its slices are cut
+def plan_engines(config: dict, host: Host, population: Population, engine: EngineSpec, problems: int,
+                 max_tokens: int, model_dir: str, racing: bool) -> EnginePlan:
+    """The run's engines: engine the run's engine spec (its knobs under their schema names); problems and
+    max_tokens are a member's train problems (the run's task's) and its decode's; model_dir the prepared model's
+    (its weights, where prepared, size auto); config for the model and the GPUs a job takes; racing: its slices are cut
     to fit the engine slots, so no shard sizes enter auto. Raises PlanError for a bad command line, ValueError (a
     config problem, named by key) otherwise."""
     gpus, local = gpus_per_job(config), local_gpus(config, host)
-    requested = config["engine"]["engines_per_gpu"]
-    mps = cuda_mps.resolve(config["engine"]["cuda_mps"], gpus_per_engine=gpus, on_cluster=host.on_cluster,
+    requested = engine.engines_per_gpu
+    mps = cuda_mps.resolve(engine.cuda_mps, gpus_per_engine=gpus, on_cluster=host.on_cluster,
                            binary=host.mps_binary, modes=list(host.mps_modes) if host.mps_modes is not None else None,
                            env=host.env)
     groups = local // gpus if local else 1
     sizes = [b - a + 1 for _ in population.sigmas for a, b in population.shard_ranges()]
     shard_members = None if racing else tuple(sizes[::groups])   # the shards dealt round the groups
-    needs_weights = gpus and requested == "auto" or config["engine"]["kind"] == "vllm"
+    needs_weights = gpus and requested == "auto" or engine.kind == "vllm"
     weights = model_weight_bytes(config, model_dir) if gpus and needs_weights else None
     kind = card_kind(config, host) if gpus else None
     # a vLLM engine's card, read once (a GPU probe on this host): whether its engines start together, and whether
     # they fit
-    card = card_bytes(config, host) if config["engine"]["kind"] == "vllm" and weights else None
-    together = starts_together(config, gpus, weights, card)
+    card = card_bytes(config, host) if engine.kind == "vllm" and weights else None
+    together = starts_together(engine, gpus, weights, card)
     if gpus and not local and not host.on_cluster:
         # without --resources gpu=N, engine jobs claim no GPUs (all see every GPU): one engine
         if requested not in ("auto", 1):
@@ -218,11 +220,11 @@ def plan_engines(config: dict, host: Host, population: Population, problems: int
     else:
         layout = resolve(requested, gpus_per_engine=gpus, on_cluster=host.on_cluster, weight_bytes=weights,
                          members_per_group=-(-population.size // groups), problems=problems,
-                         max_tokens=max_tokens, batch_size=config["engine"]["batch_size"],
-                         engine=config["engine"]["kind"], under_mps=mps.possible,
+                         max_tokens=max_tokens, batch_size=engine.batch_size,
+                         engine=engine.kind, under_mps=mps.possible,
                          shard_members=list(shard_members) if shard_members else None, card=kind,
                          together=together)
     if card:
         check_fit(layout.engines_per_gpu, weights / gpus, card, tp=gpus)
-    keep = 0 if host.on_cluster else config["engine"]["keep_loaded_s"]
+    keep = 0 if host.on_cluster else engine.keep_loaded_s
     return EnginePlan(gpus, local, host.on_cluster, keep, layout, mps, shard_members, kind, together)

@@ -5,7 +5,7 @@ members on one base copy with the noise made inside the matmul (issue 70's membe
 Why three resources and not two: a member-batched step reads W0 once for M members, but every member's effective
 weight is made anew from the counter hash on every step (randopt/kernels/member_linear_triton.py), two fmix32
 rounds an element a member, on the SMs' integer ALUs. That is not free beside the tensor cores: the switch kernels'
-compute-bound delta switch made 1.19e12 noise draws/s on an H200 (bench/results/perturb_h200.json), so one
+compute-bound delta switch made 1.19e12 noise draws/s on an H200 (bench/results/perturb/perturb_h200.json), so one
 member's ~1.5e9 draws take ~1.3 ms a step, more than reading its 3.1 GB copy (0.93 ms on an H100). The model
 says so rather than assume the hash is free; bench/roofline/fused_linear_bench.py measures the kernel's own rate.
 
@@ -39,11 +39,11 @@ _NOISE_RATE_H200 = 2 * 7_615_616_512 / 12.821e-3   # delta switch, two draws an 
 CARDS = {
     "h100": Card("NVIDIA H100 SXM5 80GB", 3.35e12, 989.4e12, _NOISE_RATE_H200,
                  "NVIDIA H100 datasheet (SXM5): HBM3 3.35 TB/s, BF16 tensor core 1,979 TFLOPS with sparsity, so "
-                 "989 dense; noise rate: the H200's (same GH100 die, 132 SMs), bench/results/perturb_h200.json",
+                 "989 dense; noise rate: the H200's (same GH100 die, 132 SMs), bench/results/perturb/perturb_h200.json",
                  memory_bytes=81_559 << 20),
     "h200": Card("NVIDIA H200 SXM 141GB", 4.8e12, 989.4e12, _NOISE_RATE_H200,
                  "NVIDIA H200 datasheet (SXM): HBM3e 4.8 TB/s, BF16 tensor core 1,979 TFLOPS with sparsity, so 989 "
-                 "dense; noise rate: bench/results/perturb_h200.json, SwitchPlan delta switch of a 7,615,616,512-"
+                 "dense; noise rate: bench/results/perturb/perturb_h200.json, SwitchPlan delta switch of a 7,615,616,512-"
                  "element set in 12.821 ms, two draws an element (compute-bound: its bytes take 6.3 ms)",
                  memory_bytes=150_754_820_096),
 }

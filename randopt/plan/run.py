@@ -74,7 +74,7 @@ class RunPlan:
         # The engines come before the keys: selection.mode auto is decided from them, and the mode is in the keys
         # under racing. The prepared model's folder, where they read the model's size, has a key without it.
         model_dir = f"{layout(run_keys(with_mode(config, 'full'), inputs=inputs, specs=specs))['model']}/model"
-        engines = plan_engines(config, host, population, problems=problems["n_train"],
+        engines = plan_engines(config, host, population, specs.engine, problems=problems["n_train"],
                                max_tokens=decode["max_tokens"], model_dir=model_dir,
                                racing=config["selection"]["mode"] == "racing")
         selection = plan_selection(config, engines, population, decode["max_tokens"], model_dir)
@@ -82,7 +82,7 @@ class RunPlan:
             config = with_mode(config, selection.mode)
         racing = config["selection"]["mode"] == "racing"
         if selection and racing:  # from here an auto run that races is a racing run: its engines sized as racing's
-            engines = plan_engines(config, host, population, problems=problems["n_train"],
+            engines = plan_engines(config, host, population, specs.engine, problems=problems["n_train"],
                                    max_tokens=decode["max_tokens"], model_dir=model_dir, racing=True)
         rounds = Rounds(tuple(round_keys(config, inputs=inputs, specs=specs)))
         key = run_key(list(rounds.keys), config["run_name"])  # the run's folder: every round's keys, the name as given
@@ -225,15 +225,17 @@ class RunPlan:
         """The validated config as typed, read-only blocks (randopt/plan/blocks.py): what the rules read."""
         return config_blocks.build(self.config)
 
-    def engine_options(self, generating: bool = True) -> dict:
-        """--engine-options of the stage CLIs: what the engine is built with, by the knobs' schema names."""
-        return self.specs.engine_options(generating)
+    def engine_options(self, generating: bool = True, **extra) -> dict:
+        """What the engine stages' --engine-options-file holds: what the engine is built with, by the knobs'
+        schema names, and extra (a stage's own, e.g. score_bpb's window). engine.speculation reaches only the
+        stages that generate (score_bpb scores given text)."""
+        return self.specs.engine_options(generating) | extra
 
-    def engine_args(self, model_dir: str | None = None, generating: bool = True, **extra) -> str:
-        """Engine flags of the stage CLIs (the rule's shell adds --threads); model_dir: the prepared model's by
-        default. engine.speculation reaches only the stages that generate (score_bpb scores given text)."""
+    def engine_args(self, options_file: str, model_dir: str | None = None) -> str:
+        """Engine flags of the stage CLIs (the rule's shell adds --threads): options_file holds engine_options()
+        (randopt/block_files.py, written by rules/common.smk); model_dir: the prepared model's by default."""
         return (f"--model-dir {model_dir or self.paths['model'] + '/model'} --engine {self.specs.engine.kind} "
-                f"--engine-options {shlex.quote(json.dumps(self.engine_options(generating) | extra))}")
+                f"--engine-options-file {shlex.quote(options_file)}")
 
     def bpb_engine_options(self) -> dict:
         """score_bpb's engine: the search's own (so a resident engine serves it too), its window given per call;
@@ -245,12 +247,12 @@ class RunPlan:
     # ---- what the rules read of the config, through the plan ---------------------------------------------------
     @property
     def task_spec(self) -> dict:
-        """freeze_problems' --task-json: the task's kind and block (randopt/config.py task_spec)."""
+        """freeze_problems' --task-file: the task's kind and block (randopt/config.py task_spec)."""
         return task_spec(self.config)
 
     @property
     def heldout_source(self) -> dict:
-        """fetch_fineweb's --source-json: the selected held-out source (randopt/config.py heldout_source)."""
+        """fetch_fineweb's --source-file: the selected held-out source (randopt/config.py heldout_source)."""
         return heldout_source(self.config)
 
     def block_json(self, path: str):

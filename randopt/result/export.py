@@ -25,10 +25,10 @@ import torch
 from randopt.kernels.noise_kinds import KINDS, RADEMACHER, definition
 from randopt.engines import perturb
 from randopt.io import InputError, atomic_path, sha256_file
+from randopt.paths import MEMBER_FILE
 from randopt.model.prepare import combined_sha256, weights_sha256
 
 NOISE_DEFINITION = definition(RADEMACHER)  # what a default export's randopt_member.json says
-MEMBER_FILE = "randopt_member.json"
 INDEX_FILE = "model.safetensors.index.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from randopt.io import json_object
+from randopt.block_files import object_block
 from randopt.runtime.log import log
 from randopt.schema import check_engine_options
 from randopt.runtime import resident
@@ -21,7 +21,9 @@ from randopt.runtime.job_engines import engine_makers
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-dir", required=True)
     p.add_argument("--engine", default="torch", choices=["torch", "vllm"])
-    p.add_argument("--engine-options", type=lambda text: json_object(text, "--engine-options"), default={}, help="JSON: device, batch_size, ...")
+    p.add_argument("--engine-options-file", dest="engine_options", type=object_block, default={},
+                   help="a JSON file holding the engine's options: device, batch_size, ... (randopt/block_files.py); "
+                        "none: the defaults")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--gpu-slots", type=int, default=None, metavar="N",
                    help="share N GPUs of this host with other jobs: claim this engine's GPUs (tensor_parallel_size, "

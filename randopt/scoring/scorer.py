@@ -28,7 +28,7 @@ class DecodeSpec:
 
     @classmethod
     def from_config(cls, decode: dict) -> "DecodeSpec":
-        """From the config's decode block or a --decode argument, checked against the schema's
+        """From the config's decode block or a --decode-file argument, checked against the schema's
         definitions.decode (defaults filled): a bad key is an error naming it before any engine loads."""
         decode = check_decode(decode)
         return cls(max_tokens=int(decode["max_tokens"]), stop=tuple(decode["stop"]), system=decode.get("system"),

@@ -176,7 +176,7 @@ class RacePlan:
                        Population(population["n_seeds"], tuple(population["sigmas"]), population["shard_size"],
                                   tuple(population["fractions"])), data["answer_block"], int(data["parallel"]))
         except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise InputError(f"--plan is no racing plan (rules/common.smk writes it): {err!r}") from None
+            raise InputError(f"no racing plan (rules/common.smk writes it): {err!r}") from None
 
 
 def _split_block(config: dict) -> dict:

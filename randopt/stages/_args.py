@@ -8,22 +8,8 @@ resident engines, CUDA MPS) randopt/runtime/engine_args.py: neither changes an o
 from __future__ import annotations
 
 import argparse
-import json
 
-from randopt.io import json_object
-
-
-def json_arg(text: str):
-    """argparse type for JSON-valued knobs (Snakemake passes them as one quoted JSON string)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"not valid JSON: {text!r} ({err})") from err
-
-
-def source_json_arg(text: str) -> dict:
-    """--source-json of the data stages: one JSON object (the source's kind and its keys)."""
-    return json_object(text, "--source-json", f": {text!r}")
+from randopt.block_files import block_arg
 
 
 # The arguments of the same name and meaning in two or more stages (a stage whose argument of that name
@@ -34,9 +20,10 @@ SHARED = {
     "--topk": {"required": True, "help": "rank's top-k JSON"},
     "--heldout": {"required": True, "help": "the held-out text slice (JSONL with 'text')"},
     "--timings": {"required": True, "help": "JSON with load/switch/generate seconds"},
-    "--decode": {"type": json_arg, "required": True,
-                 "help": 'JSON: the config\'s decode block, {"max_tokens": 32, "stop": [...], "system": ..., '
-                         '"examples": [...]} (config/schema.yaml definitions.decode; missing keys take its defaults)'},
+    "--decode-file": {"dest": "decode", "type": block_arg(), "required": True,
+                      "help": 'a JSON file holding the config\'s decode block, {"max_tokens": 32, "stop": [...], '
+                              '"system": ..., "examples": [...]} (config/schema.yaml definitions.decode; missing keys '
+                              'take its defaults)'},
     "--source-sha256": {"default": None,
                         "help": "sha256 of the source's local files when the workflow built its DAG (the stage's key "
                                 "holds it); other bytes now are an error. Without it the stage records what it read"},

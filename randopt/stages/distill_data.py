@@ -22,7 +22,8 @@ from randopt.scoring.scorer import DecodeSpec, build_prompts, score_completions
 from randopt.tasks import registry
 from randopt.runtime.cli import run_stage
 from randopt.runtime.engine_args import add_engine_args, engine_from_args, stage_kwargs
-from randopt.stages._args import json_arg, stage_parser
+from randopt.block_files import object_block
+from randopt.stages._args import stage_parser
 
 RULE = ("per train problem, the correct completions of the top-k members, best-ranked member first, identical "
         "texts once, at most per_problem; the control: the base model's correct samples by the same rule, "
@@ -30,13 +31,13 @@ RULE = ("per train problem, the correct completions of the top-k members, best-r
 
 
 def parse_args(argv=None):
-    p = stage_parser("distill_data", __doc__, "--decode", "--train", "--topk")
+    p = stage_parser("distill_data", __doc__, "--decode-file", "--train", "--topk")
     add_engine_args(p)
     p.add_argument("--fraction", type=float, required=True, help="the top-k list distilled (one of its fractions)")
     p.add_argument("--cache-dir", required=True, help="the search's answer cache (results/shards/<eval key>/cache)")
     p.add_argument("--per-problem", type=int, required=True, help="completions kept per train problem at most")
-    p.add_argument("--control", type=json_arg, required=True,
-                   help='JSON: the config\'s distill.control block, {"temperature", "seed", "samples_per_problem"}')
+    p.add_argument("--control-file", dest="control", type=object_block, required=True,
+                   help='a JSON file holding the config\'s distill.control block, {"temperature", "seed", "samples_per_problem"}')
     p.add_argument("--round", dest="round_index", type=int, default=1, help="the distillation round (for messages)")
     p.add_argument("--out-distilled", required=True, help="JSONL: the distilled dataset")
     p.add_argument("--out-control", required=True, help="JSONL: the control's dataset")

@@ -16,7 +16,8 @@ from randopt.model.prepare import combined_sha256
 from randopt.runtime.cli import run_stage
 from randopt.runtime.gpu_job import add_gpu_job_args, claim_gpu
 from randopt.runtime.log import log
-from randopt.stages._args import json_arg, stage_parser
+from randopt.block_files import object_block
+from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
@@ -26,8 +27,10 @@ def parse_args(argv=None):
     p.add_argument("--data", required=True, help="JSONL: distill_data's distilled or control dataset")
     p.add_argument("--arm", required=True, choices=["distilled", "control"])
     p.add_argument("--round", dest="round_index", type=int, default=1)
-    p.add_argument("--lora", type=json_arg, required=True, help="JSON: the config's distill.lora block")
-    p.add_argument("--train", type=json_arg, required=True, help="JSON: the config's distill.train block")
+    p.add_argument("--lora-file", dest="lora", type=object_block, required=True,
+                   help="a JSON file holding the config's distill.lora block")
+    p.add_argument("--train-file", dest="train", type=object_block, required=True,
+                   help="a JSON file holding the config's distill.train block")
     p.add_argument("--device", default="cpu", help="where the fine-tune runs: cpu, cuda (under vLLM too), auto")
     add_gpu_job_args(p)
     p.add_argument("--threads", type=int, default=None)

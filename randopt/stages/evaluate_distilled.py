@@ -22,7 +22,7 @@ from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
-    p = stage_parser("evaluate_distilled", __doc__, "--decode", "--test", "--heldout")
+    p = stage_parser("evaluate_distilled", __doc__, "--decode-file", "--test", "--heldout")
     add_engine_args(p)
     p.add_argument("--model-manifest", required=True, help="distill_train's manifest of the model in --model-dir")
     p.add_argument("--arm", required=True, choices=["distilled", "control"])

@@ -29,7 +29,7 @@ from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
-    p = stage_parser("evaluate_members", __doc__, "--decode", "--test", "--topk", "--timings")
+    p = stage_parser("evaluate_members", __doc__, "--decode-file", "--test", "--topk", "--timings")
     add_engine_args(p)
     p.add_argument("--train", required=True, help="frozen train split (JSONL): the base model answers it too")
     p.add_argument("--base-train-out", required=True,

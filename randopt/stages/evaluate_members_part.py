@@ -25,7 +25,7 @@ from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
-    p = stage_parser("evaluate_members_part", __doc__, "--decode", "--test", "--train", "--topk")
+    p = stage_parser("evaluate_members_part", __doc__, "--decode-file", "--test", "--train", "--topk")
     add_engine_args(p)
     p.add_argument("--cache-dir", required=True, help="content-addressed per-member results (evaluate_members')")
     p.add_argument("--base-compositions", type=int, default=1,

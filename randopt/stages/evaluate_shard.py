@@ -31,7 +31,7 @@ from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
-    p = stage_parser("evaluate_shard", __doc__, "--decode", "--train", "--timings")
+    p = stage_parser("evaluate_shard", __doc__, "--decode-file", "--train", "--timings")
     add_engine_args(p)
     p.add_argument("--sigma", type=float, required=True)
     p.add_argument("--first-seed", type=int, required=True)

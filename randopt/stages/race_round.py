@@ -12,6 +12,7 @@ from randopt.selection.chunks import read_racing
 from randopt.selection.plan import RacePlan
 from randopt.selection.race_stops import survivors as decide_round
 from randopt.runtime.cli import run_stage
+from randopt.block_files import block_arg
 from randopt.stages._args import stage_parser
 
 
@@ -19,8 +20,8 @@ def parse_args(argv=None):
     p = stage_parser("race_round", __doc__)
     p.add_argument("--tables", nargs="+", required=True, help="race_slice tables of this round and every earlier one")
     p.add_argument("--survivors-in", default=None, help="the previous round's survivors JSON (not in round 0)")
-    p.add_argument("--plan", type=RacePlan.from_json, required=True,
-                   help="JSON: the racing plan rules/common.smk made (randopt/selection/plan.py RacePlan)")
+    p.add_argument("--plan-file", dest="plan", type=block_arg(RacePlan.from_json), required=True,
+                   help="a JSON file holding the racing plan rules/common.smk made (randopt/selection/plan.py RacePlan)")
     p.add_argument("--round", dest="round_index", type=int, required=True)
     p.add_argument("--out", required=True, help="JSON: keep, dropped, the round's report")
     return p.parse_args(argv)

@@ -21,14 +21,15 @@ from randopt.stages.evaluate_shard import scoring_timings
 from randopt.tasks import registry
 from randopt.runtime.cli import run_stage
 from randopt.runtime.engine_args import add_engine_args, engine_makers_from_args, stage_kwargs
+from randopt.block_files import block_arg
 from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
-    p = stage_parser("race_slice", __doc__, "--decode", "--train", "--timings")
+    p = stage_parser("race_slice", __doc__, "--decode-file", "--train", "--timings")
     add_engine_args(p)
-    p.add_argument("--plan", type=RacePlan.from_json, required=True,
-                   help="JSON: the racing plan rules/common.smk made (randopt/selection/plan.py RacePlan)")
+    p.add_argument("--plan-file", dest="plan", type=block_arg(RacePlan.from_json), required=True,
+                   help="a JSON file holding the racing plan rules/common.smk made (randopt/selection/plan.py RacePlan)")
     p.add_argument("--round", dest="round_index", type=int, required=True, help="the round (0 first)")
     p.add_argument("--chunk", type=int, required=True, help="which chunk of the round's racing members (0 first)")
     p.add_argument("--survivors", default=None, help="the previous round's survivors JSON (not in round 0)")

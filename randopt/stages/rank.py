@@ -15,7 +15,8 @@ from randopt.selection.summary import selection_summary
 from randopt.selection.random_pool import random_pool
 from randopt.selection.ranking import random_k, rank_population, top_k
 from randopt.runtime.cli import run_stage
-from randopt.stages._args import json_arg, stage_parser
+from randopt.block_files import object_block
+from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
@@ -30,7 +31,8 @@ def parse_args(argv=None):
                    help="controls.random_members: members drawn at random, σ-stratified like the top-k lists, whose "
                         "k-subsets' votes give the random vote's expectation (0: none)")
     p.add_argument("--n-train", type=int, required=True, help="problems in the frozen train split")
-    p.add_argument("--selection", type=json_arg, required=True, help="JSON: the config's selection block")
+    p.add_argument("--selection-file", dest="selection", type=object_block, required=True,
+                   help="a JSON file holding the config's selection block")
     p.add_argument("--rounds", nargs="*", default=[],
                    help="racing: the race_round survivors files, round 0 first (none for full evaluation)")
     p.add_argument("--ranking", required=True, help="output parquet")

@@ -20,12 +20,14 @@ from randopt.model.shape import NOT_A_RESULT, shape_weights
 from randopt.runtime.cli import run_stage
 from randopt.paths import run_folder
 from randopt.schema import decode_for, task_kind
-from randopt.stages._args import json_arg, stage_parser
+from randopt.block_files import block_arg, object_block
+from randopt.stages._args import stage_parser
 
 
 def parse_args(argv=None):
     p = stage_parser("record", __doc__)
-    p.add_argument("--config-json", dest="config", required=True, type=json_arg, help="the validated config, as JSON")
+    p.add_argument("--config-file", dest="config", required=True, type=object_block,
+                   help="a JSON file holding the validated config (randopt/block_files.py)")
     p.add_argument("--run-name", required=True, help="the run's name (randopt/plan/run_name.py)")
     p.add_argument("--run-key", required=True, help="the key of the run's own folder (randopt/keys.py run_key)")
     p.add_argument("--repo-dir", required=True, help="the workflow's code dir (for the commit, or the code's hash)")
@@ -37,15 +39,15 @@ def parse_args(argv=None):
     p.add_argument("--shard-timings", nargs="+", required=True)
     p.add_argument("--base-train", required=True, help="evaluate_members' base_train.json")
     p.add_argument("--benchmarks", nargs="+", required=True, help="RULE=PATH Snakemake benchmark files")
-    p.add_argument("--engines", type=json_arg, default=None,
-                   help='JSON: engines side by side a device and why, {"engines_per_gpu": N, "why": ...} (rules/common.smk ENGINES)')
+    p.add_argument("--engines-file", dest="engines", type=object_block, default=None,
+                   help='a JSON file: engines side by side a device and why, {"engines_per_gpu": N, "why": ...} (rules/common.smk ENGINES)')
     p.add_argument("--distill-round", nargs=8, action="append", default=None, dest="distill_rounds",
                    metavar=("BASE", "VOTE", "BPB", "DATA", "MODEL", "MODEL", "RESULT", "RESULT"),
                    help="distill.enabled, once per round in order: the round's base model manifest, vote, bpb, "
                         "distill_data's manifest, distill_train's manifest of each arm and evaluate_distilled's "
                         "result of each arm")
-    p.add_argument("--selection-auto", type=json_arg, default=None,
-                   help='JSON: what selection.mode auto chose and why, {"requested": "auto", "mode": ..., "why": ...}')
+    p.add_argument("--selection-auto-file", dest="selection_auto", type=object_block, default=None,
+                   help='a JSON file: what selection.mode auto chose and why, {"requested": "auto", "mode": ..., "why": ...}')
     p.add_argument("--full-ranking", default=None, help="racing: a full evaluation's ranking of the same population")
     p.add_argument("--full-topk", default=None, help="racing: that full evaluation's topk.json")
     return p.parse_args(argv)

@@ -6,8 +6,11 @@ Works during a run or after it, from what the run leaves on disk: a shard whose 
 done; a shard still running (or stopped) counts the seeds its log reports finished (evaluate_shard
 logs one structured line a seed: randopt/runtime/seed_progress.py); a shard is running only while a Snakemake
 run holds the directory (its lock files), else it is stopped. The run: the --configfile files' (the repo's
-config/config.yaml with them merged over it in order, as Snakemake merges them), the run folder --run names, or by
-default the last finished run's (results/record.json's config), else the embedded default's.
+config/config.yaml with them merged over it in order, as Snakemake merges them), finished or not; the run folder
+--run names; or by default the run in progress (the one whose record a Snakemake run here is making, with the
+config it wrote at its start: randopt/result/run_started.py), else the last finished run's
+(results/record.json's config), else the embedded default's. The first line says which run, and whether it is
+finished.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from randopt.keys import run_keys
 from randopt.paths import LAST_RECORD, RACE_SURVIVORS, layout, run_folder
 from randopt.population import Population, shard_stem, sigma_label
 from randopt.result.run_choice import add_run_arguments
+from randopt.result.run_started import run_config, runs_in_progress
 from randopt.runtime import seed_progress
 
 FAILED = re.compile(r"^(error: |Traceback )", re.M)
@@ -148,20 +152,36 @@ def report(run_dir: Path, config: dict, record: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def chosen_run(run_dir: Path, run: str | None, configfiles: list[str]) -> tuple[dict, Path | None]:
-    """The config and record path of the run asked about (the module's docstring says which)."""
+def run_line(run_dir: Path, run_key: str) -> str:
+    """Which run the report is of: its folder, and whether a run here is making it, it is finished, or neither."""
+    state = ("in progress" if run_key in runs_in_progress(run_dir)
+             else "finished" if (run_dir / run_folder(run_key) / "record.json").is_file()
+             else "not finished, no run under way")
+    return f"run: {run_folder(run_key)} ({state})"
+
+
+def chosen_run(run_dir: Path, run: str | None, configfiles: list[str]) -> tuple[dict, Path | None, str]:
+    """The config and record path of the run asked about (the module's docstring says which), and run_line's."""
     from randopt.result.run_choice import choose_run, run_key_of
     if configfiles:
         config = effective_config(configfiles)
         try:  # the run's folder needs its plan on this host (the inputs' sha256s); a run not yet started has one
-            record = run_dir / run_folder(run_key_of(configfiles, run_dir)) / "record.json"
-        except (ConfigError, InputError, ValueError, OSError):
-            record = None
-        return config, record
-    if run is None and not (run_dir / LAST_RECORD).is_file():
-        return effective_config([]), None   # nothing finished here: the embedded default's search
+            key = run_key_of(configfiles, run_dir)
+        except (ConfigError, InputError, ValueError, OSError) as err:
+            return config, None, f"run: of {' '.join(map(str, configfiles))}, its folder unknown here ({err})"
+        return config, run_dir / run_folder(key) / "record.json", run_line(run_dir, key)
+    if run is None:
+        for key in runs_in_progress(run_dir):   # a run under way, whose config is on disk since it started
+            config = run_config(key, run_dir)
+            if config is not None:
+                return config, run_dir / run_folder(key) / "record.json", run_line(run_dir, key)
+        if not (run_dir / LAST_RECORD).is_file():   # nothing finished here: the embedded default's search
+            return effective_config([]), None, "run: the embedded default's (no run here has finished)"
     chosen = choose_run(run, directory=run_dir)
-    return chosen.record["config"], (chosen.folder or chosen.workdir / "results") / "record.json"
+    record = chosen.record
+    line = (run_line(run_dir, record["run"]["key"]) if record.get("run")
+            else f"run: {chosen.record_path} (finished, written before run folders)")
+    return record["config"], (chosen.folder or chosen.workdir / "results") / "record.json", line
 
 
 def main(argv=None) -> int:
@@ -171,10 +191,11 @@ def main(argv=None) -> int:
     try:
         if args.run and args.configfile:
             raise InputError("give a run folder (--run) or its config files (--configfile), not both")
-        config, record = chosen_run(Path(args.directory), args.run, args.configfile)
+        config, record, which = chosen_run(Path(args.directory), args.run, args.configfile)
     except (ConfigError, InputError, OSError, yaml.YAMLError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    print(which)
     print(report(Path(args.directory), config, record))
     return 0
 
