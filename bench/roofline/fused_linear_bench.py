@@ -239,6 +239,23 @@ def members_of(m: int) -> list[tuple[int, float]]:
     return [(1000 + i, 1e-3) for i in range(m)]
 
 
+def on_each_copy(first, w0s: list, signs: bool | None = None) -> list:
+    """first's tables and member keys on each copy of W0 (a model's next layer, in cost): one linear a copy, each
+    with its own sign words where it reads packed signs (so that L2 holds none of them either), packed here and
+    not inside the timer's graph capture. signs: set it on every copy (None: first's)."""
+    linears = []
+    for w0 in w0s:
+        linear = copy.copy(first)
+        linear.base = w0
+        if signs is not None:
+            linear.signs = signs
+        if linear.signs:
+            linear._signs = None
+            linear.pack_signs()
+        linears.append(linear)
+    return linears
+
+
 def time_shape(proj: str, n: int, k: int, ms: list[int], rows: list[int], noises: list[str], card, timer: Timer,
                device: str, gen) -> None:
     """(b) for one projection shape: every (M, rows) for each arm."""
@@ -249,18 +266,10 @@ def time_shape(proj: str, n: int, k: int, ms: list[int], rows: list[int], noises
         first = ML.MemberLinear(w0s[0], name=name, noise=noise)
         for m in ms:
             first.set_members(members_of(m))
-            linears = []
-            for w0 in w0s:  # the same tables and keys on another copy of W0 (a model's next layer, in cost)
-                linear = copy.copy(first)
-                linear.base = w0
-                linears.append(linear)
+            linears = on_each_copy(first, w0s)
             signed = []
-            if noise == "rademacher":  # each copy its own sign words, so that L2 holds none of them either
-                for w0 in w0s:
-                    linear = copy.copy(first)
-                    linear.base, linear.signs, linear._signs = w0, True, None
-                    linear.pack_signs()  # its words allocated here, not inside the timer's graph capture
-                    signed.append(linear)
+            if noise == "rademacher":
+                signed = on_each_copy(first, w0s, signs=True)
                 pack_s = timer([lin.pack_signs for lin in signed])
                 RESULTS["timing"].append({"proj": proj, "n": n, "k": k, "members": m, "rows": 0, "arm": "pack_signs",
                                           "noise": noise, "us": pack_s * 1e6,
@@ -353,14 +362,7 @@ def time_ragged(shape, card, timer: Timer, device: str, gen, tiny: bool) -> None
                     continue
                 first = ML.MemberLinear(w0s[0], name=name, signs=mode == "signs")
                 first.set_members(members_of(m))
-                linears = []
-                for w0 in w0s:
-                    linear = copy.copy(first)
-                    linear.base = w0
-                    if linear.signs:
-                        linear._signs = None
-                        linear.pack_signs()
-                    linears.append(linear)
+                linears = on_each_copy(first, w0s)
                 sign_bytes = m * n * k / 8 if mode == "signs" else 0
                 t = timer([lambda lin=lin: lin(x, offsets=offsets, max_rows=longest) for lin in linears])
                 t_pad = timer([lambda lin=lin: lin(padded) for lin in linears])
@@ -395,14 +397,7 @@ def sweep(card, timer: Timer, device: str, gen, tiny: bool) -> None:
         ML.LaunchConfig.unpack_gather = mode == "signs gather"
         first = ML.MemberLinear(w0s[0], name=layer_names()["gate"], signs=mode != "hash")
         first.set_members(members_of(8))
-        fns = []
-        for w0 in w0s:
-            lin = copy.copy(first)
-            lin.base = w0
-            if lin.signs:
-                lin._signs = None
-                lin.pack_signs()
-            fns.append(lambda lin=lin: lin(x))
+        fns = [lambda lin=lin: lin(x) for lin in on_each_copy(first, w0s)]
         try:
             t = timer(fns)
             RESULTS["sweep"].append({"block_n": bn, "block_k": bk, "num_warps": warps, "num_stages": stages,

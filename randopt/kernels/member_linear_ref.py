@@ -82,6 +82,22 @@ def member_linear_reference(x: torch.Tensor, base: torch.Tensor, layout: LocalLa
     return _products(x, effective_weights_reference(base, layout, members, noise), bias, offsets)
 
 
+def weight_layout(base: torch.Tensor, layout: LocalLayout | None, name: str | None, noise: str,
+                  signs: bool) -> tuple[LocalLayout, str]:
+    """A member linear's base weight checked against its layout (a whole tensor's, from its name, where none is
+    given) and its noise kind against packed signs: the layout and the kind, for the kernel and the reference."""
+    if layout is None:
+        if name is None:
+            raise ValueError("give the weight's layout, or the logical tensor's name for a whole tensor")
+        layout = replicated(name, tuple(base.shape))
+    if tuple(base.shape) != layout.shape:
+        raise ValueError(f"base {tuple(base.shape)} does not match its layout {layout.shape}")
+    noise = check_kind(noise)
+    if signs and noise != RADEMACHER:
+        raise ValueError("packed signs are Rademacher noise's; a Gaussian draw is hashed in the matmul")
+    return layout, noise
+
+
 class MemberLinearReference:
     """member_linear_triton.MemberLinear's interface on the reference: set_members materialises the group's
     effective weights [M, N, K] (the reference switch), and calls multiply as member_linear_reference does.
@@ -89,16 +105,8 @@ class MemberLinearReference:
 
     def __init__(self, base: torch.Tensor, layout: LocalLayout | None = None, name: str | None = None,
                  noise: str = RADEMACHER, signs: bool = False) -> None:
-        if layout is None:
-            if name is None:
-                raise ValueError("give the weight's layout, or the logical tensor's name for a whole tensor")
-            layout = replicated(name, tuple(base.shape))
-        if tuple(base.shape) != layout.shape:
-            raise ValueError(f"base {tuple(base.shape)} does not match its layout {layout.shape}")
-        self.base, self.layout, self.noise = base, layout, check_kind(noise)
-        if signs and self.noise != RADEMACHER:
-            raise ValueError("packed signs are Rademacher noise's; a Gaussian draw is hashed in the matmul")
-        self.signs = signs
+        self.layout, self.noise = weight_layout(base, layout, name, noise, signs)
+        self.base, self.signs = base, signs
         self.members: list[Member] = []
         self._weights: torch.Tensor | None = None
 

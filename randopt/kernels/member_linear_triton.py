@@ -46,8 +46,8 @@ import triton
 import triton.language as tl
 
 from randopt.kernels import perturb_triton as _switch
-from randopt.kernels.layout import LocalLayout, replicated
-from randopt.kernels.member_linear_ref import Member, is_base
+from randopt.kernels.layout import LocalLayout
+from randopt.kernels.member_linear_ref import Member, is_base, weight_layout
 from randopt.kernels.noise_kinds import GAUSSIAN, RADEMACHER, check_kind
 from randopt.kernels.noise_ref import gaussian_table_bits, tensor_keys
 
@@ -262,19 +262,11 @@ class MemberLinear:
                  noise: str = RADEMACHER, signs: bool = False) -> None:
         if base.dim() != 2 or base.dtype not in _DTYPES or not base.is_contiguous():
             raise ValueError(f"base must be a contiguous 2-D bf16/fp16 weight, got {tuple(base.shape)} {base.dtype}")
-        if layout is None:
-            if name is None:
-                raise ValueError("give the weight's layout, or the logical tensor's name for a whole tensor")
-            layout = replicated(name, tuple(base.shape))
-        if tuple(base.shape) != layout.shape:
-            raise ValueError(f"base {tuple(base.shape)} does not match its layout {layout.shape}")
-        self.base, self.layout, self.noise = base, layout, check_kind(noise)
-        if signs and self.noise != RADEMACHER:
-            raise ValueError("packed signs are Rademacher noise's; a Gaussian draw is hashed in the matmul")
-        self.signs = signs
+        self.layout, self.noise = weight_layout(base, layout, name, noise, signs)
+        self.base, self.signs = base, signs
         self._words = triton.cdiv(base.shape[1], 32)
         self._signs: torch.Tensor | None = None
-        slot, row_base, self.names = row_tables(layout)
+        slot, row_base, self.names = row_tables(self.layout)
         self._row_slot = torch.from_numpy(slot).to(base.device)
         self._row_base = torch.from_numpy(row_base).to(base.device)
         self._table = (torch.from_numpy(gaussian_table_bits().view(np.int32).copy()).to(base.device)
