@@ -171,3 +171,23 @@ def test_report_md_controls_figures():
     total = sum(discordant_from_p(selection))
     assert f"With {total} discordant problems of {selection['n_test']} it is " \
            f"{100 * detectable_gain(selection['n_test'], total):.1f} points" in report
+
+
+def test_the_fused_member_linear_numbers_come_from_the_h100_result():
+    """bench/roofline/README.md's table and docs/member_batched_engine.md's sentence quote the H100's decode step of
+    the 28 layers' projections at 8 rows a member (bench/results/roofline/roofline_h100_fused_linear.json)."""
+    result = record("roofline_h100_fused_linear.json")
+    assert result["checks_ok"] and len(result["checks"]) == 23
+    step = {r["members"]: r for r in result["model_step"] if r["rows"] == 8}
+    readme, design = text("bench/roofline/README.md"), text("docs/member_batched_engine.md")
+    assert "All 23 bit checks passed" in readme
+    for m in (1, 8, 16, 32):
+        r = step[m]
+        row = f"| {m} | {r['fused_ms']:.2f} | {r['signs_ms']:.2f} | {r['bmm_ms']:.2f} | {r['w0_ms']:.2f} |"
+        assert row in readme, row
+    ratios = [step[m]["bmm_ms"] / step[m]["signs_ms"] for m in (8, 16, 32)]
+    assert f"{ratios[0]:.2f}× at M = 8 and {ratios[1]:.2f}× at M = 16 ({ratios[2]:.2f}× at 32)" in readme
+    assert (f"{step[8]['signs_ms']:.1f} ms with packed signs against {step[8]['bmm_ms']:.1f} ms for the bmm of copies "
+            f"at M = 8, {step[16]['signs_ms']:.1f} against {step[16]['bmm_ms']:.1f} at M = 16 ({ratios[1]:.2f}×), "
+            f"{step[32]['signs_ms']:.1f} against {step[32]['bmm_ms']:.1f} at M = 32") in design
+    assert f"({result['info']['fused_noise_draws_per_s_max'] / 1e12:.2f}·10¹² draws/s measured" in readme
