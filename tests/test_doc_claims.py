@@ -191,3 +191,21 @@ def test_the_fused_member_linear_numbers_come_from_the_h100_result():
             f"at M = 8, {step[16]['signs_ms']:.1f} against {step[16]['bmm_ms']:.1f} at M = 16 ({ratios[1]:.2f}×), "
             f"{step[32]['signs_ms']:.1f} against {step[32]['bmm_ms']:.1f} at M = 32") in design
     assert f"({result['info']['fused_noise_draws_per_s_max'] / 1e12:.2f}·10¹² draws/s measured" in readme
+
+
+def test_the_test_and_record_times_come_from_their_file():
+    """bench/README.md's fast pass, CI and make record seconds, from the committed timings."""
+    times = record("cpu_default_epyc_zen4_test_and_record_times.json")
+    readme = text("bench/README.md")
+    old, new = times["fast_pass"]
+    assert f"{old['pytest_s']:.1f} s at {old['commit']} ({old['passed']:,} passed); **{new['pytest_s']:.1f} s at " \
+           f"{new['commit']}** ({new['passed']:,} passed)" in readme
+    base, loaded, quiet = times["ci"]
+    assert f"at {loaded['commit']} {loaded['passed']:,} passed, pytest {loaded['pytest_s']:.1f} s, " \
+           f"{loaded['wall_s'] // 60} min {loaded['wall_s'] % 60} s wall" in readme
+    assert f"at {quiet['commit']}, quiet, {quiet['passed']:,} passed, pytest {quiet['pytest_s']:.1f} s, " \
+           f"**{quiet['wall_s'] // 60} min {quiet['wall_s'] % 60} s** wall ({base['commit']}: {base['pytest_s']:.1f} s, " \
+           f"{base['wall_s'] // 60} min {base['wall_s'] % 60} s, {quiet['passed'] - base['passed']} tests fewer)" in readme
+    r = times["make_record"]
+    assert f"{r['old']['commit']} against {r['new']['commit']}" in readme
+    assert f"{r['old']['wall_s']:.1f} s against {r['new']['wall_s']:.1f} s ({r['new_over_old']:.2f}×)" in readme
